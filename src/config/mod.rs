@@ -1,0 +1,818 @@
+//! The platform configuration: the `config.yaml` key of the `sites-config` ConfigMap.
+//!
+//! It mirrors the platform chart values: `routing.*` (camelCase, one routing mode for the whole
+//! platform) and `sitesConfig.*` (snake_case: platform version, application catalogue, storage,
+//! operator settings, migration, session key, retention). One validator serves start-up,
+//! `sites-operator check-config` and the validating webhook on the ConfigMap: it reads the whole
+//! document and reports **every** problem at once, each naming its key, and for keys that moved,
+//! the replacement (RTG-01, RTG-07).
+
+mod reader;
+mod rules;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::policy::PolicyFeature;
+use reader::{Moved, Problems, Section};
+
+/// The key of the `sites-config` ConfigMap that holds the configuration.
+pub const CONFIGMAP_KEY: &str = "config.yaml";
+/// The name of the ConfigMap that holds the configuration.
+pub const CONFIGMAP_NAME: &str = "sites-config";
+
+/// One problem of a configuration: the key it is about and what is wrong.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    /// Dotted key path, e.g. `routing.gateway.name` or `sitesConfig.applications[1].port`.
+    pub key: String,
+    /// What is wrong and, where there is one, what to use instead.
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.key, self.message)
+    }
+}
+
+/// Why a configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {reason}")]
+    Read { path: String, reason: String },
+    /// The text is not YAML (or not one YAML document).
+    #[error("{source_name} is not valid YAML: {reason}")]
+    Syntax { source_name: String, reason: String },
+    /// The document was read; these are all of its problems.
+    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    Invalid(Vec<Problem>),
+}
+
+/// Routing mode: one for the whole platform.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RoutingMode {
+    /// NGINX mergeable Ingress pair: one minion Ingress per site.
+    #[default]
+    Ingress,
+    /// Gateway API: one HTTPRoute per site, attached to one Gateway.
+    Gateway,
+}
+
+impl RoutingMode {
+    /// The configuration spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RoutingMode::Ingress => "ingress",
+            RoutingMode::Gateway => "gateway",
+        }
+    }
+}
+
+/// Scheme used in redirect URLs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Scheme {
+    Http,
+    #[default]
+    Https,
+}
+
+impl Scheme {
+    /// The configuration spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scheme::Http => "http",
+            Scheme::Https => "https",
+        }
+    }
+}
+
+/// The whole platform configuration, with defaults filled in.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlatformConfig {
+    /// `routing.*`
+    pub routing: Routing,
+    /// `sitesConfig.*`
+    pub sites: SitesConfig,
+}
+
+/// `routing.*`: how sites are reached.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Routing {
+    /// `routing.mode`: `ingress` (default) or `gateway`.
+    pub mode: RoutingMode,
+    /// `routing.host`: public host of all sites (and of the Hub unless `hubHost` is set).
+    pub host: Option<String>,
+    /// `routing.hubHost`: separate public host of the Hub; must differ from `host`.
+    pub hub_host: Option<String>,
+    /// `routing.scheme`: scheme of redirect URLs, `http` or `https` (default).
+    pub scheme: Scheme,
+    /// `routing.hsts`: add Strict-Transport-Security (default true).
+    pub hsts: bool,
+    /// `routing.tls.*`
+    pub tls: Tls,
+    /// `routing.ingress.*`
+    pub ingress: IngressRouting,
+    /// `routing.gateway.*`
+    pub gateway: GatewayRouting,
+}
+
+/// `routing.tls.*`: certificate Secrets referenced (never created) by the platform routes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tls {
+    /// `routing.tls.enabled` (default true).
+    pub enabled: bool,
+    /// `routing.tls.secretName` (default `sites-tls`).
+    pub secret_name: String,
+    /// `routing.tls.hubSecretName`: certificate of `hubHost`; absent means `secretName`.
+    pub hub_secret_name: Option<String>,
+}
+
+/// `routing.ingress.*`
+#[derive(Clone, Debug, PartialEq)]
+pub struct IngressRouting {
+    /// `routing.ingress.className` (default `nginx`).
+    pub class_name: String,
+    /// `routing.ingress.hubAnnotations`: extra annotations on the master Ingress.
+    pub hub_annotations: BTreeMap<String, String>,
+    /// `routing.ingress.routeAnnotations`: extra annotations on every site Ingress.
+    pub route_annotations: BTreeMap<String, String>,
+}
+
+/// `routing.gateway.*`
+#[derive(Clone, Debug, PartialEq)]
+pub struct GatewayRouting {
+    /// `routing.gateway.name`: the Gateway all HTTPRoutes attach to (default `sites-gateway`).
+    pub name: Option<String>,
+    /// `routing.gateway.namespace`: the Gateway's namespace; absent means the release namespace.
+    pub namespace: Option<String>,
+    /// `routing.gateway.listenerName`: sectionName of every HTTPRoute; absent means all listeners.
+    pub listener_name: Option<String>,
+    /// `routing.gateway.hubListenerName`: sectionName of the Hub host route.
+    pub hub_listener_name: Option<String>,
+    /// `routing.gateway.create`: the chart creates the Gateway.
+    pub create: bool,
+    /// `routing.gateway.className`: GatewayClass of a chart-created Gateway.
+    pub class_name: Option<String>,
+    /// `routing.gateway.annotations`: annotations of a chart-created Gateway.
+    pub annotations: BTreeMap<String, String>,
+    /// `routing.gateway.listeners`: raw listener list of a chart-created Gateway.
+    pub listeners: Vec<Value>,
+    /// `routing.gateway.httpRedirect`: HTTP to HTTPS redirect route (default true).
+    pub http_redirect: bool,
+    /// `routing.gateway.routeAnnotations`: extra annotations on every HTTPRoute.
+    pub route_annotations: BTreeMap<String, String>,
+    /// `routing.gateway.policyProvider` (default `none`).
+    pub policy_provider: String,
+    /// `routing.gateway.policies`: features the provider must supply.
+    pub policies: Vec<PolicyFeature>,
+    /// `routing.gateway.policyRbacRules`: extra operator Role rules for policy kinds.
+    pub policy_rbac_rules: Vec<Value>,
+}
+
+/// `sitesConfig.*`: everything that is not routing.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SitesConfig {
+    /// `sitesConfig.version`: platform version; the tag of every built-in application image.
+    pub version: String,
+    /// `sitesConfig.applications`: the catalogue of built-in applications.
+    pub applications: Vec<CatalogueApplication>,
+    /// `sitesConfig.kubernetes.*`
+    pub kubernetes: KubernetesSettings,
+    /// `sitesConfig.operator.*`
+    pub operator: OperatorSettings,
+    /// `sitesConfig.migration.*`
+    pub migration: Migration,
+    /// `sitesConfig.session.*`
+    pub session: Session,
+    /// `sitesConfig.retention.*`
+    pub retention: Retention,
+}
+
+/// A built-in application of the platform catalogue.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CatalogueApplication {
+    /// Application name, as sites list it in `spec.configuration.applications[].name`.
+    pub name: String,
+    /// Image repository; the tag is the platform version.
+    pub image: String,
+    /// Container port (default 8080).
+    pub port: u16,
+    /// HTTP readiness probe path; absent means a TCP probe on the port.
+    pub readiness_path: Option<String>,
+}
+
+/// `sitesConfig.kubernetes.*`
+#[derive(Clone, Debug, PartialEq)]
+pub struct KubernetesSettings {
+    /// `storage_class`: StorageClass of site volumes; absent means the cluster default.
+    pub storage_class: Option<String>,
+    /// `storage_expansion_supported`: whether site volumes may grow (default false).
+    pub storage_expansion_supported: bool,
+    /// `default_quota`: storage request of sites without a quota (default `1Gi`).
+    pub default_quota: String,
+    /// `priority_classes.default` / `.monitored` (defaults `low-priority` / `medium-priority`).
+    pub priority_classes: PriorityClasses,
+    /// `resources.requests` / `.limits`: default resources of site containers.
+    pub resources: ContainerResources,
+}
+
+/// Priority classes of site pods.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PriorityClasses {
+    /// Priority class of ordinary sites.
+    pub default: String,
+    /// Priority class of monitored sites.
+    pub monitored: String,
+}
+
+/// CPU and memory quantities.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CpuMemory {
+    pub cpu: Option<String>,
+    pub memory: Option<String>,
+}
+
+/// Default requests and limits of site containers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ContainerResources {
+    pub requests: CpuMemory,
+    pub limits: CpuMemory,
+}
+
+/// `sitesConfig.operator.*`
+#[derive(Clone, Debug, PartialEq)]
+pub struct OperatorSettings {
+    /// `worker_limit`: Sites reconciled in parallel (default 5, at least 1).
+    pub worker_limit: u32,
+    /// `dependency_log_level`: log level of the Kubernetes client and HTTP crates (default INFO).
+    pub dependency_log_level: LogLevel,
+}
+
+/// A log level, spelled as in Python logging or tracing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LogLevel {
+    Trace,
+    Debug,
+    #[default]
+    Info,
+    Warn,
+    Error,
+}
+
+impl LogLevel {
+    /// Parses `TRACE`, `DEBUG`, `INFO`, `WARN`/`WARNING`, `ERROR`/`CRITICAL`, any case.
+    pub fn parse(s: &str) -> Option<LogLevel> {
+        Some(match s.to_ascii_lowercase().as_str() {
+            "trace" => LogLevel::Trace,
+            "debug" => LogLevel::Debug,
+            "info" => LogLevel::Info,
+            "warn" | "warning" => LogLevel::Warn,
+            "error" | "critical" => LogLevel::Error,
+            _ => return None,
+        })
+    }
+
+    /// The `tracing` directive spelling.
+    pub fn as_directive(self) -> &'static str {
+        match self {
+            LogLevel::Trace => "trace",
+            LogLevel::Debug => "debug",
+            LogLevel::Info => "info",
+            LogLevel::Warn => "warn",
+            LogLevel::Error => "error",
+        }
+    }
+}
+
+/// `sitesConfig.migration.*`: the `site-mirror` container.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Migration {
+    /// `enabled`: add a `site-mirror` container to every site (default false).
+    pub enabled: bool,
+    /// `image`: the site-mirror image reference; required when enabled.
+    pub image: Option<String>,
+}
+
+/// `sitesConfig.session.*`
+#[derive(Clone, Debug, PartialEq)]
+pub struct Session {
+    /// `secret_key`: where the platform session key lives (never the key itself).
+    pub secret_key: SecretKeyRef,
+}
+
+/// A key of a Secret in the operator's namespace.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SecretKeyRef {
+    /// `secret_name` (default `sites-session`).
+    pub secret_name: String,
+    /// `key` (default `secret_key`).
+    pub key: String,
+}
+
+/// `sitesConfig.retention.*`
+#[derive(Clone, Debug, PartialEq)]
+pub struct Retention {
+    /// `archive_after_days`: days after the retention date before a site is archived (default 0).
+    pub archive_after_days: u32,
+    /// `delete_after_days`: days after archiving before a site is deleted (default 90).
+    pub delete_after_days: u32,
+}
+
+impl Default for Routing {
+    fn default() -> Self {
+        Routing {
+            mode: RoutingMode::Ingress,
+            host: None,
+            hub_host: None,
+            scheme: Scheme::Https,
+            hsts: true,
+            tls: Tls {
+                enabled: true,
+                secret_name: "sites-tls".into(),
+                hub_secret_name: None,
+            },
+            ingress: IngressRouting {
+                class_name: "nginx".into(),
+                hub_annotations: BTreeMap::new(),
+                route_annotations: BTreeMap::new(),
+            },
+            gateway: GatewayRouting {
+                name: Some("sites-gateway".into()),
+                namespace: None,
+                listener_name: None,
+                hub_listener_name: None,
+                create: false,
+                class_name: None,
+                annotations: BTreeMap::new(),
+                listeners: Vec::new(),
+                http_redirect: true,
+                route_annotations: BTreeMap::new(),
+                policy_provider: "none".into(),
+                policies: Vec::new(),
+                policy_rbac_rules: Vec::new(),
+            },
+        }
+    }
+}
+
+impl Default for SitesConfig {
+    fn default() -> Self {
+        SitesConfig {
+            version: String::new(),
+            applications: Vec::new(),
+            kubernetes: KubernetesSettings {
+                storage_class: None,
+                storage_expansion_supported: false,
+                default_quota: "1Gi".into(),
+                priority_classes: PriorityClasses {
+                    default: "low-priority".into(),
+                    monitored: "medium-priority".into(),
+                },
+                resources: ContainerResources {
+                    requests: CpuMemory {
+                        cpu: Some("10m".into()),
+                        memory: Some("32Mi".into()),
+                    },
+                    limits: CpuMemory {
+                        cpu: Some("1".into()),
+                        memory: Some("512Mi".into()),
+                    },
+                },
+            },
+            operator: OperatorSettings {
+                worker_limit: 5,
+                dependency_log_level: LogLevel::Info,
+            },
+            migration: Migration {
+                enabled: false,
+                image: None,
+            },
+            session: Session {
+                secret_key: SecretKeyRef {
+                    secret_name: "sites-session".into(),
+                    key: "secret_key".into(),
+                },
+            },
+            retention: Retention {
+                archive_after_days: 0,
+                delete_after_days: 90,
+            },
+        }
+    }
+}
+
+/// Context the validator cannot read from the file itself.
+#[derive(Clone, Debug, Default)]
+pub struct Context<'a> {
+    /// Namespace the platform is installed in, when known (the Gateway namespace rule needs it).
+    pub namespace: Option<&'a str>,
+}
+
+impl PlatformConfig {
+    /// Parses and validates a configuration document.
+    pub fn from_yaml(
+        text: &str,
+        source_name: &str,
+        ctx: &Context<'_>,
+    ) -> Result<Self, ConfigError> {
+        let doc = parse_yaml(text, source_name)?;
+        Self::from_value(&doc, ctx)
+    }
+
+    /// Validates a parsed document: every problem is reported, not only the first.
+    pub fn from_value(doc: &Value, ctx: &Context<'_>) -> Result<Self, ConfigError> {
+        let mut problems = Problems::default();
+        let config = read_document(doc, &mut problems);
+        rules::check_all(&config, ctx, &mut problems);
+        if problems.0.is_empty() {
+            Ok(config)
+        } else {
+            Err(ConfigError::Invalid(problems.0))
+        }
+    }
+
+    /// Reads and validates a file. `-` reads standard input. A file holding a `sites-config`
+    /// ConfigMap manifest is accepted too: its `data["config.yaml"]` is validated.
+    pub fn load(path: &Path, ctx: &Context<'_>) -> Result<Self, ConfigError> {
+        let name = path.display().to_string();
+        let bytes = if name == "-" {
+            let mut buf = Vec::new();
+            std::io::Read::read_to_end(&mut std::io::stdin(), &mut buf).map(|_| buf)
+        } else {
+            std::fs::read(path)
+        }
+        .map_err(|e| ConfigError::Read {
+            path: name.clone(),
+            reason: e.to_string(),
+        })?;
+        let text = String::from_utf8(bytes).map_err(|e| ConfigError::Syntax {
+            source_name: name.clone(),
+            reason: format!(
+                "not UTF-8 text (invalid byte at offset {})",
+                e.utf8_error().valid_up_to()
+            ),
+        })?;
+        let doc = parse_yaml(&text, &name)?;
+        if is_configmap(&doc) {
+            let data = doc.get("data").and_then(Value::as_object);
+            let embedded = data.and_then(|d| d.get(CONFIGMAP_KEY));
+            return match embedded {
+                Some(Value::String(text)) => {
+                    Self::from_yaml(text, &format!("{name} data[\"{CONFIGMAP_KEY}\"]"), ctx)
+                }
+                _ => Err(missing_configmap_key()),
+            };
+        }
+        Self::from_value(&doc, ctx)
+    }
+}
+
+/// Validates the data of a `sites-config` ConfigMap (the validating webhook's entry point).
+pub fn validate_configmap_data(
+    data: Option<&BTreeMap<String, String>>,
+    ctx: &Context<'_>,
+) -> Result<PlatformConfig, ConfigError> {
+    match data.and_then(|d| d.get(CONFIGMAP_KEY)) {
+        Some(text) => PlatformConfig::from_yaml(text, &format!("data[\"{CONFIGMAP_KEY}\"]"), ctx),
+        None => Err(missing_configmap_key()),
+    }
+}
+
+fn missing_configmap_key() -> ConfigError {
+    ConfigError::Invalid(vec![Problem {
+        key: format!("data[\"{CONFIGMAP_KEY}\"]"),
+        message: "required: the ConfigMap must hold the configuration under this key".into(),
+    }])
+}
+
+fn is_configmap(doc: &Value) -> bool {
+    doc.get("kind").and_then(Value::as_str) == Some("ConfigMap")
+        && doc.get("apiVersion").and_then(Value::as_str) == Some("v1")
+}
+
+/// Parses one YAML document into a JSON value. Mapping keys must be strings.
+fn parse_yaml(text: &str, source_name: &str) -> Result<Value, ConfigError> {
+    let syntax = |reason: String| ConfigError::Syntax {
+        source_name: source_name.to_string(),
+        reason,
+    };
+    if text.trim().is_empty() {
+        return Ok(Value::Object(Default::default()));
+    }
+    let yaml: serde_yaml_ng::Value =
+        serde_yaml_ng::from_str(text).map_err(|e| syntax(one_line(&e.to_string())))?;
+    serde_json::to_value(&yaml).map_err(|e| syntax(one_line(&e.to_string())))
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+const ROUTING_MOVED: &[Moved] = &[Moved {
+    key: "hstsEnabled",
+    message: "moved; use routing.hsts",
+}];
+
+const SITES_MOVED: &[Moved] = &[Moved {
+    key: "routing",
+    message: "not allowed: routing is platform-wide; use the top-level routing values",
+}];
+
+const KUBERNETES_MOVED: &[Moved] = &[
+    Moved {
+        key: "ingress_class_name",
+        message: "moved; use routing.ingress.className",
+    },
+    Moved {
+        key: "ingress_extra_annotations",
+        message: "moved; use routing.ingress.routeAnnotations",
+    },
+];
+
+/// Where the keys of the old top-level `ingress` block live now.
+fn moved_ingress_key(key: &str) -> &'static str {
+    match key {
+        "className" | "class_name" | "ingressClassName" => "routing.ingress.className",
+        "annotations" | "hubAnnotations" => "routing.ingress.hubAnnotations",
+        "routeAnnotations" | "extraAnnotations" => "routing.ingress.routeAnnotations",
+        "host" | "hosts" => "routing.host",
+        "tls" => "routing.tls",
+        "enabled" => "routing.mode",
+        _ => "routing.ingress",
+    }
+}
+
+fn read_document(doc: &Value, problems: &mut Problems) -> PlatformConfig {
+    let mut top = Section::new(String::new(), Some(doc), problems);
+    // The old top-level `ingress` block: report each key with its new home.
+    if let Some(old) = top.raw("ingress") {
+        match old.as_object() {
+            Some(map) if !map.is_empty() => {
+                for key in map.keys() {
+                    problems.add(
+                        reader::child_path("ingress", key),
+                        format!("moved; use {}", moved_ingress_key(key)),
+                    );
+                }
+            }
+            _ => problems.add("ingress", "moved; use routing.ingress"),
+        }
+    }
+    let routing = read_routing(top.section("routing", problems), problems);
+    let sites = read_sites(top.section("sitesConfig", problems), problems);
+    top.finish(&[], problems);
+    PlatformConfig { routing, sites }
+}
+
+fn read_routing(mut s: Section<'_>, problems: &mut Problems) -> Routing {
+    let mut r = Routing::default();
+    if let Some(mode) = s.string("mode", problems) {
+        match mode.as_str() {
+            "ingress" => r.mode = RoutingMode::Ingress,
+            "gateway" => r.mode = RoutingMode::Gateway,
+            other => problems.add(
+                "routing.mode",
+                format!("unknown routing mode {other:?}; use ingress or gateway"),
+            ),
+        }
+    }
+    r.host = s.string("host", problems);
+    r.hub_host = s.string("hubHost", problems);
+    if let Some(scheme) = s.string("scheme", problems) {
+        match scheme.as_str() {
+            "http" => r.scheme = Scheme::Http,
+            "https" => r.scheme = Scheme::Https,
+            other => problems.add(
+                "routing.scheme",
+                format!("must be http or https, found {other:?}"),
+            ),
+        }
+    }
+    if let Some(hsts) = s.boolean("hsts", problems) {
+        r.hsts = hsts;
+    }
+
+    let mut tls = s.section("tls", problems);
+    if let Some(v) = tls.boolean("enabled", problems) {
+        r.tls.enabled = v;
+    }
+    if let Some(v) = tls.string("secretName", problems) {
+        r.tls.secret_name = v;
+    }
+    r.tls.hub_secret_name = tls.string("hubSecretName", problems);
+    tls.finish(&[], problems);
+
+    let mut ing = s.section("ingress", problems);
+    if let Some(v) = ing.string_if_present("className", problems) {
+        r.ingress.class_name = v.unwrap_or_default();
+    }
+    r.ingress.hub_annotations = ing.string_map("hubAnnotations", problems);
+    r.ingress.route_annotations = ing.string_map("routeAnnotations", problems);
+    ing.finish(&[], problems);
+
+    let mut gw = s.section("gateway", problems);
+    let g = &mut r.gateway;
+    if let Some(v) = gw.string_if_present("name", problems) {
+        g.name = v;
+    }
+    g.namespace = gw.string("namespace", problems);
+    g.listener_name = gw.string("listenerName", problems);
+    g.hub_listener_name = gw.string("hubListenerName", problems);
+    if let Some(v) = gw.boolean("create", problems) {
+        g.create = v;
+    }
+    g.class_name = gw.string("className", problems);
+    g.annotations = gw.string_map("annotations", problems);
+    for (path, item) in gw.list("listeners", problems) {
+        if item.is_object() {
+            g.listeners.push(item.clone());
+        } else {
+            problems.add(
+                path,
+                format!(
+                    "must be a mapping (a Gateway listener), found {}",
+                    reader::describe(item)
+                ),
+            );
+        }
+    }
+    if let Some(v) = gw.boolean("httpRedirect", problems) {
+        g.http_redirect = v;
+    }
+    g.route_annotations = gw.string_map("routeAnnotations", problems);
+    if let Some(v) = gw.string("policyProvider", problems) {
+        g.policy_provider = v;
+    }
+    for (path, name) in gw.string_list("policies", problems) {
+        match PolicyFeature::from_name(&name) {
+            Some(f) if !g.policies.contains(&f) => g.policies.push(f),
+            Some(_) => problems.add(path, format!("duplicate policy feature {name:?}")),
+            None => problems.add(
+                path,
+                format!(
+                    "unknown policy feature {name:?}; known features: {}",
+                    PolicyFeature::ALL
+                        .iter()
+                        .map(|f| f.name())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            ),
+        }
+    }
+    for (path, item) in gw.list("policyRbacRules", problems) {
+        if item.is_object() {
+            g.policy_rbac_rules.push(item.clone());
+        } else {
+            problems.add(
+                path,
+                format!(
+                    "must be a mapping (an RBAC policy rule), found {}",
+                    reader::describe(item)
+                ),
+            );
+        }
+    }
+    gw.finish(&[], problems);
+
+    s.finish(ROUTING_MOVED, problems);
+    r
+}
+
+fn read_sites(mut s: Section<'_>, problems: &mut Problems) -> SitesConfig {
+    let mut c = SitesConfig::default();
+    match s.string("version", problems) {
+        Some(v) => c.version = v,
+        None => problems.add_once(
+            "sitesConfig.version",
+            "required: the platform version, used as the tag of built-in application images",
+        ),
+    }
+
+    let mut seen: BTreeMap<String, String> = BTreeMap::new();
+    for (path, item) in s.list("applications", problems) {
+        let mut app = Section::new(path, Some(item), problems);
+        let name = app.string("name", problems);
+        let image = app.string("image", problems);
+        let port = app.uint("port", 65535, problems);
+        let readiness_path = app.string("readiness_path", problems);
+        let path = app.path.clone();
+        app.finish(&[], problems);
+        if name.is_none() {
+            problems.add_once(format!("{path}.name"), "required");
+        }
+        if image.is_none() {
+            problems.add_once(
+                format!("{path}.image"),
+                "required: the image repository (the tag is sitesConfig.version)",
+            );
+        }
+        if port == Some(0) {
+            problems.add(format!("{path}.port"), "must be between 1 and 65535");
+        }
+        let (Some(name), Some(image)) = (name, image) else {
+            continue;
+        };
+        rules::catalogue_entry(problems, &path, &name, &image, readiness_path.as_deref());
+        if let Some(first) = seen.get(&name) {
+            problems.add_once(
+                format!("{path}.name"),
+                format!("duplicate application {name:?} (also at {first})"),
+            );
+        }
+        seen.insert(name.clone(), path.clone());
+        c.applications.push(CatalogueApplication {
+            name,
+            image,
+            port: port.filter(|p| *p > 0).map_or(8080, |p| p as u16),
+            readiness_path,
+        });
+    }
+
+    let mut k = s.section("kubernetes", problems);
+    let kc = &mut c.kubernetes;
+    kc.storage_class = k.string("storage_class", problems);
+    if let Some(v) = k.boolean("storage_expansion_supported", problems) {
+        kc.storage_expansion_supported = v;
+    }
+    if let Some(v) = k.string("default_quota", problems) {
+        kc.default_quota = v;
+    }
+    let mut pc = k.section("priority_classes", problems);
+    if let Some(v) = pc.string("default", problems) {
+        kc.priority_classes.default = v;
+    }
+    if let Some(v) = pc.string("monitored", problems) {
+        kc.priority_classes.monitored = v;
+    }
+    pc.finish(&[], problems);
+    let mut res = k.section("resources", problems);
+    for (key, target) in [
+        ("requests", &mut kc.resources.requests),
+        ("limits", &mut kc.resources.limits),
+    ] {
+        let mut cm = res.section(key, problems);
+        if let Some(v) = cm.string_if_present("cpu", problems) {
+            target.cpu = v;
+        }
+        if let Some(v) = cm.string_if_present("memory", problems) {
+            target.memory = v;
+        }
+        cm.finish(&[], problems);
+    }
+    res.finish(&[], problems);
+    k.finish(KUBERNETES_MOVED, problems);
+
+    let mut op = s.section("operator", problems);
+    if let Some(v) = op.uint("worker_limit", 1024, problems) {
+        c.operator.worker_limit = v as u32;
+    }
+    if let Some(v) = op.string("dependency_log_level", problems) {
+        match LogLevel::parse(&v) {
+            Some(level) => c.operator.dependency_log_level = level,
+            None => problems.add(
+                "sitesConfig.operator.dependency_log_level",
+                format!("unknown log level {v:?}; use DEBUG, INFO, WARNING or ERROR"),
+            ),
+        }
+    }
+    op.finish(&[], problems);
+
+    let mut mig = s.section("migration", problems);
+    if let Some(v) = mig.boolean("enabled", problems) {
+        c.migration.enabled = v;
+    }
+    c.migration.image = mig.string("image", problems);
+    mig.finish(&[], problems);
+
+    let mut session = s.section("session", problems);
+    let mut key = session.section("secret_key", problems);
+    if let Some(v) = key.string("secret_name", problems) {
+        c.session.secret_key.secret_name = v;
+    }
+    if let Some(v) = key.string("key", problems) {
+        c.session.secret_key.key = v;
+    }
+    key.finish(&[], problems);
+    session.finish(&[], problems);
+
+    let mut ret = s.section("retention", problems);
+    if let Some(v) = ret.uint("archive_after_days", 36500, problems) {
+        c.retention.archive_after_days = v as u32;
+    }
+    if let Some(v) = ret.uint("delete_after_days", 36500, problems) {
+        c.retention.delete_after_days = v as u32;
+    }
+    ret.finish(&[], problems);
+
+    s.finish(SITES_MOVED, problems);
+    c
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,697 @@
+//! Table tests of the platform configuration validator: one case per rule, each asserting the
+//! exact set of reported keys and a fragment of each message.
+
+use super::*;
+
+const EXAMPLE: &str = include_str!("../../manifests/config.yaml");
+
+/// The committed example with `patch` merged in (RFC 7386: null removes a key).
+fn example_with(patch: &str) -> Value {
+    let mut doc = parse_yaml(EXAMPLE, "example").expect("example parses");
+    let patch = parse_yaml(patch, "patch").expect("patch parses");
+    json_patch::merge(&mut doc, &patch);
+    doc
+}
+
+fn problems_of(doc: &Value, ctx: &Context<'_>) -> Vec<Problem> {
+    match PlatformConfig::from_value(doc, ctx) {
+        Ok(_) => Vec::new(),
+        Err(ConfigError::Invalid(p)) => p,
+        Err(other) => panic!("unexpected error {other}"),
+    }
+}
+
+/// Asserts that exactly the `expected` keys are reported, each message containing its fragment.
+fn assert_problems(case: &str, got: &[Problem], expected: &[(&str, &str)]) {
+    let got_keys: Vec<&str> = got.iter().map(|p| p.key.as_str()).collect();
+    let want_keys: Vec<&str> = expected.iter().map(|(k, _)| *k).collect();
+    let mut g = got_keys.clone();
+    let mut w = want_keys.clone();
+    g.sort();
+    w.sort();
+    assert_eq!(g, w, "{case}: reported keys differ; problems: {got:#?}");
+    for (key, fragment) in expected {
+        let p = got.iter().find(|p| p.key == *key).unwrap();
+        assert!(
+            p.message.contains(fragment),
+            "{case}: message for {key} is {:?}, expected it to contain {fragment:?}",
+            p.message
+        );
+        assert!(
+            p.to_string().starts_with(&format!("{key}: ")),
+            "{case}: {p}"
+        );
+    }
+}
+
+#[test]
+fn the_committed_example_is_valid_and_complete() {
+    let config = PlatformConfig::from_yaml(EXAMPLE, "manifests/config.yaml", &Context::default())
+        .unwrap_or_else(|e| panic!("manifests/config.yaml: {e}"));
+    assert_eq!(config.routing.mode, RoutingMode::Ingress);
+    assert_eq!(config.routing.host.as_deref(), Some("sites.example.org"));
+    assert_eq!(config.sites.version, "2.4.0");
+    assert_eq!(config.sites.applications.len(), 3);
+    assert_eq!(config.sites.operator.worker_limit, 5);
+    // Complete: every key the reader knows appears in the example. Removing any one key of the
+    // example must leave a document the reader still accepts or reports, never silently.
+    let doc = parse_yaml(EXAMPLE, "example").unwrap();
+    let mut leaves = Vec::new();
+    collect_paths(&doc, String::new(), &mut leaves);
+    for needle in [
+        "routing.mode",
+        "routing.host",
+        "routing.hubHost",
+        "routing.scheme",
+        "routing.hsts",
+        "routing.tls.enabled",
+        "routing.tls.secretName",
+        "routing.tls.hubSecretName",
+        "routing.ingress.className",
+        "routing.ingress.hubAnnotations",
+        "routing.ingress.routeAnnotations",
+        "routing.gateway.name",
+        "routing.gateway.namespace",
+        "routing.gateway.listenerName",
+        "routing.gateway.hubListenerName",
+        "routing.gateway.create",
+        "routing.gateway.className",
+        "routing.gateway.annotations",
+        "routing.gateway.listeners",
+        "routing.gateway.httpRedirect",
+        "routing.gateway.routeAnnotations",
+        "routing.gateway.policyProvider",
+        "routing.gateway.policies",
+        "routing.gateway.policyRbacRules",
+        "sitesConfig.version",
+        "sitesConfig.applications",
+        "sitesConfig.kubernetes.storage_class",
+        "sitesConfig.kubernetes.storage_expansion_supported",
+        "sitesConfig.kubernetes.default_quota",
+        "sitesConfig.kubernetes.priority_classes.default",
+        "sitesConfig.kubernetes.priority_classes.monitored",
+        "sitesConfig.kubernetes.resources.requests.cpu",
+        "sitesConfig.kubernetes.resources.limits.memory",
+        "sitesConfig.operator.worker_limit",
+        "sitesConfig.operator.dependency_log_level",
+        "sitesConfig.migration.enabled",
+        "sitesConfig.migration.image",
+        "sitesConfig.session.secret_key.secret_name",
+        "sitesConfig.session.secret_key.key",
+        "sitesConfig.retention.archive_after_days",
+        "sitesConfig.retention.delete_after_days",
+    ] {
+        assert!(leaves.iter().any(|l| l == needle), "example lacks {needle}");
+    }
+}
+
+fn collect_paths(v: &Value, path: String, out: &mut Vec<String>) {
+    out.push(path.clone());
+    if let Value::Object(map) = v {
+        for (k, v) in map {
+            collect_paths(v, reader::child_path(&path, k), out);
+        }
+    }
+}
+
+#[test]
+fn defaults_apply_to_a_minimal_configuration() {
+    let c = PlatformConfig::from_yaml(
+        "sitesConfig:\n  version: \"1.0\"\n",
+        "min",
+        &Context::default(),
+    )
+    .expect("minimal config is valid");
+    assert_eq!(c.routing, Routing::default());
+    assert_eq!(c.routing.mode, RoutingMode::Ingress);
+    assert_eq!(c.routing.scheme, Scheme::Https);
+    assert!(c.routing.hsts);
+    assert_eq!(c.routing.gateway.name.as_deref(), Some("sites-gateway"));
+    assert_eq!(c.routing.gateway.policy_provider, "none");
+    assert_eq!(c.sites.operator.worker_limit, 5);
+    assert_eq!(c.sites.operator.dependency_log_level, LogLevel::Info);
+    assert!(!c.sites.migration.enabled);
+    assert!(!c.sites.kubernetes.storage_expansion_supported);
+    assert_eq!(c.sites.kubernetes.priority_classes.default, "low-priority");
+    assert_eq!(
+        c.sites.kubernetes.priority_classes.monitored,
+        "medium-priority"
+    );
+}
+
+#[test]
+fn every_rejection_rule() {
+    type Case<'a> = (&'a str, &'a str, &'a [(&'a str, &'a str)]);
+    // (case, patch merged into the valid example, expected (key, message fragment) pairs)
+    let cases: &[Case] = &[
+        // RTG-01: one routing mode, routing values only at the top level, moved keys named.
+        (
+            "unknown routing mode",
+            "routing: {mode: mesh}",
+            &[(
+                "routing.mode",
+                "unknown routing mode \"mesh\"; use ingress or gateway",
+            )],
+        ),
+        (
+            "sitesConfig.routing",
+            "sitesConfig: {routing: {mode: gateway}}",
+            &[("sitesConfig.routing", "use the top-level routing values")],
+        ),
+        (
+            "top-level ingress block",
+            "ingress: {className: nginx, annotations: {a: b}, foo: 1}",
+            &[
+                ("ingress.className", "moved; use routing.ingress.className"),
+                (
+                    "ingress.annotations",
+                    "moved; use routing.ingress.hubAnnotations",
+                ),
+                ("ingress.foo", "moved; use routing.ingress"),
+            ],
+        ),
+        (
+            "top-level ingress scalar",
+            "ingress: true",
+            &[("ingress", "moved; use routing.ingress")],
+        ),
+        (
+            "routing.hstsEnabled",
+            "routing: {hstsEnabled: true}",
+            &[("routing.hstsEnabled", "moved; use routing.hsts")],
+        ),
+        (
+            "ingress_class_name",
+            "sitesConfig: {kubernetes: {ingress_class_name: nginx}}",
+            &[(
+                "sitesConfig.kubernetes.ingress_class_name",
+                "moved; use routing.ingress.className",
+            )],
+        ),
+        (
+            "ingress_extra_annotations",
+            "sitesConfig: {kubernetes: {ingress_extra_annotations: {a: b}}}",
+            &[(
+                "sitesConfig.kubernetes.ingress_extra_annotations",
+                "moved; use routing.ingress.routeAnnotations",
+            )],
+        ),
+        // RTG-07: gateway mode needs a host and a Gateway.
+        (
+            "gateway without host",
+            "routing: {mode: gateway, host: null}",
+            &[("routing.host", "required in gateway mode")],
+        ),
+        (
+            "gateway with empty host",
+            "routing: {mode: gateway, host: \"\"}",
+            &[("routing.host", "required in gateway mode")],
+        ),
+        (
+            "gateway without gateway name",
+            "routing: {mode: gateway, gateway: {name: \"\"}}",
+            &[("routing.gateway.name", "required in gateway mode")],
+        ),
+        (
+            "gateway without both",
+            "routing: {mode: gateway, host: null, gateway: {name: \"\"}}",
+            &[
+                ("routing.host", "required in gateway mode"),
+                ("routing.gateway.name", "required in gateway mode"),
+            ],
+        ),
+        (
+            "hubHost equals host",
+            "routing: {hubHost: sites.example.org}",
+            &[("routing.hubHost", "must differ from routing.host")],
+        ),
+        (
+            "scheme",
+            "routing: {scheme: ftp}",
+            &[("routing.scheme", "must be http or https, found \"ftp\"")],
+        ),
+        // RTG-04: policy providers.
+        (
+            "unknown policy provider",
+            "routing: {gateway: {policyProvider: envoy}}",
+            &[(
+                "routing.gateway.policyProvider",
+                "unknown policy provider \"envoy\"; known providers: none",
+            )],
+        ),
+        (
+            "feature not supplied",
+            "routing: {gateway: {policies: [session_affinity]}}",
+            &[(
+                "routing.gateway.policies",
+                "policy provider \"none\" does not supply session_affinity",
+            )],
+        ),
+        (
+            "unknown feature",
+            "routing: {gateway: {policies: [teleport]}}",
+            &[(
+                "routing.gateway.policies[0]",
+                "unknown policy feature \"teleport\"",
+            )],
+        ),
+        (
+            "duplicate feature is reported, not double counted",
+            "routing: {gateway: {policies: [session_affinity, session_affinity]}}",
+            &[
+                ("routing.gateway.policies[1]", "duplicate policy feature"),
+                (
+                    "routing.gateway.policies",
+                    "does not supply session_affinity",
+                ),
+            ],
+        ),
+        // Unknown keys and wrong types: never silently ignored.
+        (
+            "unknown key with suggestion",
+            "routing: {hots: x.org}",
+            &[("routing.hots", "unknown key (did you mean routing.host?)")],
+        ),
+        (
+            "unknown top-level key",
+            "hub: {replicas: 2}",
+            &[("hub", "unknown key")],
+        ),
+        (
+            "unknown nested key",
+            "sitesConfig: {kubernetes: {storage_clas: x}}",
+            &[(
+                "sitesConfig.kubernetes.storage_clas",
+                "did you mean sitesConfig.kubernetes.storage_class?",
+            )],
+        ),
+        (
+            "number where a string belongs",
+            "sitesConfig: {version: 2.4}",
+            &[(
+                "sitesConfig.version",
+                "must be a string; quote the value (\"2.4\")",
+            )],
+        ),
+        (
+            "string where a boolean belongs",
+            "routing: {hsts: \"yes\"}",
+            &[(
+                "routing.hsts",
+                "must be true or false, found string \"yes\"",
+            )],
+        ),
+        (
+            "scalar where a mapping belongs",
+            "routing: {tls: on}",
+            &[("routing.tls", "must be a mapping")],
+        ),
+        (
+            "mapping where a list belongs",
+            "sitesConfig: {applications: {static: {}}}",
+            &[("sitesConfig.applications", "must be a list")],
+        ),
+        (
+            "routing is not a mapping",
+            "routing: ingress",
+            &[("routing", "must be a mapping, found string \"ingress\"")],
+        ),
+        // Formats of routing values.
+        (
+            "host with scheme",
+            "routing: {host: \"https://sites.example.org\"}",
+            &[("routing.host", "without scheme, port or path")],
+        ),
+        (
+            "host with uppercase",
+            "routing: {host: Sites.example.org}",
+            &[("routing.host", "must be lowercase")],
+        ),
+        (
+            "bad hubHost",
+            "routing: {hubHost: \"hub.example.org:8443\"}",
+            &[("routing.hubHost", "without scheme, port or path")],
+        ),
+        (
+            "bad tls secret name",
+            "routing: {tls: {secretName: Sites_TLS}}",
+            &[("routing.tls.secretName", "DNS-1123 subdomain")],
+        ),
+        (
+            "empty ingress class in ingress mode",
+            "routing: {ingress: {className: \"\"}}",
+            &[("routing.ingress.className", "required in ingress mode")],
+        ),
+        (
+            "bad annotation key",
+            "routing: {ingress: {routeAnnotations: {\"bad key\": x}}}",
+            &[(
+                "routing.ingress.routeAnnotations[\"bad key\"]",
+                "invalid annotation key",
+            )],
+        ),
+        (
+            "annotation value not a string",
+            "routing: {gateway: {routeAnnotations: {example.org/x: 5}}}",
+            &[(
+                "routing.gateway.routeAnnotations[\"example.org/x\"]",
+                "must be a string, found number 5",
+            )],
+        ),
+        (
+            "gateway create without class",
+            "routing: {gateway: {create: true}}",
+            &[(
+                "routing.gateway.className",
+                "required when routing.gateway.create is true",
+            )],
+        ),
+        (
+            "bad gateway namespace",
+            "routing: {gateway: {namespace: Other_NS}}",
+            &[("routing.gateway.namespace", "DNS-1123 label")],
+        ),
+        (
+            "bad listener name",
+            "routing: {gateway: {listenerName: \"-x\"}}",
+            &[("routing.gateway.listenerName", "DNS-1123 subdomain")],
+        ),
+        (
+            "listener not a mapping",
+            "routing: {gateway: {listeners: [https]}}",
+            &[(
+                "routing.gateway.listeners[0]",
+                "must be a mapping (a Gateway listener)",
+            )],
+        ),
+        // sitesConfig rules.
+        (
+            "missing version",
+            "sitesConfig: {version: null}",
+            &[("sitesConfig.version", "required: the platform version")],
+        ),
+        (
+            "bad version",
+            "sitesConfig: {version: \"-1.0\"}",
+            &[("sitesConfig.version", "not a valid image tag")],
+        ),
+        (
+            "catalogue entry without name and image",
+            "sitesConfig: {applications: [{port: 80}]}",
+            &[
+                ("sitesConfig.applications[0].name", "required"),
+                (
+                    "sitesConfig.applications[0].image",
+                    "required: the image repository",
+                ),
+            ],
+        ),
+        (
+            "catalogue duplicate",
+            "sitesConfig: {applications: [{name: a, image: r/a}, {name: b, image: r/b}, {name: a, image: r/c}]}",
+            &[(
+                "sitesConfig.applications[2].name",
+                "duplicate application \"a\" (also at sitesConfig.applications[0])",
+            )],
+        ),
+        (
+            "catalogue image with tag",
+            "sitesConfig: {applications: [{name: a, image: \"r/a:1.0\"}]}",
+            &[("sitesConfig.applications[0].image", "without tag or digest")],
+        ),
+        (
+            "catalogue bad image",
+            "sitesConfig: {applications: [{name: a, image: \"R/A\"}]}",
+            &[(
+                "sitesConfig.applications[0].image",
+                "not a valid image reference",
+            )],
+        ),
+        (
+            "catalogue bad name",
+            "sitesConfig: {applications: [{name: My_App, image: r/a}]}",
+            &[("sitesConfig.applications[0].name", "DNS-1123 label")],
+        ),
+        (
+            "catalogue port zero",
+            "sitesConfig: {applications: [{name: a, image: r/a, port: 0}]}",
+            &[("sitesConfig.applications[0].port", "between 1 and 65535")],
+        ),
+        (
+            "catalogue port too large",
+            "sitesConfig: {applications: [{name: a, image: r/a, port: 70000}]}",
+            &[("sitesConfig.applications[0].port", "must be at most 65535")],
+        ),
+        (
+            "catalogue readiness path",
+            "sitesConfig: {applications: [{name: a, image: r/a, readiness_path: healthz}]}",
+            &[(
+                "sitesConfig.applications[0].readiness_path",
+                "must start with '/'",
+            )],
+        ),
+        (
+            "catalogue unknown key",
+            "sitesConfig: {applications: [{name: a, image: r/a, tag: x}]}",
+            &[("sitesConfig.applications[0].tag", "unknown key")],
+        ),
+        (
+            "bad storage class",
+            "sitesConfig: {kubernetes: {storage_class: \"Fast SSD\"}}",
+            &[("sitesConfig.kubernetes.storage_class", "DNS-1123 subdomain")],
+        ),
+        (
+            "bad default quota",
+            "sitesConfig: {kubernetes: {default_quota: 10GB}}",
+            &[("sitesConfig.kubernetes.default_quota", "is not a quantity")],
+        ),
+        (
+            "zero default quota",
+            "sitesConfig: {kubernetes: {default_quota: \"0\"}}",
+            &[("sitesConfig.kubernetes.default_quota", "greater than zero")],
+        ),
+        (
+            "bad priority class",
+            "sitesConfig: {kubernetes: {priority_classes: {monitored: Medium_Priority}}}",
+            &[(
+                "sitesConfig.kubernetes.priority_classes.monitored",
+                "DNS-1123 subdomain",
+            )],
+        ),
+        (
+            "bad resource quantity",
+            "sitesConfig: {kubernetes: {resources: {limits: {cpu: lots}}}}",
+            &[(
+                "sitesConfig.kubernetes.resources.limits.cpu",
+                "is not a quantity",
+            )],
+        ),
+        (
+            "requests above limits",
+            "sitesConfig: {kubernetes: {resources: {requests: {memory: 1Gi}, limits: {memory: 512Mi}}}}",
+            &[(
+                "sitesConfig.kubernetes.resources.requests.memory",
+                "must not exceed sitesConfig.kubernetes.resources.limits.memory",
+            )],
+        ),
+        (
+            "worker limit zero",
+            "sitesConfig: {operator: {worker_limit: 0}}",
+            &[("sitesConfig.operator.worker_limit", "must be at least 1")],
+        ),
+        (
+            "worker limit negative",
+            "sitesConfig: {operator: {worker_limit: -3}}",
+            &[("sitesConfig.operator.worker_limit", "whole number")],
+        ),
+        (
+            "worker limit fractional",
+            "sitesConfig: {operator: {worker_limit: 2.5}}",
+            &[("sitesConfig.operator.worker_limit", "whole number")],
+        ),
+        (
+            "unknown log level",
+            "sitesConfig: {operator: {dependency_log_level: LOUD}}",
+            &[(
+                "sitesConfig.operator.dependency_log_level",
+                "unknown log level \"LOUD\"",
+            )],
+        ),
+        (
+            "migration without image",
+            "sitesConfig: {migration: {enabled: true, image: null}}",
+            &[(
+                "sitesConfig.migration.image",
+                "required when sitesConfig.migration.enabled is true",
+            )],
+        ),
+        (
+            "migration bad image",
+            "sitesConfig: {migration: {enabled: true, image: \"mirror image\"}}",
+            &[("sitesConfig.migration.image", "not a valid image reference")],
+        ),
+        (
+            "bad session secret",
+            "sitesConfig: {session: {secret_key: {secret_name: \"no/slash\", key: \"a b\"}}}",
+            &[
+                (
+                    "sitesConfig.session.secret_key.secret_name",
+                    "DNS-1123 subdomain",
+                ),
+                ("sitesConfig.session.secret_key.key", "must be a Secret key"),
+            ],
+        ),
+        (
+            "retention negative",
+            "sitesConfig: {retention: {delete_after_days: -1}}",
+            &[("sitesConfig.retention.delete_after_days", "whole number")],
+        ),
+    ];
+    for (case, patch, expected) in cases {
+        let doc = example_with(patch);
+        assert_problems(case, &problems_of(&doc, &Context::default()), expected);
+    }
+}
+
+#[test]
+fn gateway_namespace_must_be_the_platform_namespace_when_the_chart_creates_the_gateway() {
+    let doc = example_with("routing: {gateway: {create: true, className: eg, namespace: infra}}");
+    let ctx = Context {
+        namespace: Some("sites"),
+    };
+    assert_problems(
+        "gateway namespace",
+        &problems_of(&doc, &ctx),
+        &[(
+            "routing.gateway.namespace",
+            "must be empty or the platform namespace \"sites\"",
+        )],
+    );
+    // Unknown namespace (check-config without --namespace): nothing to compare with.
+    assert!(problems_of(&doc, &Context::default()).is_empty());
+    // An existing Gateway may live anywhere.
+    let doc = example_with("routing: {gateway: {create: false, namespace: infra}}");
+    assert!(problems_of(&doc, &ctx).is_empty());
+}
+
+#[test]
+fn valid_gateway_configuration() {
+    let doc = example_with(
+        "routing: {mode: gateway, host: sites.example.org, hubHost: hub.example.org, gateway: {name: gw, namespace: infra, listenerName: https}}",
+    );
+    let c = PlatformConfig::from_value(&doc, &Context::default()).expect("valid");
+    assert_eq!(c.routing.mode, RoutingMode::Gateway);
+    assert_eq!(c.routing.gateway.namespace.as_deref(), Some("infra"));
+}
+
+#[test]
+fn every_problem_is_reported_at_once() {
+    let doc = example_with(
+        r#"
+ingress: {className: nginx}
+routing:
+  mode: gateway
+  host: null
+  hubHost: hub.example.org
+  scheme: gopher
+  hstsEnabled: true
+  gateway: {name: "", policyProvider: istio}
+sitesConfig:
+  routing: {mode: ingress}
+  version: 3
+  kubernetes: {ingress_class_name: nginx, ingress_extra_annotations: {}}
+  operator: {worker_limit: 0}
+"#,
+    );
+    let problems = problems_of(&doc, &Context::default());
+    assert_problems(
+        "several problems",
+        &problems,
+        &[
+            ("ingress.className", "moved; use routing.ingress.className"),
+            ("routing.scheme", "must be http or https"),
+            ("routing.hstsEnabled", "moved; use routing.hsts"),
+            ("routing.host", "required in gateway mode"),
+            ("routing.gateway.name", "required in gateway mode"),
+            (
+                "routing.gateway.policyProvider",
+                "unknown policy provider \"istio\"",
+            ),
+            ("sitesConfig.routing", "use the top-level routing values"),
+            ("sitesConfig.version", "must be a string"),
+            (
+                "sitesConfig.kubernetes.ingress_class_name",
+                "routing.ingress.className",
+            ),
+            (
+                "sitesConfig.kubernetes.ingress_extra_annotations",
+                "routing.ingress.routeAnnotations",
+            ),
+            ("sitesConfig.operator.worker_limit", "must be at least 1"),
+        ],
+    );
+}
+
+#[test]
+fn documents_that_are_not_a_configuration() {
+    // Not YAML at all: a syntax error naming the source, on one line.
+    let err = PlatformConfig::from_yaml("routing: [unclosed", "bad.yaml", &Context::default())
+        .unwrap_err();
+    assert!(matches!(err, ConfigError::Syntax { .. }), "{err:?}");
+    let msg = err.to_string();
+    assert!(msg.starts_with("bad.yaml is not valid YAML: "), "{msg}");
+    assert!(!msg.contains('\n'), "{msg}");
+    // A scalar or a list document.
+    for text in ["just a string", "- a\n- b"] {
+        let problems = match PlatformConfig::from_yaml(text, "x", &Context::default()) {
+            Err(ConfigError::Invalid(p)) => p,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(problems[0].key, "(document)");
+        assert!(problems[0].message.contains("must be a mapping"));
+    }
+    // Non-string mapping keys.
+    let err = PlatformConfig::from_yaml("? [a, b]\n: c\n", "x", &Context::default()).unwrap_err();
+    assert!(matches!(err, ConfigError::Syntax { .. }), "{err:?}");
+    // An empty file is read as an empty mapping: only the required version is missing.
+    let problems = match PlatformConfig::from_yaml("", "x", &Context::default()) {
+        Err(ConfigError::Invalid(p)) => p,
+        other => panic!("{other:?}"),
+    };
+    assert_problems("empty", &problems, &[("sitesConfig.version", "required")]);
+}
+
+#[test]
+fn configmap_data_is_validated_like_a_file() {
+    let mut data = BTreeMap::new();
+    assert!(matches!(
+        validate_configmap_data(Some(&data), &Context::default()),
+        Err(ConfigError::Invalid(p)) if p[0].key == "data[\"config.yaml\"]"
+    ));
+    assert!(validate_configmap_data(None, &Context::default()).is_err());
+    data.insert(CONFIGMAP_KEY.to_string(), EXAMPLE.to_string());
+    assert!(validate_configmap_data(Some(&data), &Context::default()).is_ok());
+    data.insert(
+        CONFIGMAP_KEY.to_string(),
+        "routing: {mode: mesh}\nsitesConfig: {version: \"1\"}".into(),
+    );
+    match validate_configmap_data(Some(&data), &Context::default()) {
+        Err(ConfigError::Invalid(p)) => assert_eq!(p[0].key, "routing.mode"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn log_levels_accept_python_and_tracing_spellings() {
+    for (s, l) in [
+        ("DEBUG", LogLevel::Debug),
+        ("info", LogLevel::Info),
+        ("WARNING", LogLevel::Warn),
+        ("warn", LogLevel::Warn),
+        ("CRITICAL", LogLevel::Error),
+        ("trace", LogLevel::Trace),
+    ] {
+        assert_eq!(LogLevel::parse(s), Some(l), "{s}");
+    }
+    assert_eq!(LogLevel::parse("verbose"), None);
+}

@@ -1,0 +1,605 @@
+//! The `Site` custom resource (`sites.ecmwf.int/v1`): Rust types, and the CRD generated from them.
+//!
+//! Field names are snake_case, as in the Site documents the Hub writes. Every field carries a doc
+//! comment because the comments become the schema descriptions `kubectl explain` shows.
+//! `manifests/crd.yaml` is the output of [`crd_yaml`]; a test fails when the two drift.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceDefinition, JSONSchemaProps, JSONSchemaPropsOrArray, JSONSchemaPropsOrBool,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::{Deserialize, Serialize};
+
+/// API group of the Site resource.
+pub const GROUP: &str = "sites.ecmwf.int";
+/// Label carrying the site id, on every owned object and on the pod template.
+pub const ID_LABEL: &str = "sites.ecmwf.int/id";
+/// Annotation whose new UUID value requests a forced upgrade (re-render and restart).
+pub const UPGRADE_REQUEST_ANNOTATION: &str = "sites.ecmwf.int/upgrade-request";
+/// Annotation on the pod template marking pods the operator created and watches.
+pub const OPERATOR_BOUND_ANNOTATION: &str = "sites.ecmwf.int/operator_bound";
+/// Longest allowed site id: room for `-oauth2`, `-files`, the pod ordinal and the StatefulSet
+/// revision label within the 63-character limits of names and label values.
+pub const MAX_SITE_ID_LEN: usize = 52;
+
+/// Desired state of a site. The operator turns it into Secrets, ConfigMaps, a
+/// PersistentVolumeClaim, a StatefulSet, a Service and a route (Ingress or HTTPRoute), and reports
+/// the state of the site pods in the status.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "sites.ecmwf.int",
+    version = "v1",
+    kind = "Site",
+    plural = "sites",
+    singular = "site",
+    shortname = "site",
+    category = "ecmwf",
+    namespaced,
+    status = "SiteStatus",
+    derive = "PartialEq",
+    doc = "A hosted web site served at /<space>/<name>/ on the platform host. The object name is the site id (a DNS-1035 label of at most 52 characters); it names every object the operator creates for the site.",
+    printcolumn = r#"{"name": "Space", "type": "string", "description": "First URL segment of the site", "jsonPath": ".spec.configuration.space"}"#,
+    printcolumn = r#"{"name": "Name", "type": "string", "description": "Second URL segment of the site", "jsonPath": ".spec.name"}"#,
+    printcolumn = r#"{"name": "Phase", "type": "string", "description": "Pod phase of the site", "jsonPath": ".status.phase"}"#,
+    printcolumn = r#"{"name": "Available", "type": "string", "description": "All objects exist and the site pods are running and ready", "jsonPath": ".status.conditions[?(@.type==\"Available\")].status"}"#,
+    printcolumn = r#"{"name": "Progressing", "type": "string", "description": "Another reconcile is expected before the status reflects the spec", "jsonPath": ".status.conditions[?(@.type==\"Progressing\")].status"}"#,
+    printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#
+)]
+pub struct SiteSpec {
+    /// Site name: the second URL segment. The site is served at /<space>/<name>/.
+    pub name: String,
+    /// User name of the site owner.
+    pub owner: String,
+    /// Site type label, for example `static` or `dynamic`.
+    #[serde(rename = "type")]
+    pub site_type: String,
+    /// Free-text description. Audit field: changing it causes no work.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// User who created the site. Audit field: changing it causes no work.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_by: Option<String>,
+    /// User who last updated the site. Audit field: changing it causes no work.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_by: Option<String>,
+    /// Creation time as recorded by the Hub. Audit field: changing it causes no work.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<String>,
+    /// Last update time as recorded by the Hub. Audit field: changing it causes no work.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<String>,
+    /// What the site serves and how: URL space, applications, headers, storage, sharing, settings.
+    pub configuration: SiteConfiguration,
+}
+
+/// What the site serves and how.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+pub struct SiteConfiguration {
+    /// Space: the first URL segment. The site is served at /<space>/<name>/.
+    pub space: String,
+    /// Whether the site runs. false archives it: the pods scale to zero, requests are redirected
+    /// to the Hub's "410 Gone" page, and the data volume is kept.
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    /// Applications that make up the site, one container each. Names must be unique. Built-in
+    /// applications (names from the platform catalogue) get their image from the catalogue at the
+    /// platform version; any other application is custom and needs its own image.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub applications: Vec<Application>,
+    /// Extra HTTP response headers served by the site's nginx, name to value.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+    /// Storage request of the site's data volume (a Kubernetes quantity such as `10Gi`). It may
+    /// grow, never shrink. Absent: the platform default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "quantity_schema")]
+    pub quota: Option<Quantity>,
+    /// Date (ISO 8601, YYYY-MM-DD) after which the retention policy archives the site.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention_date: Option<String>,
+    /// Who may administer and use the site.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share: Option<Share>,
+    /// Runtime settings: replicas, resource limits, error handling, monitoring.
+    #[serde(default)]
+    pub settings: Settings,
+    /// Not supported: routing is platform-wide. Present in the schema only so that the admission
+    /// webhook can reject it with a clear message instead of the API server dropping it silently.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "free_form_object")]
+    pub routing: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+/// One application of the site, run as one container of the site pod.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+pub struct Application {
+    /// Application name, unique within the site. A name from the platform catalogue selects a
+    /// built-in application.
+    pub name: String,
+    /// Container image reference. Required for custom applications; for built-in applications the
+    /// platform catalogue decides the image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// TCP port the application listens on (1-65535). Custom applications default to 8000;
+    /// built-in applications use the catalogue port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<i32>,
+    /// Environment variables of the application container, name to value.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Annotations merged into the site's route (Ingress annotations in ingress mode).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    /// Extra route paths served by this application.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<ApplicationPath>,
+}
+
+/// An extra route path of an application.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+pub struct ApplicationPath {
+    /// URL path, starting with `/`.
+    pub path: String,
+    /// How the path matches: `Prefix` or `Exact`. Other types are rejected where the active
+    /// routing mode cannot express them.
+    #[serde(default = "default_path_type")]
+    pub path_type: String,
+}
+
+/// Who may administer and use the site.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct Share {
+    /// User names with administrator rights on the site.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub administrator_users: Vec<String>,
+    /// User names allowed to use the site.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub users: Vec<String>,
+    /// Group names allowed to use the site.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<String>,
+}
+
+/// Runtime settings of the site.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+pub struct Settings {
+    /// Number of site pods while the site is enabled.
+    #[serde(default = "default_replicas")]
+    #[schemars(range(min = 0))]
+    pub replicas: i32,
+    /// CPU and memory limits of the site containers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_limits: Option<ResourceLimits>,
+    /// How HTTP errors are answered: `platform` serves the platform's error pages, `site` passes
+    /// the site's own error responses through. Absent: `platform`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_handling: Option<String>,
+    /// Monitored sites (set by platform administrators) run with a higher priority class and are
+    /// included in the Hub health report.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub monitored: bool,
+    /// Not supported: routing is platform-wide. Present in the schema only so that the admission
+    /// webhook can reject it with a clear message instead of the API server dropping it silently.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "free_form_object")]
+    pub routing: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            replicas: default_replicas(),
+            resource_limits: None,
+            error_handling: None,
+            monitored: false,
+            routing: None,
+        }
+    }
+}
+
+/// CPU and memory limits of the site containers.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct ResourceLimits {
+    /// CPU limit (a Kubernetes quantity such as `500m` or `2`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "quantity_schema")]
+    pub cpu: Option<Quantity>,
+    /// Memory limit (a Kubernetes quantity such as `512Mi`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "quantity_schema")]
+    pub memory: Option<Quantity>,
+}
+
+/// Observed state of the site, written by the operator.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct SiteStatus {
+    /// Phase of the site pods: Pending, Running, Disabled (archived) or Failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Phase>,
+    /// Per-container problems of the site pods (waiting, terminated or unready containers).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub problems: Vec<Problem>,
+    /// True when the pods are Running and their deciding condition is successful.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub all_steps_started: Option<bool>,
+    /// The metadata.generation this status was computed for.
+    #[serde(
+        default,
+        rename = "observedGeneration",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub observed_generation: Option<i64>,
+    /// `Available`: all objects exist and the site pods are running and ready. `Progressing`: the
+    /// status does not reflect the spec yet and another reconcile is expected.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+}
+
+/// Phase of the site pods.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum Phase {
+    /// Objects are being created or pods are starting; see `problems`.
+    Pending,
+    /// The site pods run.
+    Running,
+    /// The site is archived (`enabled: false`) and scaled to zero.
+    Disabled,
+    /// The site pods failed.
+    Failed,
+}
+
+/// A problem of one container of a site pod.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+pub struct Problem {
+    /// Container name.
+    pub name: String,
+    /// Container state: `waiting`, `terminated` or `running` (running but not ready).
+    pub kind: String,
+    /// Machine-readable reason, for example `CrashLoopBackOff` or `NotReady`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Human-readable detail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_replicas() -> i32 {
+    1
+}
+
+fn default_path_type() -> String {
+    "Prefix".to_string()
+}
+
+/// A Kubernetes quantity: a string such as `10Gi` or `500m`, or a plain number.
+fn quantity_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({ "x-kubernetes-int-or-string": true })
+}
+
+/// An object the API server keeps as written, so that the admission webhook sees and rejects it.
+fn free_form_object(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({ "type": "object", "x-kubernetes-preserve-unknown-fields": true })
+}
+
+/// The Site CustomResourceDefinition.
+pub fn crd() -> CustomResourceDefinition {
+    let mut crd = <Site as kube::CustomResourceExt>::crd();
+    for version in &mut crd.spec.versions {
+        if let Some(schema) = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+        {
+            reflow_descriptions(schema);
+        }
+    }
+    crd
+}
+
+/// Joins the hard-wrapped lines of doc comments into one line per paragraph, so that
+/// `kubectl explain` wraps descriptions to the terminal instead of at the source's width.
+fn reflow_descriptions(schema: &mut JSONSchemaProps) {
+    if let Some(d) = schema.description.as_mut() {
+        *d = d
+            .split("\n\n")
+            .map(|para| para.split_whitespace().collect::<Vec<_>>().join(" "))
+            .collect::<Vec<_>>()
+            .join("\n\n");
+    }
+    for child in schema.properties.iter_mut().flat_map(|p| p.values_mut()) {
+        reflow_descriptions(child);
+    }
+    if let Some(JSONSchemaPropsOrArray::Schema(items)) = schema.items.as_mut() {
+        reflow_descriptions(items);
+    }
+    if let Some(JSONSchemaPropsOrBool::Schema(extra)) = schema.additional_properties.as_mut() {
+        reflow_descriptions(extra);
+    }
+}
+
+/// The Site CustomResourceDefinition as YAML, exactly as committed in `manifests/crd.yaml`.
+pub fn crd_yaml() -> String {
+    serde_yaml_ng::to_string(&crd()).expect("a CustomResourceDefinition always serialises to YAML")
+}
+
+impl Site {
+    /// The site id: the object name.
+    pub fn id(&self) -> Option<&str> {
+        self.metadata.name.as_deref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    const COMMITTED: &str = include_str!("../manifests/crd.yaml");
+
+    fn schema() -> Value {
+        let crd = serde_json::to_value(crd()).unwrap();
+        crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone()
+    }
+
+    #[test]
+    fn committed_crd_matches_the_generated_one() {
+        assert!(
+            crd_yaml() == COMMITTED,
+            "manifests/crd.yaml is out of date: run `make crd` (sites-operator crd > manifests/crd.yaml) and commit it"
+        );
+    }
+
+    #[test]
+    fn names_scope_and_subresources() {
+        let crd = serde_json::to_value(crd()).unwrap();
+        assert_eq!(crd["metadata"]["name"], "sites.sites.ecmwf.int");
+        let spec = &crd["spec"];
+        assert_eq!(spec["group"], GROUP);
+        assert_eq!(spec["scope"], "Namespaced");
+        assert_eq!(spec["names"]["kind"], "Site");
+        assert_eq!(spec["names"]["plural"], "sites");
+        assert_eq!(spec["names"]["shortNames"], json!(["site"]));
+        assert_eq!(spec["names"]["categories"], json!(["ecmwf"]));
+        let v = &spec["versions"][0];
+        assert_eq!(v["name"], "v1");
+        assert_eq!(v["served"], true);
+        assert_eq!(v["storage"], true);
+        assert_eq!(v["subresources"], json!({"status": {}}));
+        let columns: Vec<_> = v["additionalPrinterColumns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| (c["name"].as_str().unwrap(), c["jsonPath"].as_str().unwrap()))
+            .collect();
+        assert_eq!(
+            columns,
+            [
+                ("Space", ".spec.configuration.space"),
+                ("Name", ".spec.name"),
+                ("Phase", ".status.phase"),
+                (
+                    "Available",
+                    ".status.conditions[?(@.type==\"Available\")].status"
+                ),
+                (
+                    "Progressing",
+                    ".status.conditions[?(@.type==\"Progressing\")].status"
+                ),
+                ("Age", ".metadata.creationTimestamp"),
+            ]
+        );
+    }
+
+    #[test]
+    fn defaults_and_required_fields() {
+        let s = schema();
+        let spec = &s["properties"]["spec"];
+        assert_eq!(
+            spec["required"],
+            json!(["configuration", "name", "owner", "type"])
+        );
+        let conf = &spec["properties"]["configuration"];
+        assert_eq!(conf["required"], json!(["space"]));
+        assert_eq!(conf["properties"]["enabled"]["default"], json!(true));
+        // settings defaults to {replicas: 1}, so the API server fills replicas in even when the
+        // whole settings block is absent.
+        assert_eq!(
+            conf["properties"]["settings"]["default"],
+            json!({"replicas": 1})
+        );
+        assert_eq!(
+            conf["properties"]["settings"]["properties"]["replicas"]["default"],
+            json!(1)
+        );
+        // No other defaults: the API server must not add empty lists or maps to stored Sites.
+        let mut defaults = Vec::new();
+        walk(&s, "", &mut |path, node| {
+            if node.get("default").is_some() {
+                defaults.push(path.to_string());
+            }
+        });
+        assert_eq!(
+            defaults,
+            [
+                ".spec.configuration.applications[].paths[].path_type",
+                ".spec.configuration.enabled",
+                ".spec.configuration.settings",
+                ".spec.configuration.settings.replicas",
+            ]
+        );
+    }
+
+    #[test]
+    fn per_site_routing_is_kept_for_the_webhook_to_reject() {
+        let s = schema();
+        let conf = &s["properties"]["spec"]["properties"]["configuration"]["properties"];
+        for routing in [&conf["routing"], &conf["settings"]["properties"]["routing"]] {
+            assert_eq!(routing["type"], "object");
+            assert_eq!(routing["x-kubernetes-preserve-unknown-fields"], true);
+        }
+    }
+
+    #[test]
+    fn schema_is_structural_and_every_field_is_described() {
+        walk(&schema(), "", &mut |path, node| {
+            let typed = node.get("type").is_some()
+                || node.get("x-kubernetes-int-or-string") == Some(&json!(true))
+                || node.get("x-kubernetes-preserve-unknown-fields") == Some(&json!(true));
+            assert!(typed, "{path}: no type (the schema must be structural)");
+            for forbidden in ["anyOf", "oneOf", "allOf", "$ref", "not"] {
+                assert!(
+                    node.get(forbidden).is_none(),
+                    "{path}: {forbidden} is not structural"
+                );
+            }
+            let is_item = path.ends_with("[]") || path.ends_with("{}");
+            if !is_item && !path.is_empty() {
+                let described = node["description"].as_str().is_some_and(|d| !d.is_empty());
+                assert!(
+                    described,
+                    "{path}: no description (kubectl explain shows it)"
+                );
+                assert!(
+                    !node["description"].as_str().unwrap().contains('\n'),
+                    "{path}: hard-wrapped description"
+                );
+            }
+        });
+    }
+
+    #[test]
+    fn status_conditions_are_a_map_keyed_by_type() {
+        let s = schema();
+        let conditions = &s["properties"]["status"]["properties"]["conditions"];
+        assert_eq!(conditions["x-kubernetes-list-type"], "map");
+        assert_eq!(conditions["x-kubernetes-list-map-keys"], json!(["type"]));
+        let phase = &s["properties"]["status"]["properties"]["phase"];
+        assert_eq!(
+            phase["enum"],
+            json!(["Pending", "Running", "Disabled", "Failed"])
+        );
+    }
+
+    /// Visits every schema node with its path (`.a.b`, `[]` for items, `{}` for map values).
+    fn walk(node: &Value, path: &str, f: &mut dyn FnMut(&str, &Value)) {
+        f(path, node);
+        if let Some(props) = node.get("properties").and_then(Value::as_object) {
+            for (k, v) in props {
+                walk(v, &format!("{path}.{k}"), f);
+            }
+        }
+        if let Some(items) = node.get("items") {
+            walk(items, &format!("{path}[]"), f);
+        }
+        if let Some(extra) = node.get("additionalProperties").filter(|v| v.is_object()) {
+            walk(extra, &format!("{path}{{}}"), f);
+        }
+    }
+
+    fn example(name: &str) -> Value {
+        let path = format!("{}/manifests/examples/{name}", env!("CARGO_MANIFEST_DIR"));
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        serde_yaml_ng::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
+    }
+
+    /// Asserts every leaf of `original` is in `decoded` with the same value: a field the types
+    /// do not know would be dropped on decoding, and is caught here.
+    fn assert_kept(original: &Value, decoded: &Value, path: &str) {
+        match original {
+            Value::Object(map) => {
+                for (k, v) in map {
+                    let child = decoded
+                        .get(k)
+                        .unwrap_or_else(|| panic!("{path}.{k} dropped on decoding"));
+                    assert_kept(v, child, &format!("{path}.{k}"));
+                }
+            }
+            Value::Array(items) => {
+                let decoded = decoded
+                    .as_array()
+                    .unwrap_or_else(|| panic!("{path} not a list"));
+                assert_eq!(items.len(), decoded.len(), "{path}");
+                for (i, (a, b)) in items.iter().zip(decoded).enumerate() {
+                    assert_kept(a, b, &format!("{path}[{i}]"));
+                }
+            }
+            leaf => assert_eq!(leaf, decoded, "{path}"),
+        }
+    }
+
+    #[test]
+    fn valid_examples_decode_without_losing_fields_and_get_defaults() {
+        for name in ["site.yaml", "site-custom-app.yaml", "site-archived.yaml"] {
+            let original = example(name);
+            let site: Site =
+                serde_json::from_value(original.clone()).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_kept(&original, &serde_json::to_value(&site).unwrap(), name);
+            let id = site.id().unwrap();
+            assert!(
+                crate::validation::dns1035_label(id, MAX_SITE_ID_LEN).is_ok(),
+                "{name}"
+            );
+        }
+        let archived: Site = serde_json::from_value(example("site-archived.yaml")).unwrap();
+        assert!(!archived.spec.configuration.enabled);
+        assert_eq!(archived.spec.configuration.settings.replicas, 1);
+        let custom: Site = serde_json::from_value(example("site-custom-app.yaml")).unwrap();
+        assert_eq!(
+            custom.spec.configuration.applications[1].paths[0].path_type,
+            "Prefix"
+        );
+        assert!(custom.spec.configuration.settings.monitored);
+    }
+
+    #[test]
+    fn invalid_examples_fit_the_schema_so_they_reach_the_webhook() {
+        let dir = format!("{}/manifests/examples/invalid", env!("CARGO_MANIFEST_DIR"));
+        let mut count = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_none_or(|e| e != "yaml") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            assert!(
+                text.starts_with("# spec.") || text.starts_with("# metadata."),
+                "{path:?}: first line names the field"
+            );
+            let original: Value = serde_yaml_ng::from_str(&text).unwrap();
+            let site: Site = serde_json::from_value(original.clone())
+                .unwrap_or_else(|e| panic!("{path:?}: {e}"));
+            assert_kept(
+                &original,
+                &serde_json::to_value(&site).unwrap(),
+                &path.display().to_string(),
+            );
+            count += 1;
+        }
+        assert!(count >= 8, "only {count} invalid examples");
+    }
+
+    #[test]
+    fn minimal_site_decodes_with_defaults_and_serialises_without_nulls() {
+        let site: Site = serde_json::from_value(json!({
+            "apiVersion": "sites.ecmwf.int/v1", "kind": "Site",
+            "metadata": {"name": "a"},
+            "spec": {"name": "n", "owner": "o", "type": "static", "configuration": {"space": "s"}}
+        }))
+        .unwrap();
+        assert!(site.spec.configuration.enabled);
+        assert_eq!(site.spec.configuration.settings.replicas, 1);
+        assert!(site.status.is_none());
+        let out = serde_json::to_string(&site).unwrap();
+        assert!(!out.contains("null"), "{out}");
+    }
+}

@@ -1,0 +1,12 @@
+//! sites-operator: a Kubernetes operator and admission webhook server for `Site` resources
+//! (`sites.ecmwf.int/v1`).
+//!
+//! The library holds everything but process start-up: the Site types and CRD ([`crd`]), the
+//! platform configuration and its validator ([`config`]), and the pure checks they share.
+
+pub mod config;
+pub mod crd;
+pub mod policy;
+pub mod quantity;
+pub mod telemetry;
+pub mod validation;

@@ -1,0 +1,116 @@
+//! Logging set-up: `tracing` to standard error, as text or JSON, filtered by level directives.
+
+use tracing_subscriber::EnvFilter;
+use tracing_subscriber::fmt;
+
+use crate::config::LogLevel;
+
+/// Log output format.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line, for log collectors.
+    Json,
+}
+
+/// Crates whose logs `dependency_log_level` governs: the Kubernetes client and runtime.
+const CLIENT_CRATES: &[&str] = &["kube", "kube_client", "kube_runtime", "kube_core"];
+/// HTTP and TLS plumbing: kept at WARN unless the dependency level is DEBUG or finer.
+const TRANSPORT_CRATES: &[&str] = &[
+    "hyper",
+    "hyper_util",
+    "h2",
+    "tower",
+    "rustls",
+    "tokio_rustls",
+    "axum",
+];
+
+/// Filter directives for the dependency crates at `level`, appended after the user's level so
+/// that they take precedence for those crates only.
+pub fn dependency_directives(level: LogLevel) -> String {
+    let transport = match level {
+        LogLevel::Trace | LogLevel::Debug => level,
+        _ => LogLevel::Warn.quieter(level),
+    };
+    CLIENT_CRATES
+        .iter()
+        .map(|c| format!("{c}={}", level.as_directive()))
+        .chain(
+            TRANSPORT_CRATES
+                .iter()
+                .map(|c| format!("{c}={}", transport.as_directive())),
+        )
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+impl LogLevel {
+    /// The less verbose of two levels.
+    fn quieter(self, other: LogLevel) -> LogLevel {
+        fn rank(l: LogLevel) -> u8 {
+            match l {
+                LogLevel::Trace => 0,
+                LogLevel::Debug => 1,
+                LogLevel::Info => 2,
+                LogLevel::Warn => 3,
+                LogLevel::Error => 4,
+            }
+        }
+        if rank(self) >= rank(other) {
+            self
+        } else {
+            other
+        }
+    }
+}
+
+/// Builds a filter from `--log-level` (a level such as `debug`, or full directives such as
+/// `info,sites_operator=debug`).
+pub fn filter(level: &str) -> Result<EnvFilter, String> {
+    EnvFilter::builder()
+        .parse(level)
+        .map_err(|e| format!("invalid --log-level {level:?}: {e}"))
+}
+
+/// Installs the global subscriber. Call once, before anything logs.
+pub fn init(format: LogFormat, filter: EnvFilter) {
+    let builder = fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .init(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dependency_level_governs_client_crates_and_transport_stays_quiet() {
+        let info = dependency_directives(LogLevel::Info);
+        assert!(info.contains("kube_runtime=info"));
+        assert!(info.contains("hyper=warn"));
+        let debug = dependency_directives(LogLevel::Debug);
+        assert!(debug.contains("kube_client=debug"));
+        assert!(debug.contains("hyper=debug"));
+        let error = dependency_directives(LogLevel::Error);
+        assert!(error.contains("kube=error"));
+        assert!(error.contains("rustls=error"));
+        assert!(filter(&format!("info,{debug}")).is_ok());
+    }
+
+    #[test]
+    fn bad_level_is_a_clear_error() {
+        let err = filter("info,=[").unwrap_err();
+        assert!(err.contains("--log-level"), "{err}");
+        assert!(filter("debug").is_ok());
+        assert!(filter("info,sites_operator=trace").is_ok());
+    }
+}

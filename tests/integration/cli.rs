@@ -1,0 +1,241 @@
+//! The command line: `crd`, `check-config`, global flags, help, exit codes.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+fn bin() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_sites-operator"));
+    cmd.env_remove("SITES_OPERATOR_LOG_LEVEL")
+        .env_remove("SITES_OPERATOR_LOG_FORMAT");
+    cmd
+}
+
+fn run(args: &[&str]) -> Output {
+    bin().args(args).output().expect("binary runs")
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8(o.stderr.clone()).unwrap()
+}
+
+/// A file in a fresh temporary directory, removed when dropped.
+struct TempFile(PathBuf);
+
+impl TempFile {
+    fn new(name: &str, content: &[u8]) -> TempFile {
+        let dir = std::env::temp_dir().join(format!(
+            "sites-operator-cli-{}-{}",
+            std::process::id(),
+            uuid::Uuid::new_v4()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(name);
+        std::fs::write(&path, content).unwrap();
+        TempFile(path)
+    }
+    fn path(&self) -> &str {
+        self.0.to_str().unwrap()
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        if let Some(dir) = self.0.parent() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+#[test]
+fn crd_prints_the_committed_manifest() {
+    let out = run(&["crd"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let committed = std::fs::read_to_string(root().join("manifests/crd.yaml")).unwrap();
+    assert!(
+        stdout(&out) == committed,
+        "`sites-operator crd` differs from manifests/crd.yaml: run `make crd`"
+    );
+    assert!(
+        stdout(&out)
+            .starts_with("apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\n")
+    );
+}
+
+#[test]
+fn check_config_accepts_the_example() {
+    let example = root().join("manifests/config.yaml");
+    let out = run(&["check-config", example.to_str().unwrap()]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert_eq!(stdout(&out), "ok\n");
+}
+
+#[test]
+fn check_config_reports_every_problem_one_per_line_and_exits_2() {
+    let f = TempFile::new(
+        "config.yaml",
+        br#"
+routing:
+  mode: gateway
+  hstsEnabled: true
+  scheme: ftp
+sitesConfig:
+  version: "1.0"
+  routing: {}
+"#,
+    );
+    let out = run(&["check-config", f.path()]);
+    assert_eq!(out.status.code(), Some(2));
+    let lines: Vec<String> = stdout(&out).lines().map(String::from).collect();
+    let mut sorted = lines.clone();
+    sorted.sort();
+    assert_eq!(
+        sorted,
+        [
+            "routing.host: required in gateway mode: the public host of all sites",
+            "routing.hstsEnabled: moved; use routing.hsts",
+            "routing.scheme: must be http or https, found \"ftp\"",
+            "sitesConfig.routing: not allowed: routing is platform-wide; use the top-level routing values",
+        ],
+        "{lines:#?}"
+    );
+}
+
+#[test]
+fn check_config_reads_a_configmap_manifest_and_stdin() {
+    let example = std::fs::read_to_string(root().join("manifests/config.yaml")).unwrap();
+    let indented: String = example.lines().map(|l| format!("    {l}\n")).collect();
+    let cm = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: sites-config\ndata:\n  config.yaml: |\n{indented}"
+    );
+    let f = TempFile::new("cm.yaml", cm.as_bytes());
+    let out = run(&["check-config", f.path()]);
+    assert_eq!(stdout(&out), "ok\n", "{}", stderr(&out));
+
+    let empty_cm = TempFile::new(
+        "cm.yaml",
+        b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: sites-config}\n",
+    );
+    let out = run(&["check-config", empty_cm.path()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stdout(&out).starts_with("data[\"config.yaml\"]: required"),
+        "{}",
+        stdout(&out)
+    );
+
+    let mut child = bin()
+        .args(["check-config", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"routing: {mode: mesh}\nsitesConfig: {version: \"1\"}\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        stdout(&out),
+        "routing.mode: unknown routing mode \"mesh\"; use ingress or gateway\n"
+    );
+}
+
+#[test]
+fn check_config_bad_input_is_one_clear_line_and_exit_2() {
+    let missing = root().join("no/such/config.yaml");
+    let not_yaml = TempFile::new("c.yaml", b"routing: [unclosed\n  - {\n");
+    let binary = TempFile::new("c.yaml", &[0xff, 0xfe, 0x00, 0x81, b'\n']);
+    let two_docs = TempFile::new("c.yaml", b"a: 1\n---\nb: 2\n");
+    let dir = TempFile::new("c.yaml", b"");
+    let dir_path = Path::new(dir.path())
+        .parent()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_string();
+    for (case, path, fragment) in [
+        ("missing file", missing.to_str().unwrap(), "cannot read"),
+        ("not YAML", not_yaml.path(), "is not valid YAML"),
+        ("not UTF-8", binary.path(), "not UTF-8"),
+        ("two documents", two_docs.path(), "is not valid YAML"),
+        ("a directory", dir_path.as_str(), "cannot read"),
+    ] {
+        let out = run(&["check-config", path]);
+        assert_eq!(out.status.code(), Some(2), "{case}");
+        let err = stderr(&out);
+        assert_eq!(err.lines().count(), 1, "{case}: {err}");
+        assert!(
+            err.starts_with("error: ") && err.contains(fragment),
+            "{case}: {err}"
+        );
+        assert!(!err.contains("panicked"), "{case}: {err}");
+        assert_eq!(stdout(&out), "", "{case}");
+    }
+}
+
+#[test]
+fn help_lists_only_working_commands() {
+    let out = run(&["--help"]);
+    assert!(out.status.success());
+    let help = stdout(&out);
+    let commands: Vec<&str> = help
+        .split("Commands:")
+        .nth(1)
+        .unwrap()
+        .split("Options:")
+        .next()
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(commands, ["crd", "check-config", "help"], "{help}");
+    assert!(help.contains("--log-format"));
+    assert!(help.contains("--log-level"));
+    let out = run(&["check-config", "--help"]);
+    assert!(stdout(&out).contains("one line per problem"));
+}
+
+#[test]
+fn global_flags_are_validated() {
+    let out = run(&["--log-level", "info,=[", "crd"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("invalid --log-level"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(stdout(&out), "");
+
+    let out = run(&["--log-format", "xml", "crd"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("xml"));
+
+    let out = run(&["--log-format", "json", "--log-level", "debug", "crd"]);
+    assert!(out.status.success());
+
+    let out = run(&["run"]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "unknown subcommands are usage errors"
+    );
+}
