@@ -30,14 +30,14 @@ fmt-check:
 	$(CARGO) fmt --all -- --check
 
 clippy:
-	$(CARGO) clippy --locked --all-targets -- -D warnings
+	$(CARGO) clippy --locked --workspace --all-targets -- -D warnings
 
 ## unit: all Rust tests (cargo-nextest when installed, else cargo test).
 unit:
 	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
-		$(CARGO) nextest run --locked --no-fail-fast; \
+		$(CARGO) nextest run --locked --workspace --no-fail-fast; \
 	else \
-		$(CARGO) test --locked --no-fail-fast; \
+		$(CARGO) test --locked --workspace --no-fail-fast; \
 	fi
 
 ## crd: regenerate manifests/crd.yaml from the Rust types.

@@ -1,4 +1,8 @@
-//! Black-box tests of the `sites-operator` binary. One test binary with modules: faster to link
-//! than one binary per file.
+//! Black-box tests: the `sites-operator` binary, and the Kubernetes API emulator through
+//! `kube::Client` and the real kubectl. One test binary with modules: faster to link than one
+//! binary per file.
 
 mod cli;
+mod emulator_api;
+mod emulator_kubectl;
+mod support;

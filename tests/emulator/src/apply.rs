@@ -1,0 +1,451 @@
+//! Server-side apply, in the minimal model the project relies on: each field manager owns the
+//! leaf fields it applied (recorded in `managedFields` as FieldsV1); re-applying without a field
+//! removes it unless another manager owns it; a different value for a field another apply
+//! manager owns is a conflict unless forced. Maps merge recursively; lists are atomic unless
+//! the schema keys them (`x-kubernetes-list-type: map` for custom resources, the strategic
+//! merge keys for built-ins), in which case items merge by key.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::{Map, Value, json};
+
+use crate::meta;
+use crate::registry::ResourceInfo;
+use crate::smp::{self, ListMerge};
+use crate::status::ApiError;
+
+/// One step of a field path: a map field, or a list item identified by its key fields.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Seg {
+    Field(String),
+    /// Serialized key object, e.g. `{"name":"app"}`; for sets, `v:<json value>`.
+    Key(String),
+}
+
+type FieldPath = Vec<Seg>;
+
+/// How a list is merged.
+enum ListKind {
+    Atomic,
+    Set,
+    Map(Vec<String>),
+}
+
+fn list_kind(r: &ResourceInfo, fields: &[String]) -> ListKind {
+    match &r.custom {
+        Some(c) => {
+            let mut s = &c.schema;
+            for f in fields {
+                s = match s.get("properties").and_then(|p| p.get(f)) {
+                    Some(child) => child,
+                    None => match s
+                        .get("items")
+                        .and_then(|i| i.get("properties"))
+                        .and_then(|p| p.get(f))
+                    {
+                        Some(child) => child,
+                        None => return ListKind::Atomic,
+                    },
+                };
+            }
+            match s.get("x-kubernetes-list-type").and_then(Value::as_str) {
+                Some("map") => ListKind::Map(
+                    s["x-kubernetes-list-map-keys"]
+                        .as_array()
+                        .map(|a| {
+                            a.iter()
+                                .filter_map(|k| k.as_str().map(str::to_string))
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                ),
+                Some("set") => ListKind::Set,
+                _ => ListKind::Atomic,
+            }
+        }
+        None => {
+            let path: Vec<&str> = fields.iter().map(String::as_str).collect();
+            match smp::list_strategy(&r.kind, &path) {
+                Some(ListMerge::Key(k)) => ListKind::Map(vec![k.to_string()]),
+                Some(ListMerge::Primitive) => ListKind::Set,
+                None => ListKind::Atomic,
+            }
+        }
+    }
+}
+
+fn item_key(item: &Value, keys: &[String]) -> Option<String> {
+    let mut m = Map::new();
+    for k in keys {
+        m.insert(k.clone(), item.get(k)?.clone());
+    }
+    Some(Value::Object(m).to_string())
+}
+
+/// Collects the leaf paths of an applied configuration.
+fn leaves(
+    r: &ResourceInfo,
+    v: &Value,
+    path: &mut FieldPath,
+    fields: &mut Vec<String>,
+    out: &mut BTreeSet<FieldPath>,
+) {
+    match v {
+        Value::Object(m) if !m.is_empty() => {
+            for (k, child) in m {
+                path.push(Seg::Field(k.clone()));
+                fields.push(k.clone());
+                leaves(r, child, path, fields, out);
+                fields.pop();
+                path.pop();
+            }
+        }
+        Value::Array(items) => match list_kind(r, fields) {
+            ListKind::Map(keys) if !keys.is_empty() => {
+                for item in items {
+                    match item_key(item, &keys) {
+                        Some(key) => {
+                            path.push(Seg::Key(key));
+                            let mut sub = BTreeSet::new();
+                            leaves(r, item, path, fields, &mut sub);
+                            out.extend(sub);
+                            path.pop();
+                        }
+                        None => {
+                            out.insert(path.clone());
+                        }
+                    }
+                }
+            }
+            ListKind::Set => {
+                for item in items {
+                    let mut p = path.clone();
+                    p.push(Seg::Key(format!("v:{item}")));
+                    out.insert(p);
+                }
+            }
+            _ => {
+                out.insert(path.clone());
+            }
+        },
+        _ => {
+            out.insert(path.clone());
+        }
+    }
+}
+
+fn get_at<'a>(v: &'a Value, path: &[Seg]) -> Option<&'a Value> {
+    let mut cur = v;
+    for seg in path {
+        cur = match seg {
+            Seg::Field(f) => cur.get(f)?,
+            Seg::Key(k) if k.starts_with("v:") => {
+                let want: Value = serde_json::from_str(&k[2..]).ok()?;
+                cur.as_array()?.iter().find(|i| **i == want)?
+            }
+            Seg::Key(k) => {
+                let key: Map<String, Value> = serde_json::from_str(k).ok()?;
+                cur.as_array()?
+                    .iter()
+                    .find(|i| key.iter().all(|(kk, kv)| i.get(kk) == Some(kv)))?
+            }
+        };
+    }
+    Some(cur)
+}
+
+fn remove_at(v: &mut Value, path: &[Seg]) {
+    let Some((last, parent_path)) = path.split_last() else {
+        return;
+    };
+    let mut cur = v;
+    for seg in parent_path {
+        let next = match seg {
+            Seg::Field(f) => cur.get_mut(f),
+            Seg::Key(k) => {
+                let key: Option<Map<String, Value>> = serde_json::from_str(k).ok();
+                match (key, cur.as_array_mut()) {
+                    (Some(key), Some(items)) => items
+                        .iter_mut()
+                        .find(|i| key.iter().all(|(kk, kv)| i.get(kk) == Some(kv))),
+                    _ => None,
+                }
+            }
+        };
+        match next {
+            Some(n) => cur = n,
+            None => return,
+        }
+    }
+    match last {
+        Seg::Field(f) => {
+            if let Some(m) = cur.as_object_mut() {
+                m.remove(f);
+            }
+        }
+        Seg::Key(k) if k.starts_with("v:") => {
+            if let (Ok(want), Some(items)) =
+                (serde_json::from_str::<Value>(&k[2..]), cur.as_array_mut())
+            {
+                items.retain(|i| *i != want);
+            }
+        }
+        Seg::Key(k) => {
+            if let (Ok(key), Some(items)) = (
+                serde_json::from_str::<Map<String, Value>>(k),
+                cur.as_array_mut(),
+            ) {
+                items.retain(|i| !key.iter().all(|(kk, kv)| i.get(kk) == Some(kv)));
+            }
+        }
+    }
+}
+
+fn merge(r: &ResourceInfo, target: &mut Value, src: &Value, fields: &mut Vec<String>) {
+    match (target.as_object_mut(), src.as_object()) {
+        (Some(t), Some(s)) => {
+            for (k, v) in s {
+                fields.push(k.clone());
+                match t.get_mut(k) {
+                    Some(existing) if existing.is_object() && v.is_object() => {
+                        merge(r, existing, v, fields)
+                    }
+                    Some(existing) if existing.is_array() && v.is_array() => {
+                        match list_kind(r, fields) {
+                            ListKind::Map(keys) if !keys.is_empty() => {
+                                let items = existing.as_array_mut().expect("checked array");
+                                for item in v.as_array().expect("checked array") {
+                                    let key = item_key(item, &keys);
+                                    let found = key.as_ref().and_then(|key| {
+                                        items
+                                            .iter_mut()
+                                            .find(|i| item_key(i, &keys).as_ref() == Some(key))
+                                    });
+                                    match found {
+                                        Some(target_item) => merge(r, target_item, item, fields),
+                                        None => items.push(item.clone()),
+                                    }
+                                }
+                            }
+                            ListKind::Set => {
+                                let items = existing.as_array_mut().expect("checked array");
+                                for item in v.as_array().expect("checked array") {
+                                    if !items.contains(item) {
+                                        items.push(item.clone());
+                                    }
+                                }
+                            }
+                            _ => *existing = v.clone(),
+                        }
+                    }
+                    _ => {
+                        t.insert(k.clone(), v.clone());
+                    }
+                }
+                fields.pop();
+            }
+        }
+        _ => *target = src.clone(),
+    }
+}
+
+fn encode(set: &BTreeSet<FieldPath>) -> Value {
+    let mut root = Map::new();
+    for path in set {
+        let mut cur = &mut root;
+        for seg in path {
+            let key = match seg {
+                Seg::Field(f) => format!("f:{f}"),
+                Seg::Key(k) if k.starts_with("v:") => k.clone(),
+                Seg::Key(k) => format!("k:{k}"),
+            };
+            cur = cur
+                .entry(key)
+                .or_insert_with(|| json!({}))
+                .as_object_mut()
+                .expect("fieldsV1 nodes are objects");
+        }
+    }
+    Value::Object(root)
+}
+
+fn decode(v: &Value, path: &mut FieldPath, out: &mut BTreeSet<FieldPath>) {
+    let Some(m) = v.as_object() else { return };
+    let children: Vec<_> = m.iter().filter(|(k, _)| k.as_str() != ".").collect();
+    if children.is_empty() {
+        if !path.is_empty() {
+            out.insert(path.clone());
+        }
+        return;
+    }
+    for (k, child) in children {
+        let seg = if let Some(f) = k.strip_prefix("f:") {
+            Seg::Field(f.to_string())
+        } else if let Some(key) = k.strip_prefix("k:") {
+            Seg::Key(key.to_string())
+        } else if k.starts_with("v:") {
+            Seg::Key(k.clone())
+        } else {
+            continue;
+        };
+        path.push(seg);
+        decode(child, path, out);
+        path.pop();
+    }
+}
+
+fn path_string(p: &FieldPath) -> String {
+    let mut s = String::new();
+    for seg in p {
+        match seg {
+            Seg::Field(f) => {
+                s.push('.');
+                s.push_str(f);
+            }
+            Seg::Key(k) => {
+                s.push('[');
+                s.push_str(k);
+                s.push(']');
+            }
+        }
+    }
+    s
+}
+
+/// Computes the object after `manager` applies `applied` to `old` (absent: creation).
+pub fn apply(
+    r: &ResourceInfo,
+    old: Option<&Value>,
+    applied: &Value,
+    manager: &str,
+    force: bool,
+) -> Result<Value, ApiError> {
+    let name = applied["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    if !applied.is_object() {
+        return Err(ApiError::bad_request("apply patch must be an object"));
+    }
+    for (field, want) in [("apiVersion", r.api_version()), ("kind", r.kind.clone())] {
+        match applied.get(field).and_then(Value::as_str) {
+            Some(v) if v == want => {}
+            Some(v) => {
+                return Err(ApiError::bad_request(format!(
+                    "the {field} in the data ({v}) does not match the expected {field} ({want})"
+                )));
+            }
+            None => {
+                return Err(ApiError::bad_request(format!(
+                    "{field} must be set in an apply patch"
+                )));
+            }
+        }
+    }
+    // The configuration this manager owns: everything but identity metadata.
+    let mut config = applied.clone();
+    if let Some(o) = config.as_object_mut() {
+        o.remove("apiVersion");
+        o.remove("kind");
+        o.remove("status");
+    }
+    if let Some(m) = config.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.retain(|k, _| {
+            matches!(
+                k.as_str(),
+                "labels" | "annotations" | "finalizers" | "ownerReferences"
+            )
+        });
+        if m.is_empty() {
+            config.as_object_mut().map(|o| o.remove("metadata"));
+        }
+    }
+    let mut new_set = BTreeSet::new();
+    leaves(r, &config, &mut Vec::new(), &mut Vec::new(), &mut new_set);
+
+    let base = old.cloned().unwrap_or_else(|| json!({}));
+    let entries: Vec<Value> = base["metadata"]["managedFields"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let mut owners: BTreeMap<String, BTreeSet<FieldPath>> = BTreeMap::new();
+    for e in &entries {
+        if e["operation"] == "Apply"
+            && let Some(m) = e["manager"].as_str()
+        {
+            let mut set = BTreeSet::new();
+            decode(&e["fieldsV1"], &mut Vec::new(), &mut set);
+            owners.insert(m.to_string(), set);
+        }
+    }
+    let previous = owners.remove(manager).unwrap_or_default();
+
+    // Conflicts: another apply manager owns a field this one sets to a different value.
+    let mut conflicts = Vec::new();
+    for (other, set) in owners.iter_mut() {
+        let clashing: Vec<FieldPath> = new_set
+            .iter()
+            .filter(|p| set.contains(*p) && get_at(&base, p) != get_at(&config, p))
+            .cloned()
+            .collect();
+        if clashing.is_empty() {
+            continue;
+        }
+        if force {
+            for p in &clashing {
+                set.remove(p);
+            }
+        } else {
+            conflicts.extend(
+                clashing
+                    .iter()
+                    .map(|p| format!("conflict with \"{other}\": {}", path_string(p))),
+            );
+        }
+    }
+    if !conflicts.is_empty() {
+        return Err(ApiError::new(
+            409,
+            "Conflict",
+            format!("Apply failed with {} conflict{}: {}", conflicts.len(), if conflicts.len() == 1 { "" } else { "s" }, conflicts.join("\n")),
+        )
+        .with_details(json!({"name": name, "group": r.group, "kind": r.plural, "causes": conflicts.iter().map(|c| json!({"reason": "FieldManagerConflict", "message": c})).collect::<Vec<_>>()})));
+    }
+
+    let mut result = base.clone();
+    let owned_by_others: BTreeSet<&FieldPath> = owners.values().flatten().collect();
+    for p in previous.difference(&new_set) {
+        if !owned_by_others.contains(p) {
+            remove_at(&mut result, p);
+        }
+    }
+    merge(r, &mut result, &config, &mut Vec::new());
+    result["apiVersion"] = json!(r.api_version());
+    result["kind"] = json!(r.kind);
+    let m = meta::meta_mut(&mut result);
+    if !name.is_empty() {
+        m.entry("name").or_insert(json!(name));
+    }
+    let mut new_entries: Vec<Value> = entries
+        .into_iter()
+        .filter(|e| !(e["operation"] == "Apply" && e["manager"] == json!(manager)))
+        .map(|mut e| {
+            if e["operation"] == "Apply"
+                && let Some(set) = e["manager"].as_str().and_then(|m| owners.get(m))
+            {
+                e["fieldsV1"] = encode(set);
+            }
+            e
+        })
+        .collect();
+    new_entries.push(json!({
+        "manager": manager,
+        "operation": "Apply",
+        "apiVersion": r.api_version(),
+        "time": meta::now(),
+        "fieldsType": "FieldsV1",
+        "fieldsV1": encode(&new_set),
+    }));
+    m.insert("managedFields".into(), Value::Array(new_entries));
+    Ok(result)
+}

@@ -1,0 +1,1080 @@
+//! The HTTP layer: URL routing, verbs, content negotiation (JSON, YAML, Tables), watches.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderMap, HeaderValue, Method, Request, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+use serde_json::{Value, json};
+
+use crate::meta::{self, meta_str, rv_of};
+use crate::ops::{self, FieldValidation, WriteOptions};
+use crate::registry::ResourceInfo;
+use crate::selector::{FieldSelector, LabelSelector};
+use crate::status::{self, ApiError};
+use crate::store::{CommitError, EventType, ObjKey, Store, WatchEvent};
+use crate::{apply, discovery, smp, stats::Stats, table};
+
+/// Request body limit, as the API server's.
+pub const MAX_BODY: usize = 3 * 1024 * 1024;
+
+/// Shared server state.
+pub struct App {
+    pub store: Arc<Store>,
+    pub stats: Arc<Stats>,
+}
+
+type Query = HashMap<String, String>;
+
+/// Entry point for every request.
+pub async fn handle(app: Arc<App>, req: Request<Body>) -> Response {
+    let (parts, body) = req.into_parts();
+    let method = parts.method.clone();
+    let path = parts.uri.path().to_string();
+    let query: Query = parts
+        .uri
+        .query()
+        .map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect())
+        .unwrap_or_default();
+    let body = match axum::body::to_bytes(body, MAX_BODY + 1).await {
+        Ok(b) if b.len() > MAX_BODY => return error_response(&ApiError::too_large()),
+        Ok(b) => b,
+        Err(_) => return error_response(&ApiError::too_large()),
+    };
+    let (resp, resource, verb) = route(&app, &method, &path, &query, &parts.headers, body).await;
+    app.stats.record(&verb, &resource, resp.status().as_u16());
+    resp
+}
+
+fn error_response(e: &ApiError) -> Response {
+    json_response(
+        StatusCode::from_u16(e.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        &e.to_status(),
+    )
+}
+
+fn json_response(code: StatusCode, v: &Value) -> Response {
+    let body = serde_json::to_vec(v).unwrap_or_default();
+    (code, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+fn with_warnings(mut resp: Response, warnings: &[String]) -> Response {
+    for w in warnings {
+        let escaped = w.replace('\\', "\\\\").replace('"', "\\\"");
+        if let Ok(v) = HeaderValue::from_str(&format!("299 - \"{escaped}\"")) {
+            resp.headers_mut().append("Warning", v);
+        }
+    }
+    resp
+}
+
+/// Routes a request; returns the response plus (resource, verb) for accounting.
+async fn route(
+    app: &Arc<App>,
+    method: &Method,
+    path: &str,
+    query: &Query,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> (Response, String, String) {
+    let segs: Vec<&str> = path
+        .trim_matches('/')
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .collect();
+    let plain = |r: Result<Value, ApiError>| match r {
+        Ok(v) => json_response(StatusCode::OK, &v),
+        Err(e) => error_response(&e),
+    };
+    let other = |r: Response| (r, String::new(), method.as_str().to_lowercase());
+    match segs.as_slice() {
+        ["version"] => return other(plain(Ok(discovery::version()))),
+        ["healthz"] | ["readyz"] | ["livez"] => {
+            return other((StatusCode::OK, "ok").into_response());
+        }
+        ["openapi", "v2"] => {
+            return other(error_response(&ApiError::no_route()));
+        }
+        ["openapi", "v3"] => {
+            let st = app.store.lock();
+            return other(plain(Ok(discovery::openapi_index(&st.registry))));
+        }
+        ["openapi", "v3", rest @ ..] => {
+            let st = app.store.lock();
+            return other(plain(discovery::openapi_doc(&st.registry, &rest.join("/"))));
+        }
+        _ => {}
+    }
+    if segs.first() == Some(&"__emulator") {
+        return other(crate::admin::handle(app, method, &segs[1..], query, &body));
+    }
+    // Discovery.
+    let (group, version, rest): (&str, &str, &[&str]) = match segs.as_slice() {
+        ["api"] => return other(plain(Ok(discovery::api_versions()))),
+        ["apis"] => {
+            let st = app.store.lock();
+            return other(plain(Ok(discovery::api_group_list(&st.registry))));
+        }
+        ["api", v] => {
+            let st = app.store.lock();
+            return other(plain(discovery::resource_list(&st.registry, "", v)));
+        }
+        ["apis", g] => {
+            let st = app.store.lock();
+            return other(plain(discovery::api_group(&st.registry, g)));
+        }
+        ["apis", g, v] => {
+            let st = app.store.lock();
+            return other(plain(discovery::resource_list(&st.registry, g, v)));
+        }
+        ["api", v, rest @ ..] => ("", *v, rest),
+        ["apis", g, v, rest @ ..] => (*g, *v, rest),
+        _ => return other(error_response(&ApiError::no_route())),
+    };
+    let target = {
+        let st = app.store.lock();
+        parse_target(&st.registry, group, version, rest)
+    };
+    let target = match target {
+        Ok(t) => t,
+        Err(e) => return other(error_response(&e)),
+    };
+    let resource_label = target.r.key();
+    let verb = verb_of(method, &target, query);
+    let resp = match dispatch(app, method, &target, query, headers, body).await {
+        Ok(r) => r,
+        Err(e) => error_response(&e),
+    };
+    (resp, resource_label, verb.to_string())
+}
+
+/// A resolved resource request.
+pub struct Target {
+    pub r: Arc<ResourceInfo>,
+    /// Namespace from the URL ("" for cluster-scoped or all-namespaces requests).
+    pub namespace: String,
+    /// Whether the URL named a namespace.
+    pub namespaced_url: bool,
+    pub name: Option<String>,
+    pub sub: Option<String>,
+}
+
+fn parse_target(
+    reg: &crate::registry::Registry,
+    group: &str,
+    version: &str,
+    rest: &[&str],
+) -> Result<Target, ApiError> {
+    let lookup = |plural: &str| reg.get(group, version, plural);
+    // /namespaces/{ns}/{resource}/... when {resource} is a namespaced resource of this group.
+    if rest.len() >= 3
+        && rest[0] == "namespaces"
+        && let Some(r) = lookup(rest[2]).filter(|r| r.namespaced)
+    {
+        return Ok(Target {
+            r,
+            namespace: rest[1].to_string(),
+            namespaced_url: true,
+            name: rest.get(3).map(|s| s.to_string()),
+            sub: rest.get(4).map(|s| s.to_string()),
+        })
+        .and_then(check_depth(rest.len(), 5));
+    }
+    let r = lookup(rest[0]).ok_or_else(ApiError::no_route)?;
+    Ok(Target {
+        r,
+        namespace: String::new(),
+        namespaced_url: false,
+        name: rest.get(1).map(|s| s.to_string()),
+        sub: rest.get(2).map(|s| s.to_string()),
+    })
+    .and_then(check_depth(rest.len(), 3))
+}
+
+fn check_depth(len: usize, max: usize) -> impl Fn(Target) -> Result<Target, ApiError> {
+    move |t| {
+        if len > max {
+            Err(ApiError::no_route())
+        } else {
+            Ok(t)
+        }
+    }
+}
+
+fn verb_of(method: &Method, t: &Target, query: &Query) -> &'static str {
+    let watch = query.get("watch").is_some_and(|w| w == "true" || w == "1");
+    match (method.as_str(), t.name.is_some()) {
+        ("GET", false) if watch => "watch",
+        ("GET", false) => "list",
+        ("GET", true) => "get",
+        ("POST", _) => "create",
+        ("PUT", _) => "update",
+        ("PATCH", _) => "patch",
+        ("DELETE", false) => "deletecollection",
+        ("DELETE", true) => "delete",
+        _ => "unknown",
+    }
+}
+
+fn write_options(query: &Query) -> Result<WriteOptions, ApiError> {
+    let dry_run = match query.get("dryRun").map(String::as_str) {
+        None | Some("") => false,
+        Some("All") => true,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "dryRun: Unsupported value: \"{other}\": supported values: \"All\""
+            )));
+        }
+    };
+    Ok(WriteOptions {
+        dry_run,
+        field_manager: query.get("fieldManager").cloned().filter(|m| !m.is_empty()),
+        field_validation: FieldValidation::parse(query.get("fieldValidation").map(String::as_str))?,
+    })
+}
+
+async fn dispatch(
+    app: &Arc<App>,
+    method: &Method,
+    t: &Target,
+    query: &Query,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    if t.r.namespaced && !t.namespaced_url && (t.name.is_some() || *method != Method::GET) {
+        // Cluster-wide URLs of namespaced resources only list and watch.
+        return Err(ApiError::no_route());
+    }
+    if !t.r.namespaced && t.namespaced_url {
+        return Err(ApiError::no_route());
+    }
+    let status_path = match t.sub.as_deref() {
+        None => false,
+        Some("status") if t.r.status_subresource => true,
+        Some(
+            s @ ("scale"
+            | "log"
+            | "exec"
+            | "attach"
+            | "portforward"
+            | "proxy"
+            | "eviction"
+            | "binding"
+            | "ephemeralcontainers"
+            | "resize"
+            | "finalize"
+            | "approval"
+            | "token"),
+        ) => {
+            return Err(ApiError::not_implemented(format!(
+                "the emulator does not emulate the {}/{s} subresource",
+                t.r.plural
+            )));
+        }
+        Some(_) => return Err(ApiError::no_route()),
+    };
+    let wants_table = headers
+        .get(header::ACCEPT)
+        .and_then(|a| a.to_str().ok())
+        .is_some_and(|a| {
+            a.split(',')
+                .next()
+                .is_some_and(|first| first.contains("as=Table"))
+        });
+    let include_object = query
+        .get("includeObject")
+        .map(String::as_str)
+        .unwrap_or("Metadata")
+        .to_string();
+    match (method.as_str(), &t.name) {
+        ("GET", None) => {
+            if query.get("watch").is_some_and(|w| w == "true" || w == "1") {
+                return watch(app, t, query, wants_table);
+            }
+            list(app, t, query, wants_table, &include_object)
+        }
+        ("GET", Some(name)) => {
+            let obj = app
+                .store
+                .lock()
+                .get(&t.r, &t.namespace, name)
+                .ok_or_else(|| ApiError::not_found(&t.r, name))?;
+            if wants_table {
+                let rv = rv_of(&obj);
+                return Ok(json_response(
+                    StatusCode::OK,
+                    &table::to_table(&t.r, &[obj], rv, &include_object),
+                ));
+            }
+            Ok(json_response(StatusCode::OK, &obj))
+        }
+        ("POST", None) => {
+            let opts = write_options(query)?;
+            let obj = decode_body(headers, &body)?;
+            create(app, t, obj, &opts).await
+        }
+        ("PUT", Some(name)) => {
+            let opts = write_options(query)?;
+            let obj = decode_body(headers, &body)?;
+            update(app, t, name, obj, status_path, &opts).await
+        }
+        ("PATCH", Some(name)) => {
+            let opts = write_options(query)?;
+            patch(app, t, name, headers, &body, query, status_path, &opts).await
+        }
+        ("DELETE", Some(name)) => delete(app, t, name, query, &body).await,
+        ("DELETE", None) => delete_collection(app, t, query, &body).await,
+        (m, _) => Err(ApiError::method_not_allowed(m)),
+    }
+}
+
+/// Decodes a JSON (or YAML) request body.
+fn decode_body(headers: &HeaderMap, body: &Bytes) -> Result<Value, ApiError> {
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|c| c.to_str().ok())
+        .unwrap_or("application/json");
+    if ct.starts_with("application/yaml") || ct.contains("+yaml") {
+        return serde_yaml_ng::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")));
+    }
+    if ct.starts_with("application/vnd.kubernetes.protobuf") || ct.contains("cbor") {
+        return Err(ApiError::unsupported_media_type(format!(
+            "the emulator does not decode {ct}; send application/json"
+        )));
+    }
+    serde_json::from_slice(body).map_err(|e| {
+        ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}"))
+    })
+}
+
+fn list(
+    app: &Arc<App>,
+    t: &Target,
+    query: &Query,
+    wants_table: bool,
+    include_object: &str,
+) -> Result<Response, ApiError> {
+    let (labels, fields) = selectors(t, query)?;
+    let limit = match query.get("limit").map(|l| l.parse::<i64>()) {
+        None => None,
+        Some(Ok(l)) if l > 0 => Some(l as usize),
+        Some(Ok(_)) => None,
+        Some(Err(_)) => return Err(ApiError::bad_request("limit must be an integer")),
+    };
+    let (after, snapshot_rv) = match query.get("continue").filter(|c| !c.is_empty()) {
+        Some(token) => {
+            let (rv, key) = decode_continue(token)?;
+            (Some(key), Some(rv))
+        }
+        None => (None, None),
+    };
+    let st = app.store.lock();
+    let rv = snapshot_rv.unwrap_or_else(|| st.resource_version());
+    let ns = (t.namespaced_url && t.r.namespaced).then_some(t.namespace.as_str());
+    let keep = |o: &Value| labels.matches_object(o) && fields.matches(&|f| field_value(o, f));
+    let (items, last) = st.list_page(&t.r, ns, after.as_ref(), limit, &keep);
+    drop(st);
+    if wants_table {
+        return Ok(json_response(
+            StatusCode::OK,
+            &table::to_table(&t.r, &items, rv, include_object),
+        ));
+    }
+    let builtin = t.r.is_builtin();
+    let items: Vec<Value> = items
+        .iter()
+        .map(|o| {
+            let mut o = (**o).clone();
+            if builtin && let Some(m) = o.as_object_mut() {
+                m.remove("apiVersion");
+                m.remove("kind");
+            }
+            o
+        })
+        .collect();
+    let mut metadata = json!({"resourceVersion": rv.to_string()});
+    if let Some(last) = last {
+        metadata["continue"] = json!(encode_continue(rv, &last));
+    }
+    let list = json!({
+        "kind": format!("{}List", t.r.kind),
+        "apiVersion": t.r.api_version(),
+        "metadata": metadata,
+        "items": items,
+    });
+    Ok(json_response(StatusCode::OK, &list))
+}
+
+fn encode_continue(rv: u64, key: &ObjKey) -> String {
+    use base64::Engine;
+    let raw = json!({"rv": rv, "ns": key.0, "name": key.1}).to_string();
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw)
+}
+
+fn decode_continue(token: &str) -> Result<(u64, ObjKey), ApiError> {
+    use base64::Engine;
+    let bad = || {
+        ApiError::bad_request(
+            "continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)",
+        )
+    };
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(token)
+        .map_err(|_| bad())?;
+    let v: Value = serde_json::from_slice(&raw).map_err(|_| bad())?;
+    let rv = v["rv"].as_u64().ok_or_else(bad)?;
+    let ns = v["ns"].as_str().ok_or_else(bad)?.to_string();
+    let name = v["name"].as_str().ok_or_else(bad)?.to_string();
+    Ok((rv, (ns, name)))
+}
+
+fn selectors(t: &Target, query: &Query) -> Result<(LabelSelector, FieldSelector), ApiError> {
+    let labels = LabelSelector::parse(query.get("labelSelector").map(String::as_str).unwrap_or(""))
+        .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?;
+    let fields = FieldSelector::parse(query.get("fieldSelector").map(String::as_str).unwrap_or(""))
+        .map_err(ApiError::bad_request)?;
+    for f in fields.fields() {
+        if !supported_field(&t.r, f) {
+            return Err(ApiError::bad_request(format!(
+                "\"{f}\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\""
+            )));
+        }
+    }
+    Ok((labels, fields))
+}
+
+fn supported_field(r: &ResourceInfo, f: &str) -> bool {
+    matches!(f, "metadata.name" | "metadata.namespace")
+        || (r.is_builtin()
+            && r.group.is_empty()
+            && r.kind == "Pod"
+            && matches!(
+                f,
+                "status.phase"
+                    | "spec.nodeName"
+                    | "spec.restartPolicy"
+                    | "spec.schedulerName"
+                    | "spec.serviceAccountName"
+                    | "status.podIP"
+            ))
+        || (r.kind == "Event" && f.starts_with("involvedObject."))
+        || (r.kind == "Secret" && f == "type")
+}
+
+fn field_value(o: &Value, field: &str) -> Option<String> {
+    let mut cur = o;
+    for part in field.split('.') {
+        cur = cur.get(part)?;
+    }
+    match cur {
+        Value::String(s) => Some(s.clone()),
+        Value::Null => None,
+        other => Some(other.to_string()),
+    }
+}
+
+/// Creates an object.
+pub async fn create(
+    app: &Arc<App>,
+    t: &Target,
+    obj: Value,
+    opts: &WriteOptions,
+) -> Result<Response, ApiError> {
+    let ns = if t.r.namespaced {
+        t.namespace.as_str()
+    } else {
+        ""
+    };
+    let prepared = ops::prepare_create(&t.r, ns, obj, opts)?;
+    let mut object = prepared.object;
+    if t.r.kind == "CustomResourceDefinition" && t.r.group == "apiextensions.k8s.io" {
+        crate::crds::establish(&mut object);
+    }
+    let name = meta_str(&object, "name").unwrap_or_default().to_string();
+    if opts.dry_run {
+        let st = app.store.lock();
+        if st.get(&t.r, ns, &name).is_some() {
+            return Err(ApiError::already_exists(&t.r, &name));
+        }
+        if t.r.namespaced && !st.namespace_exists(ns) {
+            return Err(ApiError::namespace_not_found(ns));
+        }
+        return Ok(with_warnings(
+            json_response(StatusCode::CREATED, &object),
+            &prepared.warnings,
+        ));
+    }
+    let stored = app.store.commit_create(&t.r, object)?;
+    crate::crds::after_write(app, &t.r, Some(&stored));
+    Ok(with_warnings(
+        json_response(StatusCode::CREATED, &stored),
+        &prepared.warnings,
+    ))
+}
+
+/// Replaces an object (PUT).
+async fn update(
+    app: &Arc<App>,
+    t: &Target,
+    name: &str,
+    obj: Value,
+    status_path: bool,
+    opts: &WriteOptions,
+) -> Result<Response, ApiError> {
+    let conditional = meta_str(&obj, "resourceVersion").is_some_and(|s| !s.is_empty());
+    write_loop(
+        app,
+        t,
+        name,
+        opts,
+        |old| {
+            let old = old.ok_or_else(|| ApiError::not_found(&t.r, name))?;
+            ops::prepare_update(&t.r, old, obj.clone(), status_path, opts)
+        },
+        conditional,
+    )
+    .await
+}
+
+/// The read-compute-commit loop every update-like write runs (GuaranteedUpdate).
+async fn write_loop<F>(
+    app: &Arc<App>,
+    t: &Target,
+    name: &str,
+    opts: &WriteOptions,
+    compute: F,
+    conditional: bool,
+) -> Result<Response, ApiError>
+where
+    F: Fn(Option<&Value>) -> Result<ops::Prepared, ApiError>,
+{
+    for _ in 0..16 {
+        let current = app.store.lock().get(&t.r, &t.namespace, name);
+        let prepared = compute(current.as_deref())?;
+        let Some(current) = current else {
+            // Only server-side apply creates through PATCH.
+            let mut object = prepared.object;
+            if opts.dry_run {
+                return Ok(with_warnings(
+                    json_response(StatusCode::CREATED, &object),
+                    &prepared.warnings,
+                ));
+            }
+            meta::meta_mut(&mut object).remove("resourceVersion");
+            let stored = match app.store.commit_create(&t.r, object) {
+                Ok(s) => s,
+                Err(e) if e.reason == "AlreadyExists" => continue,
+                Err(e) => return Err(e),
+            };
+            crate::crds::after_write(app, &t.r, Some(&stored));
+            return Ok(with_warnings(
+                json_response(StatusCode::CREATED, &stored),
+                &prepared.warnings,
+            ));
+        };
+        if ops::is_noop(&current, &prepared.object) || opts.dry_run {
+            let shown = if opts.dry_run {
+                prepared.object
+            } else {
+                (*current).clone()
+            };
+            return Ok(with_warnings(
+                json_response(StatusCode::OK, &shown),
+                &prepared.warnings,
+            ));
+        }
+        match app
+            .store
+            .commit_update(&t.r, rv_of(&current), prepared.object)
+        {
+            Ok(stored) => {
+                crate::crds::after_write(app, &t.r, Some(&stored));
+                return Ok(with_warnings(
+                    json_response(StatusCode::OK, &stored),
+                    &prepared.warnings,
+                ));
+            }
+            Err(CommitError::Stale) if conditional => return Err(ApiError::modified(&t.r, name)),
+            Err(CommitError::Stale) => continue,
+            Err(CommitError::Api(e)) => return Err(e),
+        }
+    }
+    Err(ApiError::modified(&t.r, name))
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn patch(
+    app: &Arc<App>,
+    t: &Target,
+    name: &str,
+    headers: &HeaderMap,
+    body: &Bytes,
+    query: &Query,
+    status_path: bool,
+    opts: &WriteOptions,
+) -> Result<Response, ApiError> {
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|c| c.to_str().ok())
+        .unwrap_or("")
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_string();
+    let custom = !t.r.is_builtin();
+    let kind = t.r.kind.clone();
+    match ct.as_str() {
+        "application/apply-patch+yaml" | "application/apply-patch+json" => {
+            let applied: Value = serde_yaml_ng::from_slice(body)
+                .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
+            let manager = opts
+                .field_manager
+                .clone()
+                .ok_or_else(|| ApiError::bad_request("PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch"))?;
+            let force = query.get("force").is_some_and(|f| f == "true");
+            let conditional = meta_str(&applied, "resourceVersion").is_some_and(|s| !s.is_empty());
+            write_loop(
+                app,
+                t,
+                name,
+                opts,
+                |old| {
+                    let merged = apply::apply(&t.r, old, &applied, &manager, force)?;
+                    match old {
+                        Some(old) => ops::prepare_update(
+                            &t.r,
+                            old,
+                            merged,
+                            status_path,
+                            &WriteOptions {
+                                field_manager: None,
+                                ..opts.clone()
+                            },
+                        ),
+                        None => {
+                            let mut merged = merged;
+                            meta::meta_mut(&mut merged).insert("name".into(), json!(name));
+                            ops::prepare_create(
+                                &t.r,
+                                &t.namespace,
+                                merged,
+                                &WriteOptions {
+                                    field_manager: None,
+                                    ..opts.clone()
+                                },
+                            )
+                        }
+                    }
+                },
+                conditional,
+            )
+            .await
+        }
+        "application/merge-patch+json"
+        | "application/json-patch+json"
+        | "application/strategic-merge-patch+json" => {
+            if ct == "application/strategic-merge-patch+json" && custom {
+                return Err(ApiError::unsupported_media_type(
+                    "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
+                ));
+            }
+            let patch_doc: Value = serde_json::from_slice(body)
+                .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+            let conditional = patch_doc
+                .pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str)
+                .is_some_and(|s| !s.is_empty());
+            write_loop(app, t, name, opts, |old| {
+                let old = old.ok_or_else(|| ApiError::not_found(&t.r, name))?;
+                let mut target = old.clone();
+                match ct.as_str() {
+                    "application/merge-patch+json" => {
+                        if !patch_doc.is_object() {
+                            return Err(ApiError::bad_request("merge patch must be a JSON object"));
+                        }
+                        json_patch::merge(&mut target, &patch_doc);
+                    }
+                    "application/json-patch+json" => {
+                        let p: json_patch::Patch = serde_json::from_value(patch_doc.clone())
+                            .map_err(|e| ApiError::bad_request(format!("error decoding JSON patch: {e}")))?;
+                        json_patch::patch(&mut target, &p).map_err(|e| {
+                            ApiError::invalid(&t.r, name, &[(String::new(), "FieldValueInvalid", format!("the server rejected our request due to an error in our request: {e}"))])
+                        })?;
+                    }
+                    _ => {
+                        target = smp::apply(old, &patch_doc, &kind).map_err(ApiError::bad_request)?;
+                    }
+                }
+                ops::prepare_update(&t.r, old, target, status_path, opts)
+            }, conditional)
+            .await
+        }
+        other => Err(ApiError::unsupported_media_type(format!(
+            "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml{} (got {other:?})",
+            if custom {
+                ""
+            } else {
+                ", application/strategic-merge-patch+json"
+            }
+        ))),
+    }
+}
+
+/// Deletion options from the query and the DeleteOptions body.
+struct DeleteOpts {
+    policy: String,
+    dry_run: bool,
+    precondition_uid: Option<String>,
+    precondition_rv: Option<String>,
+}
+
+fn delete_options(query: &Query, body: &Bytes) -> Result<DeleteOpts, ApiError> {
+    let b: Value = if body.is_empty() {
+        json!({})
+    } else {
+        serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("error decoding DeleteOptions: {e}")))?
+    };
+    let policy = query
+        .get("propagationPolicy")
+        .cloned()
+        .or_else(|| b["propagationPolicy"].as_str().map(str::to_string))
+        .or_else(|| match b["orphanDependents"].as_bool() {
+            Some(true) => Some("Orphan".into()),
+            _ => None,
+        })
+        .unwrap_or_else(|| "Background".into());
+    if !matches!(policy.as_str(), "Background" | "Foreground" | "Orphan") {
+        return Err(ApiError::bad_request(format!(
+            "propagationPolicy: Unsupported value: \"{policy}\": supported values: \"Foreground\", \"Background\", \"Orphan\""
+        )));
+    }
+    let dry_run = query.get("dryRun").is_some_and(|d| d == "All")
+        || b["dryRun"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|d| d == "All"));
+    Ok(DeleteOpts {
+        policy,
+        dry_run,
+        precondition_uid: b["preconditions"]["uid"].as_str().map(str::to_string),
+        precondition_rv: b["preconditions"]["resourceVersion"]
+            .as_str()
+            .map(str::to_string),
+    })
+}
+
+async fn delete(
+    app: &Arc<App>,
+    t: &Target,
+    name: &str,
+    query: &Query,
+    body: &Bytes,
+) -> Result<Response, ApiError> {
+    let opts = delete_options(query, body)?;
+    delete_one(
+        app,
+        &t.r,
+        &t.namespace,
+        name,
+        &opts.policy,
+        opts.dry_run,
+        opts.precondition_uid.as_deref(),
+        opts.precondition_rv.as_deref(),
+    )
+    .await
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn delete_one(
+    app: &Arc<App>,
+    r: &Arc<ResourceInfo>,
+    ns: &str,
+    name: &str,
+    policy: &str,
+    dry_run: bool,
+    pre_uid: Option<&str>,
+    pre_rv: Option<&str>,
+) -> Result<Response, ApiError> {
+    for _ in 0..16 {
+        let current = app
+            .store
+            .lock()
+            .get(r, ns, name)
+            .ok_or_else(|| ApiError::not_found(r, name))?;
+        let uid = meta_str(&current, "uid").unwrap_or_default().to_string();
+        if let Some(p) = pre_uid
+            && p != uid
+        {
+            return Err(ApiError::conflict(
+                r,
+                name,
+                &format!(
+                    "Precondition failed: UID in precondition: {p}, UID in object meta: {uid}"
+                ),
+            ));
+        }
+        if let Some(p) = pre_rv
+            && p != meta_str(&current, "resourceVersion").unwrap_or_default()
+        {
+            return Err(ApiError::conflict(
+                r,
+                name,
+                &format!(
+                    "Precondition failed: ResourceVersion in precondition: {p}, ResourceVersion in object meta: {}",
+                    meta_str(&current, "resourceVersion").unwrap_or_default()
+                ),
+            ));
+        }
+        if dry_run {
+            return Ok(json_response(StatusCode::OK, &current));
+        }
+        if current["metadata"]["deletionTimestamp"].is_string() {
+            return Ok(json_response(StatusCode::OK, &current));
+        }
+        if policy == "Orphan" {
+            crate::gc::orphan_dependents(app, &uid);
+        }
+        let mut finalizers: Vec<Value> = current["metadata"]["finalizers"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        if policy == "Foreground" && !finalizers.contains(&json!("foregroundDeletion")) {
+            finalizers.push(json!("foregroundDeletion"));
+        }
+        let namespace_delete = r.is_builtin() && r.kind == "Namespace";
+        if !finalizers.is_empty() || namespace_delete {
+            let mut marked = (*current).clone();
+            let m = meta::meta_mut(&mut marked);
+            m.insert("deletionTimestamp".into(), json!(meta::now()));
+            m.insert("deletionGracePeriodSeconds".into(), json!(0));
+            if !finalizers.is_empty() {
+                m.insert("finalizers".into(), Value::Array(finalizers));
+            }
+            if namespace_delete {
+                marked["status"] = json!({"phase": "Terminating"});
+            }
+            match app.store.commit_update(r, rv_of(&current), marked) {
+                Ok(stored) => {
+                    if namespace_delete {
+                        crate::gc::purge_namespace(app, name);
+                    }
+                    app.store.gc_wakeup.notify_one();
+                    return Ok(json_response(StatusCode::OK, &stored));
+                }
+                Err(CommitError::Stale) => continue,
+                Err(CommitError::Api(e)) => return Err(e),
+            }
+        }
+        match app
+            .store
+            .commit_remove(r, ns, name, Some(rv_of(&current)), None)
+        {
+            Ok(_) => {
+                crate::crds::after_write(app, r, None);
+                if r.kind == "CustomResourceDefinition" {
+                    crate::crds::removed(app, name);
+                }
+                return Ok(json_response(
+                    StatusCode::OK,
+                    &status::delete_success(r, name, &uid),
+                ));
+            }
+            Err(e) if e.reason == "Conflict" => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(ApiError::modified(r, name))
+}
+
+async fn delete_collection(
+    app: &Arc<App>,
+    t: &Target,
+    query: &Query,
+    body: &Bytes,
+) -> Result<Response, ApiError> {
+    let opts = delete_options(query, body)?;
+    let (labels, fields) = selectors(t, query)?;
+    let ns = (t.namespaced_url && t.r.namespaced).then_some(t.namespace.as_str());
+    let items = {
+        let st = app.store.lock();
+        let keep = |o: &Value| labels.matches_object(o) && fields.matches(&|f| field_value(o, f));
+        st.list_page(&t.r, ns, None, None, &keep).0
+    };
+    let mut deleted = Vec::new();
+    for item in items {
+        let name = meta_str(&item, "name").unwrap_or_default().to_string();
+        let item_ns = meta_str(&item, "namespace").unwrap_or_default().to_string();
+        if delete_one(
+            app,
+            &t.r,
+            &item_ns,
+            &name,
+            &opts.policy,
+            opts.dry_run,
+            None,
+            None,
+        )
+        .await
+        .is_ok()
+        {
+            deleted.push((*item).clone());
+        }
+    }
+    let rv = app.store.lock().resource_version();
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({"kind": format!("{}List", t.r.kind), "apiVersion": t.r.api_version(), "metadata": {"resourceVersion": rv.to_string()}, "items": deleted}),
+    ))
+}
+
+/// Starts a watch stream.
+fn watch(
+    app: &Arc<App>,
+    t: &Target,
+    query: &Query,
+    wants_table: bool,
+) -> Result<Response, ApiError> {
+    let (labels, fields) = selectors(t, query)?;
+    let timeout = query
+        .get("timeoutSeconds")
+        .and_then(|s| s.parse::<u64>().ok())
+        .map(Duration::from_secs)
+        .unwrap_or(Duration::from_secs(1800));
+    let bookmarks = query
+        .get("allowWatchBookmarks")
+        .is_some_and(|b| b == "true");
+    let start_rv = query
+        .get("resourceVersion")
+        .filter(|s| !s.is_empty() && *s != "0")
+        .cloned();
+    let ns = (t.namespaced_url && t.r.namespaced).then(|| t.namespace.clone());
+    let key = t.r.key();
+    let r = t.r.clone();
+
+    // Initial events and the live subscription, taken under one lock so nothing falls between.
+    let (initial, mut rx, mut last_rv) = {
+        let st = app.store.lock();
+        let rx = app.store.subscribe();
+        let current = st.resource_version();
+        let initial: Vec<Value> = match &start_rv {
+            None => {
+                let objs = st.objects_of(&key, ns.as_deref());
+                objs.into_iter()
+                    .filter(|o| labels.matches_object(o) && fields.matches(&|f| field_value(o, f)))
+                    .map(|o| json!({"type": "ADDED", "object": &*o}))
+                    .collect()
+            }
+            Some(rv) => {
+                let rv: u64 = rv.parse().map_err(|_| {
+                    ApiError::bad_request(format!("invalid resource version: {rv}"))
+                })?;
+                match st.events_since(&key, rv) {
+                    Ok(events) => events
+                        .iter()
+                        .filter(|e| ns.as_deref().is_none_or(|n| e.namespace == n))
+                        .filter_map(|e| event_json(e, &labels, &fields))
+                        .collect(),
+                    Err(oldest) => {
+                        let status =
+                            ApiError::gone(format!("too old resource version: {rv} ({oldest})"))
+                                .to_status();
+                        vec![json!({"type": "ERROR", "object": status})]
+                    }
+                }
+            }
+        };
+        (initial, rx, current)
+    };
+    let expired = initial.iter().any(|e| e["type"] == "ERROR");
+    let stream = async_stream(move |tx| async move {
+        for e in initial {
+            if tx.send(e).await.is_err() {
+                return;
+            }
+        }
+        if expired {
+            return;
+        }
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut bookmark_tick = tokio::time::interval(Duration::from_secs(1));
+        bookmark_tick.tick().await;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep_until(deadline) => return,
+                _ = bookmark_tick.tick(), if bookmarks => {
+                    let bm = json!({"type": "BOOKMARK", "object": {
+                        "kind": r.kind, "apiVersion": r.api_version(),
+                        "metadata": {"resourceVersion": last_rv.to_string()}
+                    }});
+                    if tx.send(bm).await.is_err() { return; }
+                }
+                ev = rx.recv() => match ev {
+                    Ok(ev) => {
+                        last_rv = last_rv.max(ev.rv);
+                        if ev.resource != key || ns.as_deref().is_some_and(|n| ev.namespace != n) {
+                            continue;
+                        }
+                        if let Some(j) = event_json(&ev, &labels, &fields)
+                            && tx.send(j).await.is_err()
+                        {
+                            return;
+                        }
+                    }
+                    // A watcher too slow for the event rate is closed; the client re-watches.
+                    Err(_) => return,
+                }
+            }
+        }
+    });
+    let _ = wants_table;
+    let body = Body::from_stream(stream.map(|v| {
+        let mut line = serde_json::to_vec(&v).unwrap_or_default();
+        line.push(b'\n');
+        Ok::<_, std::convert::Infallible>(Bytes::from(line))
+    }));
+    Ok(Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::TRANSFER_ENCODING, "chunked")
+        .body(body)
+        .unwrap_or_else(|_| error_response(&ApiError::internal("watch response"))))
+}
+
+/// A watch event as JSON for a selector-filtered watcher: objects moving into the selection are
+/// ADDED, moving out are DELETED (as the API server's watch cache does).
+fn event_json(e: &WatchEvent, labels: &LabelSelector, fields: &FieldSelector) -> Option<Value> {
+    let matches = |o: &Value| labels.matches_object(o) && fields.matches(&|f| field_value(o, f));
+    let now = matches(&e.object);
+    let before = e.old.as_deref().is_some_and(matches);
+    let kind = match e.kind {
+        EventType::Added if now => "ADDED",
+        EventType::Modified if now && before => "MODIFIED",
+        EventType::Modified if now => "ADDED",
+        EventType::Modified if before => "DELETED",
+        EventType::Deleted if before || now => "DELETED",
+        _ => return None,
+    };
+    Some(json!({"type": kind, "object": &*e.object}))
+}
+
+/// A stream fed by a spawned task through a channel.
+fn async_stream<F, Fut>(f: F) -> impl futures::Stream<Item = Value>
+where
+    F: FnOnce(tokio::sync::mpsc::Sender<Value>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let (tx, rx) = tokio::sync::mpsc::channel(256);
+    tokio::spawn(f(tx));
+    tokio_stream_from(rx)
+}
+
+fn tokio_stream_from(
+    mut rx: tokio::sync::mpsc::Receiver<Value>,
+) -> impl futures::Stream<Item = Value> {
+    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}

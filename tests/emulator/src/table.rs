@@ -1,0 +1,320 @@
+//! `meta.k8s.io/v1` Table responses, as `kubectl get` asks for them: an implicit Name column,
+//! then a custom resource's `additionalPrinterColumns` (or a built-in printer), one row per object.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use crate::jsonpath::{self, JsonPath};
+use crate::registry::ResourceInfo;
+
+struct Column {
+    name: String,
+    kind: String,
+    format: String,
+    description: String,
+    priority: i64,
+    cell: Box<dyn Fn(&Value) -> Value>,
+}
+
+fn col(
+    name: &str,
+    kind: &str,
+    description: &str,
+    cell: impl Fn(&Value) -> Value + 'static,
+) -> Column {
+    Column {
+        name: name.into(),
+        kind: kind.into(),
+        format: String::new(),
+        description: description.into(),
+        priority: 0,
+        cell: Box::new(cell),
+    }
+}
+
+fn age() -> Column {
+    col(
+        "Age",
+        "string",
+        "CreationTimestamp is a timestamp representing the server time when this object was created.",
+        age_of,
+    )
+}
+
+/// Ages are rendered by the server for built-ins ("5m"), kubectl renders `date` cells itself.
+fn age_of(o: &Value) -> Value {
+    let Some(ts) = o["metadata"]["creationTimestamp"].as_str() else {
+        return json!("<unknown>");
+    };
+    let Ok(t) = ts.parse::<jiff::Timestamp>() else {
+        return json!("<unknown>");
+    };
+    let secs = jiff::Timestamp::now().as_second() - t.as_second();
+    json!(human_duration(secs.max(0)))
+}
+
+fn human_duration(secs: i64) -> String {
+    match secs {
+        s if s < 120 => format!("{s}s"),
+        s if s < 600 => format!("{}m{}s", s / 60, s % 60),
+        s if s < 3 * 3600 => format!("{}m", s / 60),
+        s if s < 48 * 3600 => format!("{}h", s / 3600),
+        s => format!("{}d", s / 86400),
+    }
+}
+
+fn columns(r: &ResourceInfo) -> Vec<Column> {
+    let name = col(
+        "Name",
+        "string",
+        "Name must be unique within a namespace.",
+        |o| o["metadata"]["name"].clone(),
+    );
+    let mut cols = vec![Column {
+        format: "name".into(),
+        ..name
+    }];
+    if let Some(custom) = &r.custom {
+        if custom.printer_columns.is_empty() {
+            cols.push(col("Age", "date", "", |o| {
+                jsonpath::printer_cell(&[&o["metadata"]["creationTimestamp"]], "date")
+            }));
+        }
+        for c in &custom.printer_columns {
+            let path = c["jsonPath"].as_str().unwrap_or_default().to_string();
+            let kind = c["type"].as_str().unwrap_or("string").to_string();
+            let parsed = JsonPath::parse(&path).ok();
+            let cell_kind = kind.clone();
+            cols.push(Column {
+                name: c["name"].as_str().unwrap_or_default().into(),
+                kind: kind.clone(),
+                format: c["format"].as_str().unwrap_or_default().into(),
+                description: c["description"].as_str().unwrap_or_default().into(),
+                priority: c["priority"].as_i64().unwrap_or(0),
+                cell: Box::new(move |o| match &parsed {
+                    Some(p) => jsonpath::printer_cell(&p.eval(o), &cell_kind),
+                    None => Value::Null,
+                }),
+            });
+        }
+        return cols;
+    }
+    match (r.group.as_str(), r.kind.as_str()) {
+        ("", "Pod") => {
+            cols.push(col(
+                "Ready",
+                "string",
+                "The aggregate readiness state of this pod for accepting traffic.",
+                |o| {
+                    let statuses = o["status"]["containerStatuses"]
+                        .as_array()
+                        .cloned()
+                        .unwrap_or_default();
+                    let total = o["spec"]["containers"].as_array().map_or(0, Vec::len);
+                    let ready = statuses
+                        .iter()
+                        .filter(|c| c["ready"] == json!(true))
+                        .count();
+                    json!(format!("{ready}/{total}"))
+                },
+            ));
+            cols.push(col(
+                "Status",
+                "string",
+                "The aggregate status of the containers in this pod.",
+                |o| {
+                    if o["metadata"]["deletionTimestamp"].is_string() {
+                        return json!("Terminating");
+                    }
+                    let waiting = o["status"]["containerStatuses"].as_array().and_then(|cs| {
+                        cs.iter().find_map(|c| {
+                            c["state"]["waiting"]["reason"].as_str().map(str::to_string)
+                        })
+                    });
+                    json!(waiting.unwrap_or_else(|| {
+                        o["status"]["phase"]
+                            .as_str()
+                            .unwrap_or("Pending")
+                            .to_string()
+                    }))
+                },
+            ));
+            cols.push(col(
+                "Restarts",
+                "string",
+                "The number of times the containers in this pod have been restarted.",
+                |o| {
+                    let n: i64 = o["status"]["containerStatuses"]
+                        .as_array()
+                        .map(|cs| cs.iter().filter_map(|c| c["restartCount"].as_i64()).sum())
+                        .unwrap_or(0);
+                    json!(n.to_string())
+                },
+            ));
+            cols.push(age());
+        }
+        ("", "ConfigMap") => {
+            cols.push(col("Data", "string", "Number of data entries.", |o| {
+                let n = o["data"].as_object().map_or(0, |m| m.len())
+                    + o["binaryData"].as_object().map_or(0, |m| m.len());
+                json!(n.to_string())
+            }));
+            cols.push(age());
+        }
+        ("", "Secret") => {
+            cols.push(col("Type", "string", "The type of the secret.", |o| {
+                o["type"].clone()
+            }));
+            cols.push(col("Data", "string", "Number of data entries.", |o| {
+                json!(o["data"].as_object().map_or(0, |m| m.len()).to_string())
+            }));
+            cols.push(age());
+        }
+        ("", "Namespace") => {
+            cols.push(col(
+                "Status",
+                "string",
+                "The status of the namespace.",
+                |o| o["status"]["phase"].clone(),
+            ));
+            cols.push(age());
+        }
+        ("", "Service") => {
+            cols.push(col("Type", "string", "The type of the service.", |o| {
+                o["spec"]["type"].clone()
+            }));
+            cols.push(col(
+                "Cluster-IP",
+                "string",
+                "The cluster IP of the service.",
+                |o| o["spec"]["clusterIP"].clone(),
+            ));
+            cols.push(col(
+                "External-IP",
+                "string",
+                "The external IP of the service.",
+                |_| json!("<none>"),
+            ));
+            cols.push(col("Port(s)", "string", "The ports of the service.", |o| {
+                let ports: Vec<String> = o["spec"]["ports"]
+                    .as_array()
+                    .map(|ps| {
+                        ps.iter()
+                            .map(|p| {
+                                format!("{}/{}", p["port"], p["protocol"].as_str().unwrap_or("TCP"))
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                json!(if ports.is_empty() {
+                    "<none>".to_string()
+                } else {
+                    ports.join(",")
+                })
+            }));
+            cols.push(age());
+        }
+        ("apps", "StatefulSet") => {
+            cols.push(col(
+                "Ready",
+                "string",
+                "Number of the pod with ready state.",
+                |o| {
+                    json!(format!(
+                        "{}/{}",
+                        o["status"]["readyReplicas"].as_i64().unwrap_or(0),
+                        o["spec"]["replicas"].as_i64().unwrap_or(0)
+                    ))
+                },
+            ));
+            cols.push(age());
+        }
+        ("", "PersistentVolumeClaim") => {
+            cols.push(col("Status", "string", "The phase of the claim.", |o| {
+                o["status"]["phase"].clone()
+            }));
+            cols.push(col("Volume", "string", "The bound volume.", |o| {
+                o["spec"]["volumeName"].clone()
+            }));
+            cols.push(col("Capacity", "string", "The capacity.", |o| {
+                o["status"]["capacity"]["storage"].clone()
+            }));
+            cols.push(age());
+        }
+        ("networking.k8s.io", "Ingress") => {
+            cols.push(col("Class", "string", "The ingress class.", |o| {
+                json!(o["spec"]["ingressClassName"].as_str().unwrap_or("<none>"))
+            }));
+            cols.push(col("Hosts", "string", "The hosts.", |o| {
+                let hosts: Vec<String> = o["spec"]["rules"]
+                    .as_array()
+                    .map(|rs| {
+                        rs.iter()
+                            .filter_map(|r| r["host"].as_str().map(str::to_string))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                json!(if hosts.is_empty() {
+                    "*".to_string()
+                } else {
+                    hosts.join(",")
+                })
+            }));
+            cols.push(age());
+        }
+        _ => cols.push(age()),
+    }
+    cols
+}
+
+/// Converts objects to a Table. `include_object` is `None`, `Metadata` (default) or `Object`.
+pub fn to_table(r: &ResourceInfo, items: &[Arc<Value>], rv: u64, include_object: &str) -> Value {
+    let cols = columns(r);
+    let defs: Vec<Value> = cols
+        .iter()
+        .map(|c| {
+            json!({"name": c.name, "type": c.kind, "format": c.format, "description": c.description, "priority": c.priority})
+        })
+        .collect();
+    let rows: Vec<Value> = items
+        .iter()
+        .map(|o| {
+            let cells: Vec<Value> = cols.iter().map(|c| (c.cell)(o)).collect();
+            let mut row = json!({"cells": cells});
+            match include_object {
+                "None" => {}
+                "Object" => row["object"] = (**o).clone(),
+                _ => {
+                    row["object"] = json!({
+                        "kind": "PartialObjectMetadata",
+                        "apiVersion": "meta.k8s.io/v1",
+                        "metadata": o["metadata"],
+                    })
+                }
+            }
+            row
+        })
+        .collect();
+    json!({
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": {"resourceVersion": rv.to_string()},
+        "columnDefinitions": defs,
+        "rows": rows,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_render_like_kubectl() {
+        assert_eq!(human_duration(5), "5s");
+        assert_eq!(human_duration(150), "2m30s");
+        assert_eq!(human_duration(3600), "60m");
+        assert_eq!(human_duration(5 * 3600), "5h");
+        assert_eq!(human_duration(3 * 86400), "3d");
+    }
+}

@@ -1,0 +1,521 @@
+//! The emulator's API semantics through `kube::Client`: EMULATOR.md checklist A.
+
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::api::{
+    Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
+};
+use kube::core::Status;
+use serde_json::json;
+use sites_operator::crd::Site;
+
+use crate::support::{Cluster, eventually};
+
+fn site(name: &str) -> Site {
+    serde_json::from_value(json!({
+        "apiVersion": "sites.ecmwf.int/v1",
+        "kind": "Site",
+        "metadata": {"name": name},
+        "spec": {"name": "handbook", "owner": "jdoe", "type": "static", "configuration": {"space": "docs"}}
+    }))
+    .unwrap()
+}
+
+fn api_error(e: kube::Error) -> Status {
+    match e {
+        kube::Error::Api(s) => *s,
+        other => panic!("expected an API error, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn already_exists_and_not_found_statuses() {
+    let c = Cluster::start(false).await;
+    let sites: Api<Site> = Api::namespaced(c.client.clone(), "default");
+    sites
+        .create(&PostParams::default(), &site("a"))
+        .await
+        .unwrap();
+    let e = api_error(
+        sites
+            .create(&PostParams::default(), &site("a"))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (409, "AlreadyExists"));
+    assert_eq!(e.message, "sites.sites.ecmwf.int \"a\" already exists");
+    let e = api_error(sites.get("missing").await.unwrap_err());
+    assert_eq!((e.code, e.reason.as_str()), (404, "NotFound"));
+    assert_eq!(e.message, "sites.sites.ecmwf.int \"missing\" not found");
+
+    // details name the plural resource; group is absent for core resources.
+    let raw: serde_json::Value = raw_get(&c, "/api/v1/namespaces/default/configmaps/nope").await;
+    assert_eq!(raw["code"], 404);
+    assert_eq!(
+        raw["details"],
+        json!({"name": "nope", "kind": "configmaps"})
+    );
+    let raw: serde_json::Value = raw_get(
+        &c,
+        "/apis/sites.ecmwf.int/v1/namespaces/default/sites/missing",
+    )
+    .await;
+    assert_eq!(
+        raw["details"],
+        json!({"name": "missing", "group": "sites.ecmwf.int", "kind": "sites"})
+    );
+    let cms: Api<ConfigMap> = Api::namespaced(c.client.clone(), "nowhere");
+    let e = api_error(
+        cms.create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "x"}})).unwrap(),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!(e.message, "namespaces \"nowhere\" not found");
+}
+
+/// GETs a path with a plain HTTP client and returns the JSON body whatever the status.
+async fn raw_get(c: &Cluster, path: &str) -> serde_json::Value {
+    let url = format!("{}{path}", c.emulator.url());
+    tokio::task::spawn_blocking(move || {
+        let out = std::process::Command::new("curl")
+            .args(["-s", &url])
+            .output()
+            .expect("curl runs");
+        serde_json::from_slice(&out.stdout).expect("JSON body")
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn stale_update_conflicts() {
+    let c = Cluster::start(false).await;
+    let sites: Api<Site> = Api::namespaced(c.client.clone(), "default");
+    let created = sites
+        .create(&PostParams::default(), &site("a"))
+        .await
+        .unwrap();
+    let mut first = created.clone();
+    first.spec.owner = "alice".into();
+    sites
+        .replace("a", &PostParams::default(), &first)
+        .await
+        .unwrap();
+    let mut second = created.clone();
+    second.spec.owner = "bob".into();
+    let e = api_error(
+        sites
+            .replace("a", &PostParams::default(), &second)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (409, "Conflict"));
+    assert!(
+        e.message.contains("the object has been modified"),
+        "{}",
+        e.message
+    );
+    assert_eq!(sites.get("a").await.unwrap().spec.owner, "alice");
+}
+
+#[tokio::test]
+async fn server_side_apply_noop_keeps_the_resource_version_and_omitted_fields_are_removed() {
+    let c = Cluster::start(false).await;
+    let cms: Api<ConfigMap> = Api::namespaced(c.client.clone(), "default");
+    let pp = PatchParams::apply("test-manager").force();
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"one": "1", "two": "2"}});
+    let first = cms.patch("a", &pp, &Patch::Apply(&cm)).await.unwrap();
+    let again = cms.patch("a", &pp, &Patch::Apply(&cm)).await.unwrap();
+    assert_eq!(
+        first.metadata.resource_version, again.metadata.resource_version,
+        "no-op apply must not write"
+    );
+    let events_before = c.emulator.app.store.lock().resource_version();
+    let cm2 = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"one": "1"}});
+    let pruned = cms.patch("a", &pp, &Patch::Apply(&cm2)).await.unwrap();
+    let data = pruned.data.unwrap();
+    assert_eq!(data.get("one").map(String::as_str), Some("1"));
+    assert!(
+        !data.contains_key("two"),
+        "field omitted from the applied configuration is removed"
+    );
+    assert!(c.emulator.app.store.lock().resource_version() > events_before);
+    // Another manager's field: conflict unless forced.
+    let other = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"one": "changed"}});
+    let e = api_error(
+        cms.patch("a", &PatchParams::apply("other"), &Patch::Apply(&other))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(e.code, 409);
+    assert!(
+        e.message.contains("conflict with \"test-manager\""),
+        "{}",
+        e.message
+    );
+    let forced = cms
+        .patch(
+            "a",
+            &PatchParams::apply("other").force(),
+            &Patch::Apply(&other),
+        )
+        .await
+        .unwrap();
+    assert_eq!(forced.data.unwrap()["one"], "changed");
+}
+
+#[tokio::test]
+async fn main_path_ignores_status_and_status_writes_keep_generation() {
+    let c = Cluster::start(false).await;
+    let sites: Api<Site> = Api::namespaced(c.client.clone(), "default");
+    let mut s = site("a");
+    s.status = Some(sites_operator::crd::SiteStatus {
+        observed_generation: Some(42),
+        ..Default::default()
+    });
+    let created = sites.create(&PostParams::default(), &s).await.unwrap();
+    assert!(created.status.is_none(), "create drops status");
+    assert_eq!(created.metadata.generation, Some(1));
+
+    let mut edited = created.clone();
+    edited.status = Some(sites_operator::crd::SiteStatus {
+        observed_generation: Some(7),
+        ..Default::default()
+    });
+    let replaced = sites
+        .replace("a", &PostParams::default(), &edited)
+        .await
+        .unwrap();
+    assert!(
+        replaced.status.is_none(),
+        "PUT on the main path keeps the stored status"
+    );
+    assert_eq!(
+        replaced.metadata.generation,
+        Some(1),
+        "no spec change, no generation bump"
+    );
+
+    let status = json!({"status": {"observedGeneration": 1, "phase": "Pending"}});
+    let with_status = sites
+        .patch_status("a", &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap();
+    assert_eq!(with_status.status.unwrap().observed_generation, Some(1));
+    assert_eq!(
+        with_status.metadata.generation,
+        Some(1),
+        "status writes keep the generation"
+    );
+
+    let spec = json!({"spec": {"owner": "alice"}});
+    let bumped = sites
+        .patch("a", &PatchParams::default(), &Patch::Merge(&spec))
+        .await
+        .unwrap();
+    assert_eq!(
+        bumped.metadata.generation,
+        Some(2),
+        "spec change bumps the generation"
+    );
+    assert_eq!(bumped.status.unwrap().observed_generation, Some(1));
+}
+
+#[tokio::test]
+async fn crd_defaults_and_pruning_apply() {
+    let c = Cluster::start(false).await;
+    let sites: Api<Site> = Api::namespaced(c.client.clone(), "default");
+    let raw = json!({
+        "apiVersion": "sites.ecmwf.int/v1", "kind": "Site", "metadata": {"name": "a"},
+        "spec": {"name": "n", "owner": "o", "type": "static", "unknown": 1, "configuration": {"space": "s"}}
+    });
+    let created: Site = sites
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(raw.clone()).unwrap(),
+        )
+        .await
+        .unwrap();
+    assert!(created.spec.configuration.enabled);
+    assert_eq!(created.spec.configuration.settings.replicas, 1);
+    // Stored defaults are visible to a plain GET too.
+    let stored = c
+        .client
+        .request::<serde_json::Value>(
+            http::Request::get("/apis/sites.ecmwf.int/v1/namespaces/default/sites/a")
+                .body(vec![])
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        stored["spec"]["configuration"]["settings"],
+        json!({"replicas": 1})
+    );
+    assert_eq!(stored["spec"]["configuration"]["enabled"], json!(true));
+    // Strict field validation names unknown fields.
+    let mut strict = raw.clone();
+    strict["metadata"]["name"] = json!("b");
+    let e = api_error(
+        c.client
+            .request::<serde_json::Value>(
+                http::Request::post(
+                    "/apis/sites.ecmwf.int/v1/namespaces/default/sites?fieldValidation=Strict",
+                )
+                .header("content-type", "application/json")
+                .body(serde_json::to_vec(&strict).unwrap())
+                .unwrap(),
+            )
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(e.code, 400);
+    assert!(
+        e.message.contains("unknown field \"spec.unknown\""),
+        "{}",
+        e.message
+    );
+    // Schema validation: the API server's 422 Invalid.
+    let mut invalid = raw.clone();
+    invalid["metadata"]["name"] = json!("c");
+    invalid["spec"]["configuration"]["settings"] = json!({"replicas": -1});
+    let e = api_error(
+        sites
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(invalid).unwrap(),
+            )
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (422, "Invalid"));
+    assert!(
+        e.message.starts_with(
+            "Site.sites.ecmwf.int \"c\" is invalid: spec.configuration.settings.replicas"
+        ),
+        "{}",
+        e.message
+    );
+}
+
+#[tokio::test]
+async fn finalizers_block_deletion_and_background_gc_removes_children() {
+    let c = Cluster::start(false).await;
+    let sites: Api<Site> = Api::namespaced(c.client.clone(), "default");
+    let mut s = site("owner");
+    s.metadata.finalizers = Some(vec!["example.org/hold".into()]);
+    let owner = sites.create(&PostParams::default(), &s).await.unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(c.client.clone(), "default");
+    let child: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "child", "ownerReferences": [{
+            "apiVersion": "sites.ecmwf.int/v1", "kind": "Site", "name": "owner",
+            "uid": owner.metadata.uid.clone().unwrap(), "controller": true
+        }]}
+    }))
+    .unwrap();
+    cms.create(&PostParams::default(), &child).await.unwrap();
+
+    let deleted = sites
+        .delete("owner", &DeleteParams::default())
+        .await
+        .unwrap();
+    let still = deleted
+        .left()
+        .expect("an object with finalizers is returned, not removed");
+    assert!(still.metadata.deletion_timestamp.is_some());
+    assert!(
+        sites.get("owner").await.is_ok(),
+        "finalizer keeps the object"
+    );
+    assert!(
+        cms.get("child").await.is_ok(),
+        "children stay while the owner exists"
+    );
+
+    // Removing the finalizer removes the owner; the collector then removes the child.
+    let patch = json!({"metadata": {"finalizers": null}});
+    sites
+        .patch("owner", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    assert!(sites.get("owner").await.is_err());
+    eventually("child collected", Duration::from_secs(10), || async {
+        cms.get_opt("child").await.unwrap().is_none().then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn dry_run_persists_nothing() {
+    let c = Cluster::start(false).await;
+    let sites: Api<Site> = Api::namespaced(c.client.clone(), "default");
+    let rv_before = c.emulator.app.store.lock().resource_version();
+    let pp = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let would_be = sites.create(&pp, &site("a")).await.unwrap();
+    assert_eq!(would_be.metadata.name.as_deref(), Some("a"));
+    assert!(sites.get_opt("a").await.unwrap().is_none());
+    assert_eq!(c.emulator.app.store.lock().resource_version(), rv_before);
+    let e = api_error(
+        c.client
+            .request::<serde_json::Value>(
+                http::Request::post(
+                    "/apis/sites.ecmwf.int/v1/namespaces/default/sites?dryRun=Sometimes",
+                )
+                .header("content-type", "application/json")
+                .body(serde_json::to_vec(&site("b")).unwrap())
+                .unwrap(),
+            )
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(e.code, 400);
+}
+
+#[tokio::test]
+async fn list_pagination_and_selectors() {
+    let c = Cluster::start(false).await;
+    let cms: Api<ConfigMap> = Api::namespaced(c.client.clone(), "default");
+    for i in 0..7 {
+        let cm: ConfigMap = serde_json::from_value(json!({
+            "metadata": {"name": format!("cm-{i}"), "labels": {"parity": if i % 2 == 0 { "even" } else { "odd" }}}
+        }))
+        .unwrap();
+        cms.create(&PostParams::default(), &cm).await.unwrap();
+    }
+    let page = cms.list(&ListParams::default().limit(3)).await.unwrap();
+    assert_eq!(page.items.len(), 3);
+    let token = page.metadata.continue_.clone().expect("more pages");
+    let rest = cms
+        .list(&ListParams::default().limit(10).continue_token(&token))
+        .await
+        .unwrap();
+    assert_eq!(rest.items.len(), 4);
+    assert!(rest.metadata.continue_.as_deref().unwrap_or("").is_empty());
+    let even = cms
+        .list(&ListParams::default().labels("parity=even"))
+        .await
+        .unwrap();
+    assert_eq!(even.items.len(), 4);
+    let not_odd = cms
+        .list(&ListParams::default().labels("parity notin (odd)"))
+        .await
+        .unwrap();
+    assert_eq!(not_odd.items.len(), 4);
+    let one = cms
+        .list(&ListParams::default().fields("metadata.name=cm-3"))
+        .await
+        .unwrap();
+    assert_eq!(one.items.len(), 1);
+    let e = api_error(
+        cms.list(&ListParams::default().fields("data.x=1"))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(e.code, 400);
+    // Cluster-wide list of a namespaced resource.
+    let all: Api<ConfigMap> = Api::all(c.client.clone());
+    assert_eq!(
+        all.list(&ListParams::default()).await.unwrap().items.len(),
+        7
+    );
+    let namespaces: Api<Namespace> = Api::all(c.client.clone());
+    let names: Vec<_> = namespaces
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .collect();
+    assert!(names.contains(&"default".to_string()) && names.contains(&"kube-system".to_string()));
+}
+
+#[tokio::test]
+async fn watch_resumes_and_expired_versions_get_410() {
+    let c = Cluster::start(false).await;
+    let cms: Api<ConfigMap> = Api::namespaced(c.client.clone(), "default");
+    let a: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "a"}})).unwrap();
+    let created = cms.create(&PostParams::default(), &a).await.unwrap();
+    let rv = created.metadata.resource_version.clone().unwrap();
+    let patch = json!({"data": {"k": "v"}});
+    cms.patch("a", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+
+    let mut stream = cms
+        .watch(&WatchParams::default().timeout(5), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    match stream.try_next().await.unwrap() {
+        Some(WatchEvent::Modified(cm)) => assert_eq!(cm.data.unwrap()["k"], "v"),
+        other => panic!("expected MODIFIED, got {other:?}"),
+    }
+    drop(stream);
+
+    c.emulator.compact();
+    let mut stream = cms
+        .watch(&WatchParams::default().timeout(5), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    match stream.try_next().await.unwrap() {
+        Some(WatchEvent::Error(e)) => assert_eq!((e.code, e.reason.as_str()), (410, "Expired")),
+        other => panic!("expected 410 ERROR, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn kube_runtime_watcher_relists_after_410() {
+    use kube::runtime::watcher::{self, Event};
+    let c = Cluster::start(false).await;
+    let cms: Api<ConfigMap> = Api::namespaced(c.client.clone(), "default");
+    let mk =
+        |n: &str| serde_json::from_value::<ConfigMap>(json!({"metadata": {"name": n}})).unwrap();
+    cms.create(&PostParams::default(), &mk("one"))
+        .await
+        .unwrap();
+    let mut w = watcher::watcher(cms.clone(), watcher::Config::default().timeout(2)).boxed();
+    // Initial list.
+    let mut seen = Vec::new();
+    loop {
+        match tokio::time::timeout(Duration::from_secs(10), w.try_next())
+            .await
+            .unwrap()
+            .unwrap()
+        {
+            Some(Event::InitApply(cm)) => seen.push(cm.metadata.name.unwrap()),
+            Some(Event::InitDone) => break,
+            _ => {}
+        }
+    }
+    assert_eq!(seen, ["one"]);
+    // Expire the history while the watch is between requests; the watcher re-lists.
+    c.emulator.compact();
+    cms.create(&PostParams::default(), &mk("two"))
+        .await
+        .unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            match w.try_next().await {
+                Ok(Some(Event::Apply(cm) | Event::InitApply(cm)))
+                    if cm.metadata.name.as_deref() == Some("two") =>
+                {
+                    return;
+                }
+                Ok(_) => {}
+                Err(_) => {}
+            }
+        }
+    })
+    .await;
+    assert!(got.is_ok(), "watcher saw the new object");
+}

@@ -1,0 +1,288 @@
+//! The real kubectl against the emulator, with default (strict) validation: get with printer
+//! columns, create, apply (client-side and server-side), annotate, label, wait, delete — over
+//! plain HTTP and over HTTPS with the CA in the kubeconfig, with identical results.
+
+use std::time::Duration;
+
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+use sites_operator::crd::Site;
+
+use crate::support::{Cluster, repo_file};
+
+/// The text of column `col` in line `row` of kubectl's table output, cut at the header's
+/// column positions (empty cells stay empty).
+fn cell(table: &str, row: usize, col: usize) -> String {
+    let header = table.lines().next().unwrap_or_default();
+    let mut starts = Vec::new();
+    let mut prev_space = true;
+    for (i, ch) in header.char_indices() {
+        if !ch.is_whitespace() && prev_space {
+            starts.push(i);
+        }
+        prev_space = ch.is_whitespace();
+    }
+    let line = table.lines().nth(row).unwrap_or_default();
+    let start = starts[col];
+    let end = starts
+        .get(col + 1)
+        .copied()
+        .unwrap_or(line.len())
+        .min(line.len());
+    line.get(start.min(line.len())..end)
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
+fn example() -> String {
+    repo_file("manifests/examples/site.yaml")
+        .to_str()
+        .unwrap()
+        .to_string()
+}
+
+/// Runs the same kubectl session against a cluster and returns a transcript of what matters.
+async fn session(c: &Cluster) -> Vec<String> {
+    let mut transcript = Vec::new();
+    let ex = example();
+
+    // create, then get with the CRD's printer columns.
+    let out = c.kubectl_ok(&["create", "-f", &ex]);
+    assert_eq!(out.trim(), "site.sites.ecmwf.int/docs-handbook created");
+    let table = c.kubectl_ok(&["get", "sites"]);
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "NAME",
+            "SPACE",
+            "NAME",
+            "PHASE",
+            "AVAILABLE",
+            "PROGRESSING",
+            "AGE"
+        ],
+        "{table}"
+    );
+    assert_eq!(cell(&table, 1, 0), "docs-handbook", "{table}");
+    assert_eq!(cell(&table, 1, 1), "docs", "{table}");
+    assert_eq!(cell(&table, 1, 2), "handbook", "{table}");
+    transcript.push(header.join(" "));
+    // short name from discovery
+    let by_short = c.kubectl_ok(&["get", "site", "docs-handbook", "-o", "name"]);
+    assert_eq!(by_short.trim(), "site.sites.ecmwf.int/docs-handbook");
+
+    // get -o yaml shows defaults the API server filled in.
+    let yaml = c.kubectl_ok(&["get", "site", "docs-handbook", "-o", "yaml"]);
+    let v: serde_json::Value = serde_yaml_ng::from_str(&yaml).unwrap();
+    assert_eq!(v["spec"]["configuration"]["settings"]["replicas"], 1);
+    assert_eq!(v["metadata"]["generation"], 1);
+
+    // client-side apply of an existing object updates it; unchanged apply changes nothing.
+    let edited = std::fs::read_to_string(&ex)
+        .unwrap()
+        .replace("owner: jdoe", "owner: alice");
+    let out = c.kubectl_stdin(&["apply", "-f", "-"], Some(&edited));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "site.sites.ecmwf.int/docs-handbook configured"
+    );
+    let out = c.kubectl_stdin(&["apply", "-f", "-"], Some(&edited));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "site.sites.ecmwf.int/docs-handbook unchanged"
+    );
+    let owner = c.kubectl_ok(&[
+        "get",
+        "site",
+        "docs-handbook",
+        "-o",
+        "jsonpath={.spec.owner}",
+    ]);
+    assert_eq!(owner, "alice");
+
+    // server-side apply creates a second Site.
+    let second = std::fs::read_to_string(&ex)
+        .unwrap()
+        .replace("name: docs-handbook", "name: docs-guide");
+    let out = c.kubectl_stdin(&["apply", "--server-side", "-f", "-"], Some(&second));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "site.sites.ecmwf.int/docs-guide serverside-applied"
+    );
+
+    // Strict validation: unknown fields are rejected, naming the field.
+    let bad = std::fs::read_to_string(&ex)
+        .unwrap()
+        .replace("  owner: jdoe\n", "  owner: jdoe\n  ownr: typo\n")
+        .replace("name: docs-handbook", "name: docs-typo");
+    let out = c.kubectl_stdin(&["create", "-f", "-"], Some(&bad));
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(err.contains("unknown field \"spec.ownr\""), "{err}");
+    transcript.push("strict validation rejects spec.ownr".into());
+
+    // annotate and label
+    c.kubectl_ok(&[
+        "annotate",
+        "site",
+        "docs-handbook",
+        "sites.ecmwf.int/upgrade-request=force",
+    ]);
+    c.kubectl_ok(&["label", "site", "docs-handbook", "team=docs"]);
+    let labelled = c.kubectl_ok(&["get", "sites", "-l", "team=docs", "-o", "name"]);
+    assert_eq!(labelled.trim(), "site.sites.ecmwf.int/docs-handbook");
+    let ann = c.kubectl_ok(&[
+        "get",
+        "site",
+        "docs-handbook",
+        "-o",
+        "jsonpath={.metadata.annotations.sites\\.ecmwf\\.int/upgrade-request}",
+    ]);
+    assert_eq!(ann, "force");
+
+    // wait --for=condition: satisfied once the status carries the condition.
+    let sites: Api<Site> = Api::namespaced(c.client.clone(), "default");
+    let client_sites = sites.clone();
+    let setter = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let status = json!({"status": {"conditions": [{
+            "type": "Available", "status": "True", "reason": "Ready", "message": "all pods ready",
+            "lastTransitionTime": "2026-01-01T00:00:00Z"
+        }]}});
+        client_sites
+            .patch_status(
+                "docs-handbook",
+                &PatchParams::default(),
+                &Patch::Merge(&status),
+            )
+            .await
+            .unwrap();
+    });
+    let c_dir = c.kubeconfig();
+    let cache = c.dir.join("cache");
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(c_dir)
+            .arg("--cache-dir")
+            .arg(cache)
+            .args([
+                "wait",
+                "--for=condition=Available",
+                "site/docs-handbook",
+                "--timeout=20s",
+            ])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    setter.await.unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "site.sites.ecmwf.int/docs-handbook condition met"
+    );
+    let table = c.kubectl_ok(&["get", "site", "docs-handbook"]);
+    assert_eq!(cell(&table, 1, 4), "True", "Available column: {table}");
+
+    // delete
+    let out = c.kubectl_ok(&["delete", "site", "docs-handbook", "docs-guide"]);
+    assert!(
+        out.contains("site.sites.ecmwf.int \"docs-handbook\" deleted"),
+        "{out}"
+    );
+    let out = c.kubectl(&["get", "site", "docs-handbook"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(
+        err.contains("NotFound") && err.contains("\"docs-handbook\" not found"),
+        "{err}"
+    );
+    transcript.push("deleted".into());
+
+    // Built-in kinds: client-side apply of a ConfigMap (strategic merge patch), get with columns.
+    let cm = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  a: \"1\"\n";
+    let out = c.kubectl_stdin(&["apply", "-f", "-"], Some(cm));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = c.kubectl_stdin(
+        &["apply", "-f", "-"],
+        Some(&cm.replace("a: \"1\"", "a: \"2\"\n  b: \"3\"")),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let data = c.kubectl_ok(&["get", "configmap", "settings", "-o", "jsonpath={.data}"]);
+    let data: serde_json::Value = serde_json::from_str(&data).unwrap();
+    assert_eq!(data, json!({"a": "2", "b": "3"}));
+    let table = c.kubectl_ok(&["get", "configmaps"]);
+    assert_eq!(
+        table
+            .lines()
+            .next()
+            .unwrap()
+            .split_whitespace()
+            .collect::<Vec<_>>(),
+        ["NAME", "DATA", "AGE"]
+    );
+    transcript
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_session_over_http_and_https_behaves_the_same() {
+    let plain = Cluster::start(false).await;
+    let tls = Cluster::start(true).await;
+    assert!(tls.emulator.url().starts_with("https://"));
+    let a = session(&plain).await;
+    let b = session(&tls).await;
+    assert_eq!(a, b);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_explain_uses_the_crd_descriptions() {
+    let c = Cluster::start(false).await;
+    let out = c.kubectl_ok(&["explain", "site.spec.configuration"]);
+    assert!(out.contains("What the site serves and how"), "{out}");
+    assert!(out.contains("enabled"), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unsupported_requests_fail_loudly() {
+    let c = Cluster::start(false).await;
+    let out = c.kubectl(&["logs", "nonexistent-pod"]);
+    assert!(!out.status.success());
+    // A subresource the emulator does not emulate: 501 naming it.
+    let url = format!("{}/api/v1/namespaces/default/pods/x/log", c.emulator.url());
+    let body = std::process::Command::new("curl")
+        .args(["-s", "-w", "\n%{http_code}", &url])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&body.stdout).to_string();
+    assert!(text.ends_with("501"), "{text}");
+    assert!(
+        text.contains("does not emulate the pods/log subresource"),
+        "{text}"
+    );
+}
