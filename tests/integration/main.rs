@@ -3,6 +3,7 @@
 //! binary per file.
 
 mod cli;
+mod emulator_admission;
 mod emulator_api;
 mod emulator_kubectl;
 mod support;

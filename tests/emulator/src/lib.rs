@@ -4,8 +4,10 @@
 //! `kubectl` work against it unchanged. Target behaviour: Kubernetes 1.32.
 
 pub mod admin;
+pub mod admission;
 pub mod apply;
 pub mod builtin;
+pub mod cel;
 pub mod crds;
 pub mod discovery;
 pub mod gc;
@@ -82,6 +84,7 @@ impl Emulator {
         let app = Arc::new(App {
             store,
             stats: Arc::new(Stats::default()),
+            services: Default::default(),
         });
         seed(&app);
         let listener = TcpListener::bind(("127.0.0.1", opts.port)).await?;
@@ -182,6 +185,12 @@ impl Emulator {
     /// Request counters.
     pub fn stats(&self) -> &Stats {
         &self.app.stats
+    }
+
+    /// Makes the in-cluster Service `<name>.<namespace>.svc:<port>` reachable at `addr` (for
+    /// admission webhooks served by a local process).
+    pub fn map_service(&self, namespace: &str, name: &str, port: u16, addr: SocketAddr) {
+        self.app.services.insert(namespace, name, port, addr);
     }
 
     /// Drops the watch history: watches resuming from an older resourceVersion get 410 Gone.

@@ -158,7 +158,7 @@ pub fn prepare_create(
     if r.is_builtin() {
         crate::builtin::defaults(r, &mut obj, None);
     }
-    finish(r, None, &mut obj, opts, &mut warnings)?;
+    normalize(r, &mut obj, opts, &mut warnings)?;
     Ok(Prepared {
         object: obj,
         warnings,
@@ -268,11 +268,8 @@ pub fn prepare_update(
     if r.is_builtin() {
         crate::builtin::defaults(r, &mut obj, Some(old));
     }
-    finish(r, Some(old), &mut obj, opts, &mut warnings)?;
-    if r.tracks_generation && spec_of(&obj) != spec_of(old) {
-        let g = old["metadata"]["generation"].as_i64().unwrap_or(0) + 1;
-        meta::meta_mut(&mut obj).insert("generation".into(), json!(g));
-    }
+    normalize(r, &mut obj, opts, &mut warnings)?;
+    update_generation(r, old, &mut obj);
     Ok(Prepared {
         object: obj,
         warnings,
@@ -311,21 +308,15 @@ fn spec_of(v: &Value) -> Value {
     v
 }
 
-/// Pruning, defaulting and validation shared by create and update.
-fn finish(
+/// Decoding-time work shared by create and update: unknown-field pruning (rejected under
+/// Strict) and custom-resource defaulting. Validation runs later, after mutating admission.
+fn normalize(
     r: &ResourceInfo,
-    old: Option<&Value>,
     obj: &mut Value,
     opts: &WriteOptions,
     warnings: &mut Vec<String>,
 ) -> Result<(), ApiError> {
-    let name = meta_str(obj, "name").unwrap_or_default().to_string();
-    let mut unknown = meta::prune_meta(obj);
-    if let Some(custom) = &r.custom {
-        unknown.extend(schema::prune(obj, &custom.schema));
-    } else {
-        unknown.extend(crate::builtin::prune_unknown(r, obj));
-    }
+    let unknown = prune(r, obj);
     if !unknown.is_empty() {
         match opts.field_validation {
             FieldValidation::Strict => {
@@ -344,19 +335,61 @@ fn finish(
             FieldValidation::Ignore => {}
         }
     }
-    let mut causes = meta::validate_meta(r, obj);
     if let Some(custom) = &r.custom {
         schema::apply_defaults(obj, &custom.schema);
+    }
+    Ok(())
+}
+
+fn prune(r: &ResourceInfo, obj: &mut Value) -> Vec<String> {
+    let mut unknown = meta::prune_meta(obj);
+    if let Some(custom) = &r.custom {
+        unknown.extend(schema::prune(obj, &custom.schema));
+    } else {
+        unknown.extend(crate::builtin::prune_unknown(r, obj));
+    }
+    unknown
+}
+
+/// Re-runs pruning and defaulting after a mutating webhook changed the object.
+pub fn renormalize(r: &ResourceInfo, old: Option<&Value>, obj: &mut Value) {
+    prune(r, obj);
+    if let Some(custom) = &r.custom {
+        schema::apply_defaults(obj, &custom.schema);
+    } else {
+        crate::builtin::defaults(r, obj, old);
+    }
+}
+
+/// Validation after mutating admission: metadata, the CRD schema or built-in rules.
+pub fn validate(r: &ResourceInfo, old: Option<&Value>, obj: &Value) -> Result<(), ApiError> {
+    let name = meta_str(obj, "name").unwrap_or_default().to_string();
+    let mut causes = meta::validate_meta(r, obj);
+    if let Some(custom) = &r.custom {
         for c in schema::validate(obj, &custom.schema) {
             causes.push((c.field, c.reason, c.message));
         }
     } else {
         causes.extend(crate::builtin::validate(r, old, obj));
     }
-    if !causes.is_empty() {
-        return Err(ApiError::invalid(r, &name, &causes));
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(r, &name, &causes))
     }
-    Ok(())
+}
+
+/// Sets `metadata.generation`: the old value, plus one when anything outside metadata and
+/// status changed.
+pub fn update_generation(r: &ResourceInfo, old: &Value, obj: &mut Value) {
+    if !r.tracks_generation {
+        return;
+    }
+    let mut g = old["metadata"]["generation"].as_i64().unwrap_or(0);
+    if spec_of(obj) != spec_of(old) {
+        g += 1;
+    }
+    meta::meta_mut(obj).insert("generation".into(), json!(g));
 }
 
 /// Records a managedFields entry for `manager` (operation Update or Apply).

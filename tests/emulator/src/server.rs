@@ -10,6 +10,7 @@ use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use serde_json::{Value, json};
 
+use crate::admission::{self, Attempt, Operation};
 use crate::meta::{self, meta_str, rv_of};
 use crate::ops::{self, FieldValidation, WriteOptions};
 use crate::registry::ResourceInfo;
@@ -25,6 +26,8 @@ pub const MAX_BODY: usize = 3 * 1024 * 1024;
 pub struct App {
     pub store: Arc<Store>,
     pub stats: Arc<Stats>,
+    /// Where in-cluster Services (webhook backends) are reachable.
+    pub services: crate::admission::ServiceMap,
 }
 
 type Query = HashMap<String, String>;
@@ -495,6 +498,20 @@ pub async fn create(
         crate::crds::establish(&mut object);
     }
     let name = meta_str(&object, "name").unwrap_or_default().to_string();
+    let (object, admission_warnings) = admit(
+        app,
+        &t.r,
+        ns,
+        &name,
+        Operation::Create,
+        object,
+        None,
+        None,
+        opts,
+    )
+    .await?;
+    let mut warnings = prepared.warnings;
+    warnings.extend(admission_warnings);
     if opts.dry_run {
         let st = app.store.lock();
         if st.get(&t.r, ns, &name).is_some() {
@@ -505,14 +522,14 @@ pub async fn create(
         }
         return Ok(with_warnings(
             json_response(StatusCode::CREATED, &object),
-            &prepared.warnings,
+            &warnings,
         ));
     }
     let stored = app.store.commit_create(&t.r, object)?;
     crate::crds::after_write(app, &t.r, Some(&stored));
     Ok(with_warnings(
         json_response(StatusCode::CREATED, &stored),
-        &prepared.warnings,
+        &warnings,
     ))
 }
 
@@ -540,6 +557,52 @@ async fn update(
     .await
 }
 
+fn status_sub(t: &Target) -> Option<&'static str> {
+    (t.sub.as_deref() == Some("status")).then_some("status")
+}
+
+/// Admission for a normalized object: mutating webhooks (then pruning and defaulting again),
+/// validation, validating webhooks. Returns the object to store and the warnings.
+#[allow(clippy::too_many_arguments)]
+async fn admit(
+    app: &Arc<App>,
+    r: &ResourceInfo,
+    ns: &str,
+    name: &str,
+    op: Operation,
+    object: Value,
+    old: Option<&Value>,
+    sub: Option<&str>,
+    opts: &WriteOptions,
+) -> Result<(Value, Vec<String>), ApiError> {
+    let attempt = Attempt {
+        r,
+        op,
+        namespace: ns,
+        name,
+        subresource: sub,
+        object: Some(object),
+        old,
+        dry_run: opts.dry_run,
+        field_manager: opts.field_manager.as_deref(),
+    };
+    let (mutated, changed, mut warnings) = admission::mutate(app, &attempt).await?;
+    let mut object = mutated.unwrap_or(Value::Null);
+    if changed {
+        ops::renormalize(r, old, &mut object);
+        if let Some(old) = old {
+            ops::update_generation(r, old, &mut object);
+        }
+    }
+    ops::validate(r, old, &object)?;
+    let attempt = Attempt {
+        object: Some(object.clone()),
+        ..attempt
+    };
+    warnings.extend(admission::validate(app, &attempt).await?);
+    Ok((object, warnings))
+}
+
 /// The read-compute-commit loop every update-like write runs (GuaranteedUpdate).
 async fn write_loop<F>(
     app: &Arc<App>,
@@ -552,9 +615,30 @@ async fn write_loop<F>(
 where
     F: Fn(Option<&Value>) -> Result<ops::Prepared, ApiError>,
 {
+    let sub = status_sub(t);
     for _ in 0..16 {
         let current = app.store.lock().get(&t.r, &t.namespace, name);
         let prepared = compute(current.as_deref())?;
+        let op = if current.is_some() {
+            Operation::Update
+        } else {
+            Operation::Create
+        };
+        let (object, admission_warnings) = admit(
+            app,
+            &t.r,
+            &t.namespace,
+            name,
+            op,
+            prepared.object,
+            current.as_deref(),
+            sub,
+            opts,
+        )
+        .await?;
+        let mut warnings = prepared.warnings;
+        warnings.extend(admission_warnings);
+        let prepared = ops::Prepared { object, warnings };
         let Some(current) = current else {
             // Only server-side apply creates through PATCH.
             let mut object = prepared.object;
@@ -830,6 +914,19 @@ async fn delete_one(
                 ),
             ));
         }
+        let attempt = Attempt {
+            r,
+            op: Operation::Delete,
+            namespace: ns,
+            name,
+            subresource: None,
+            object: None,
+            old: Some(&current),
+            dry_run,
+            field_manager: None,
+        };
+        admission::mutate(app, &attempt).await?;
+        admission::validate(app, &attempt).await?;
         if dry_run {
             return Ok(json_response(StatusCode::OK, &current));
         }

@@ -8,16 +8,16 @@ use crate::registry::ResourceInfo;
 #[derive(Clone, Debug)]
 pub struct ApiError {
     pub code: u16,
-    pub reason: &'static str,
+    pub reason: String,
     pub message: String,
     pub details: Option<Value>,
 }
 
 impl ApiError {
-    pub fn new(code: u16, reason: &'static str, message: impl Into<String>) -> ApiError {
+    pub fn new(code: u16, reason: impl Into<String>, message: impl Into<String>) -> ApiError {
         ApiError {
             code,
-            reason,
+            reason: reason.into(),
             message: message.into(),
             details: None,
         }
