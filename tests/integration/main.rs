@@ -5,5 +5,6 @@
 mod cli;
 mod emulator_admission;
 mod emulator_api;
+mod emulator_controllers;
 mod emulator_kubectl;
 mod support;

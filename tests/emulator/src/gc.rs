@@ -193,7 +193,8 @@ pub fn purge_namespace(app: &Arc<App>, ns: &str) {
                 let _ = app.store.commit_remove(&r, &ns, &name, None, None);
             }
         }
-        if let Some(r) = app.store.lock().registry.get("", "v1", "namespaces") {
+        let namespaces = app.store.lock().registry.get("", "v1", "namespaces");
+        if let Some(r) = namespaces {
             let _ = app.store.commit_remove(&r, "", &ns, None, None);
         }
     });

@@ -8,6 +8,7 @@ pub mod admission;
 pub mod apply;
 pub mod builtin;
 pub mod cel;
+pub mod controllers;
 pub mod crds;
 pub mod discovery;
 pub mod gc;
@@ -85,6 +86,7 @@ impl Emulator {
             store,
             stats: Arc::new(Stats::default()),
             services: Default::default(),
+            kubelet: Default::default(),
         });
         seed(&app);
         let listener = TcpListener::bind(("127.0.0.1", opts.port)).await?;
@@ -105,6 +107,7 @@ impl Emulator {
                 .fallback(move |req: axum::extract::Request| server::handle(app.clone(), req))
         };
         tokio::spawn(gc::run(app.clone()));
+        tokio::spawn(controllers::run(app.clone()));
         tokio::spawn(async move {
             loop {
                 let accepted = tokio::select! {
@@ -191,6 +194,12 @@ impl Emulator {
     /// admission webhooks served by a local process).
     pub fn map_service(&self, namespace: &str, name: &str, port: u16, addr: SocketAddr) {
         self.app.services.insert(namespace, name, port, addr);
+    }
+
+    /// The simulated kubelet: set how containers behave (ready, never ready, crash-looping,
+    /// image-pull failure) by default, per image or per pod.
+    pub fn kubelet(&self) -> &controllers::Kubelet {
+        &self.app.kubelet
     }
 
     /// Drops the watch history: watches resuming from an older resourceVersion get 410 Gone.

@@ -25,6 +25,8 @@ pub const MAX_BODY: usize = 3 * 1024 * 1024;
 /// Shared server state.
 pub struct App {
     pub store: Arc<Store>,
+    /// The simulated kubelet's test-controlled behaviour.
+    pub kubelet: crate::controllers::Kubelet,
     pub stats: Arc<Stats>,
     /// Where in-cluster Services (webhook backends) are reachable.
     pub services: crate::admission::ServiceMap,
@@ -594,6 +596,7 @@ async fn admit(
             ops::update_generation(r, old, &mut object);
         }
     }
+    crate::controllers::check_claim_resize(app, r, old, &object)?;
     ops::validate(r, old, &object)?;
     let attempt = Attempt {
         object: Some(object.clone()),
@@ -812,6 +815,7 @@ async fn patch(
 /// Deletion options from the query and the DeleteOptions body.
 struct DeleteOpts {
     policy: String,
+    grace: Option<i64>,
     dry_run: bool,
     precondition_uid: Option<String>,
     precondition_rv: Option<String>,
@@ -842,8 +846,13 @@ fn delete_options(query: &Query, body: &Bytes) -> Result<DeleteOpts, ApiError> {
         || b["dryRun"]
             .as_array()
             .is_some_and(|a| a.iter().any(|d| d == "All"));
+    let grace = query
+        .get("gracePeriodSeconds")
+        .and_then(|g| g.parse::<i64>().ok())
+        .or_else(|| b["gracePeriodSeconds"].as_i64());
     Ok(DeleteOpts {
         policy,
+        grace,
         dry_run,
         precondition_uid: b["preconditions"]["uid"].as_str().map(str::to_string),
         precondition_rv: b["preconditions"]["resourceVersion"]
@@ -865,8 +874,7 @@ async fn delete(
         &t.r,
         &t.namespace,
         name,
-        &opts.policy,
-        opts.dry_run,
+        &opts,
         opts.precondition_uid.as_deref(),
         opts.precondition_rv.as_deref(),
     )
@@ -879,11 +887,12 @@ async fn delete_one(
     r: &Arc<ResourceInfo>,
     ns: &str,
     name: &str,
-    policy: &str,
-    dry_run: bool,
+    opts: &DeleteOpts,
     pre_uid: Option<&str>,
     pre_rv: Option<&str>,
 ) -> Result<Response, ApiError> {
+    let policy = opts.policy.as_str();
+    let dry_run = opts.dry_run;
     for _ in 0..16 {
         let current = app
             .store
@@ -944,6 +953,27 @@ async fn delete_one(
             finalizers.push(json!("foregroundDeletion"));
         }
         let namespace_delete = r.is_builtin() && r.kind == "Namespace";
+        // Pods terminate gracefully: the kubelet removes them once their containers stopped.
+        let pod_grace = (r.is_builtin() && r.kind == "Pod")
+            .then(|| {
+                opts.grace.unwrap_or_else(|| {
+                    current["spec"]["terminationGracePeriodSeconds"]
+                        .as_i64()
+                        .unwrap_or(30)
+                })
+            })
+            .filter(|g| *g > 0);
+        if let Some(grace) = pod_grace {
+            let mut marked = (*current).clone();
+            let m = meta::meta_mut(&mut marked);
+            m.insert("deletionTimestamp".into(), json!(meta::now()));
+            m.insert("deletionGracePeriodSeconds".into(), json!(grace));
+            match app.store.commit_update(r, rv_of(&current), marked) {
+                Ok(stored) => return Ok(json_response(StatusCode::OK, &stored)),
+                Err(CommitError::Stale) => continue,
+                Err(CommitError::Api(e)) => return Err(e),
+            }
+        }
         if !finalizers.is_empty() || namespace_delete {
             let mut marked = (*current).clone();
             let m = meta::meta_mut(&mut marked);
@@ -1006,18 +1036,9 @@ async fn delete_collection(
     for item in items {
         let name = meta_str(&item, "name").unwrap_or_default().to_string();
         let item_ns = meta_str(&item, "namespace").unwrap_or_default().to_string();
-        if delete_one(
-            app,
-            &t.r,
-            &item_ns,
-            &name,
-            &opts.policy,
-            opts.dry_run,
-            None,
-            None,
-        )
-        .await
-        .is_ok()
+        if delete_one(app, &t.r, &item_ns, &name, &opts, None, None)
+            .await
+            .is_ok()
         {
             deleted.push((*item).clone());
         }

@@ -1,0 +1,917 @@
+//! Simulated controllers, event-driven from the store's watch stream plus a short tick:
+//!
+//! - **StatefulSet** (concepts/workloads/controllers/statefulset.md): pods `<sts>-<n>` with the
+//!   template labels plus `controller-revision-hash`, `statefulset.kubernetes.io/pod-name` and
+//!   `apps.kubernetes.io/pod-index`; a ControllerRevision per template revision; OrderedReady
+//!   creation and highest-first scale-down; RollingUpdate from the highest ordinal, each updated
+//!   pod Running and Ready before the next; the stall when an updated pod never becomes Ready
+//!   (reverting the template does not help, deleting the pod does: kubernetes/kubernetes#67250);
+//!   status with observedGeneration, replicas, readyReplicas, availableReplicas,
+//!   currentReplicas, updatedReplicas and revisions.
+//! - **Kubelet**: moves pods through Pending (ContainerCreating) to Running; per container, a
+//!   test-controlled [`Behaviour`] decides ready, never ready, crash-looping or image-pull
+//!   failure; conditions change lastTransitionTime only when they flip; pods being deleted are
+//!   removed after their containers "stop".
+//! - **Volumes**: claims are provisioned (PV `pvc-<claim uid>`) or bound to a pre-bound or
+//!   retained volume named in `spec.volumeName`; deleting a claim deletes its volume (reclaim
+//!   policy Delete) or leaves it Released with the old claimRef (Retain).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::meta::{self, meta_str, rv_of};
+use crate::registry::ResourceInfo;
+use crate::server::App;
+use crate::store::EventType;
+
+/// How the simulated kubelet runs a container.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Behaviour {
+    /// Starts and becomes ready.
+    #[default]
+    Ready,
+    /// Starts but never passes its readiness probe.
+    NeverReady,
+    /// Exits with an error again and again (CrashLoopBackOff).
+    CrashLoop,
+    /// The image cannot be pulled (ErrImagePull, then ImagePullBackOff).
+    ImagePullFailure,
+}
+
+/// Test-controlled kubelet behaviour.
+#[derive(Default)]
+pub struct Behaviours {
+    default: Behaviour,
+    by_image: HashMap<String, Behaviour>,
+    by_pod: HashMap<(String, String), Behaviour>,
+}
+
+/// Handle the emulator exposes to tests.
+#[derive(Default)]
+pub struct Kubelet {
+    behaviours: Mutex<Behaviours>,
+    /// Pods whose behaviour changed and need another look.
+    touched: Mutex<HashSet<(String, String)>>,
+}
+
+impl Kubelet {
+    pub fn set_default(&self, b: Behaviour) {
+        self.behaviours
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .default = b;
+        self.touched
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(("*".into(), "*".into()));
+    }
+
+    /// Every container running `image` behaves as `b` (exact image reference).
+    pub fn set_image(&self, image: &str, b: Behaviour) {
+        self.behaviours
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .by_image
+            .insert(image.to_string(), b);
+        self.touched
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(("*".into(), "*".into()));
+    }
+
+    /// Every container of one pod behaves as `b`.
+    pub fn set_pod(&self, namespace: &str, pod: &str, b: Behaviour) {
+        self.behaviours
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .by_pod
+            .insert((namespace.into(), pod.into()), b);
+        self.touched
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert((namespace.into(), pod.into()));
+    }
+
+    fn behaviour(&self, ns: &str, pod: &str, image: &str) -> Behaviour {
+        let b = self.behaviours.lock().unwrap_or_else(|p| p.into_inner());
+        b.by_pod
+            .get(&(ns.to_string(), pod.to_string()))
+            .or_else(|| b.by_image.get(image))
+            .copied()
+            .unwrap_or(b.default)
+    }
+}
+
+#[derive(Default)]
+struct Dirty {
+    statefulsets: HashSet<(String, String)>,
+    pods: HashSet<(String, String)>,
+    claims: HashSet<(String, String)>,
+    released_claims: Vec<Arc<Value>>,
+}
+
+/// Runs the controllers until the process ends.
+pub async fn run(app: Arc<App>) {
+    let mut rx = app.store.subscribe();
+    let mut dirty = Dirty::default();
+    mark_all(&app, &mut dirty);
+    let mut tick = tokio::time::interval(Duration::from_millis(25));
+    loop {
+        tokio::select! {
+            ev = rx.recv() => match ev {
+                Ok(ev) => {
+                    let key = (ev.namespace.clone(), meta_str(&ev.object, "name").unwrap_or_default().to_string());
+                    match ev.resource.as_str() {
+                        "statefulsets.apps" => { dirty.statefulsets.insert(key); }
+                        "pods" => {
+                            if let Some(owner) = sts_owner(&ev.object) {
+                                dirty.statefulsets.insert((ev.namespace.clone(), owner));
+                            }
+                            if ev.kind != EventType::Deleted {
+                                dirty.pods.insert(key.clone());
+                            }
+                            for claim in pod_claims(&ev.object) {
+                                dirty.claims.insert((ev.namespace.clone(), claim));
+                            }
+                        }
+                        "persistentvolumeclaims" => {
+                            if ev.kind == EventType::Deleted {
+                                dirty.released_claims.push(ev.object.clone());
+                            } else {
+                                dirty.claims.insert(key);
+                            }
+                        }
+                        "persistentvolumes" | "storageclasses.storage.k8s.io" => mark_claims(&app, &mut dirty),
+                        _ => {}
+                    }
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => mark_all(&app, &mut dirty),
+                Err(_) => return,
+            },
+            _ = tick.tick() => {
+                let touched: Vec<_> = app.kubelet.touched.lock().unwrap_or_else(|p| p.into_inner()).drain().collect();
+                if touched.iter().any(|(n, _)| n == "*") {
+                    mark_all(&app, &mut dirty);
+                } else {
+                    dirty.pods.extend(touched);
+                }
+                let d = std::mem::take(&mut dirty);
+                for claim in d.released_claims {
+                    release_volume(&app, &claim);
+                }
+                for (ns, name) in d.claims {
+                    bind_claim(&app, &ns, &name);
+                }
+                for (ns, name) in d.statefulsets {
+                    if let Some(more) = sync_statefulset(&app, &ns, &name) {
+                        dirty.statefulsets.insert(more);
+                    }
+                }
+                for (ns, name) in d.pods {
+                    if kubelet_step(&app, &ns, &name) {
+                        dirty.pods.insert((ns, name));
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn resource(app: &App, group: &str, plural: &str) -> Option<Arc<ResourceInfo>> {
+    app.store.lock().registry.get(group, "v1", plural)
+}
+
+fn mark_all(app: &App, dirty: &mut Dirty) {
+    let st = app.store.lock();
+    for o in st.objects_of("statefulsets.apps", None) {
+        dirty.statefulsets.insert(key_of(&o));
+    }
+    for o in st.objects_of("pods", None) {
+        dirty.pods.insert(key_of(&o));
+    }
+    for o in st.objects_of("persistentvolumeclaims", None) {
+        dirty.claims.insert(key_of(&o));
+    }
+}
+
+fn mark_claims(app: &App, dirty: &mut Dirty) {
+    for o in app.store.lock().objects_of("persistentvolumeclaims", None) {
+        dirty.claims.insert(key_of(&o));
+    }
+}
+
+fn key_of(o: &Value) -> (String, String) {
+    (
+        meta_str(o, "namespace").unwrap_or_default().to_string(),
+        meta_str(o, "name").unwrap_or_default().to_string(),
+    )
+}
+
+fn sts_owner(pod: &Value) -> Option<String> {
+    pod["metadata"]["ownerReferences"]
+        .as_array()?
+        .iter()
+        .find_map(|r| {
+            (r["kind"] == "StatefulSet" && r["controller"] == json!(true))
+                .then(|| r["name"].as_str().map(str::to_string))
+                .flatten()
+        })
+}
+
+fn pod_claims(pod: &Value) -> Vec<String> {
+    pod["spec"]["volumes"]
+        .as_array()
+        .map(|vs| {
+            vs.iter()
+                .filter_map(|v| {
+                    v["persistentVolumeClaim"]["claimName"]
+                        .as_str()
+                        .map(str::to_string)
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Writes `new` over `old` unless equal; ignores conflicts (the next event retries).
+fn write(app: &App, r: &ResourceInfo, old: &Value, new: Value) {
+    if *old != new {
+        let _ = app.store.commit_update(r, rv_of(old), new);
+    }
+}
+
+fn create(app: &App, r: &ResourceInfo, ns: &str, obj: Value) -> Option<Arc<Value>> {
+    let prepared =
+        crate::ops::prepare_create(r, ns, obj, &crate::ops::WriteOptions::default()).ok()?;
+    app.store.commit_create(r, prepared.object).ok()
+}
+
+fn now() -> String {
+    meta::now()
+}
+
+// ---------------------------------------------------------------- StatefulSet
+
+fn revision_hash(template: &Value) -> String {
+    // FNV-1a over the canonical JSON, rendered in the alphabet Kubernetes uses for hashes.
+    let mut h: u32 = 0x811c9dc5;
+    for b in template.to_string().bytes() {
+        h ^= b as u32;
+        h = h.wrapping_mul(0x01000193);
+    }
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let mut s = String::new();
+    let mut n = h as u64;
+    for _ in 0..10 {
+        s.push(ALPHABET[(n % ALPHABET.len() as u64) as usize] as char);
+        n /= ALPHABET.len() as u64;
+    }
+    s
+}
+
+fn pod_ready(p: &Value) -> bool {
+    p["status"]["phase"] == "Running"
+        && p["status"]["conditions"].as_array().is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        })
+}
+
+/// One pass over a StatefulSet; returns its key when it wants another pass soon.
+fn sync_statefulset(app: &App, ns: &str, name: &str) -> Option<(String, String)> {
+    let sts_r = resource(app, "apps", "statefulsets")?;
+    let pod_r = resource(app, "", "pods")?;
+    let rev_r = resource(app, "apps", "controllerrevisions")?;
+    let sts = app.store.lock().get(&sts_r, ns, name)?;
+    if sts["metadata"]["deletionTimestamp"].is_string() {
+        return None;
+    }
+    let template = &sts["spec"]["template"];
+    let hash = revision_hash(template);
+    let update_revision = format!("{name}-{hash}");
+    let uid = meta_str(&sts, "uid").unwrap_or_default().to_string();
+    let owner = json!([{
+        "apiVersion": "apps/v1", "kind": "StatefulSet", "name": name, "uid": uid,
+        "controller": true, "blockOwnerDeletion": true
+    }]);
+    if app.store.lock().get(&rev_r, ns, &update_revision).is_none() {
+        let revision = app
+            .store
+            .lock()
+            .objects_of(&rev_r.key(), Some(ns))
+            .iter()
+            .filter(|r| r["metadata"]["ownerReferences"][0]["uid"] == json!(uid))
+            .count()
+            + 1;
+        create(
+            app,
+            &rev_r,
+            ns,
+            json!({
+                "apiVersion": "apps/v1", "kind": "ControllerRevision",
+                "metadata": {"name": update_revision, "labels": sts["spec"]["selector"]["matchLabels"], "ownerReferences": owner},
+                "data": {"spec": {"template": template}},
+                "revision": revision,
+            }),
+        );
+    }
+    let replicas = sts["spec"]["replicas"].as_i64().unwrap_or(1).max(0) as usize;
+    let parallel = sts["spec"]["podManagementPolicy"] == "Parallel";
+    let on_delete = sts["spec"]["updateStrategy"]["type"] == "OnDelete";
+    let partition = sts["spec"]["updateStrategy"]["rollingUpdate"]["partition"]
+        .as_i64()
+        .unwrap_or(0)
+        .max(0) as usize;
+
+    let pods: Vec<Arc<Value>> = app
+        .store
+        .lock()
+        .objects_of("pods", Some(ns))
+        .into_iter()
+        .filter(|p| sts_owner(p).as_deref() == Some(name))
+        .collect();
+    let by_ordinal = |i: usize| {
+        pods.iter()
+            .find(|p| meta_str(p, "name") == Some(&format!("{name}-{i}")))
+    };
+    let mut changed = false;
+    let mut waiting = false;
+
+    // Create missing pods; OrderedReady waits for each predecessor to be Running and Ready.
+    for i in 0..replicas {
+        match by_ordinal(i) {
+            Some(p) => {
+                if !parallel && (!pod_ready(p) || p["metadata"]["deletionTimestamp"].is_string()) {
+                    waiting = true;
+                    break;
+                }
+            }
+            None => {
+                create_pod(app, &pod_r, &sts, ns, name, i, &update_revision, &owner);
+                changed = true;
+                if !parallel {
+                    break;
+                }
+            }
+        }
+    }
+
+    // Scale down: highest ordinal first; OrderedReady proceeds only when the condemned pod is
+    // the first unhealthy one or every pod is healthy.
+    let ordinal = |p: &Value| {
+        meta_str(p, "name")
+            .and_then(|n| n.rsplit('-').next())
+            .and_then(|i| i.parse::<usize>().ok())
+    };
+    let mut condemned: Vec<&Arc<Value>> = pods
+        .iter()
+        .filter(|p| ordinal(p).is_some_and(|i| i >= replicas))
+        .collect();
+    condemned.sort_by_key(|p| std::cmp::Reverse(ordinal(p)));
+    if !changed && !condemned.is_empty() {
+        let mut unhealthy: Vec<&Arc<Value>> = pods.iter().filter(|p| !pod_ready(p)).collect();
+        unhealthy.sort_by_key(|p| ordinal(p));
+        let targets: Vec<&Arc<Value>> = if parallel {
+            condemned.clone()
+        } else {
+            vec![condemned[0]]
+        };
+        for p in targets {
+            let first_unhealthy = unhealthy
+                .first()
+                .is_none_or(|u| meta_str(u, "name") == meta_str(p, "name"));
+            if parallel || first_unhealthy || unhealthy.is_empty() {
+                let pn = meta_str(p, "name").unwrap_or_default().to_string();
+                if p["metadata"]["deletionTimestamp"].is_null() {
+                    let _ = app.store.commit_remove(&pod_r, ns, &pn, None, None);
+                    changed = true;
+                }
+            }
+        }
+    }
+
+    // Rolling update: from the highest ordinal down, only when every pod is Running and Ready.
+    if !changed
+        && !waiting
+        && !on_delete
+        && pods.len() >= replicas
+        && pods.iter().all(|p| pod_ready(p))
+    {
+        for i in (partition..replicas).rev() {
+            if let Some(p) = by_ordinal(i)
+                && p["metadata"]["labels"]["controller-revision-hash"] != json!(update_revision)
+            {
+                let _ = app
+                    .store
+                    .commit_remove(&pod_r, ns, &format!("{name}-{i}"), None, None);
+                changed = true;
+                break;
+            }
+        }
+    }
+
+    // Status.
+    let pods: Vec<Arc<Value>> = app
+        .store
+        .lock()
+        .objects_of("pods", Some(ns))
+        .into_iter()
+        .filter(|p| sts_owner(p).as_deref() == Some(name))
+        .collect();
+    let ready = pods.iter().filter(|p| pod_ready(p)).count();
+    let updated = pods
+        .iter()
+        .filter(|p| p["metadata"]["labels"]["controller-revision-hash"] == json!(update_revision))
+        .count();
+    let current_revision = if updated == pods.len() && pods.len() == replicas {
+        update_revision.clone()
+    } else {
+        sts["status"]["currentRevision"]
+            .as_str()
+            .unwrap_or(&update_revision)
+            .to_string()
+    };
+    let current_replicas = pods
+        .iter()
+        .filter(|p| p["metadata"]["labels"]["controller-revision-hash"] == json!(current_revision))
+        .count();
+    let status = json!({
+        "observedGeneration": sts["metadata"]["generation"],
+        "replicas": pods.len(),
+        "readyReplicas": ready,
+        "availableReplicas": ready,
+        "currentReplicas": current_replicas,
+        "updatedReplicas": updated,
+        "currentRevision": current_revision,
+        "updateRevision": update_revision,
+        "collisionCount": 0,
+    });
+    if sts["status"] != status {
+        let mut new = (*sts).clone();
+        new["status"] = status;
+        write(app, &sts_r, &sts, new);
+    }
+    changed.then(|| (ns.to_string(), name.to_string()))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn create_pod(
+    app: &App,
+    pod_r: &ResourceInfo,
+    sts: &Value,
+    ns: &str,
+    name: &str,
+    i: usize,
+    update_revision: &str,
+    owner: &Value,
+) {
+    let template = &sts["spec"]["template"];
+    let mut pod_meta = template["metadata"].clone();
+    if !pod_meta.is_object() {
+        pod_meta = json!({});
+    }
+    let pod_name = format!("{name}-{i}");
+    pod_meta["name"] = json!(pod_name);
+    pod_meta["namespace"] = json!(ns);
+    if !pod_meta["labels"].is_object() {
+        pod_meta["labels"] = json!({});
+    }
+    pod_meta["labels"]["controller-revision-hash"] = json!(update_revision);
+    pod_meta["labels"]["statefulset.kubernetes.io/pod-name"] = json!(pod_name);
+    pod_meta["labels"]["apps.kubernetes.io/pod-index"] = json!(i.to_string());
+    pod_meta["ownerReferences"] = owner.clone();
+    let mut spec = template["spec"].clone();
+    spec["hostname"] = json!(pod_name);
+    if let Some(svc) = sts["spec"]["serviceName"].as_str() {
+        spec["subdomain"] = json!(svc);
+    }
+    for claim in sts["spec"]["volumeClaimTemplates"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+    {
+        let claim_name = format!(
+            "{}-{pod_name}",
+            meta_str(&claim, "name").unwrap_or_default()
+        );
+        let pvc_r = resource(app, "", "persistentvolumeclaims");
+        let missing = pvc_r
+            .as_ref()
+            .is_some_and(|r| app.store.lock().get(r, ns, &claim_name).is_none());
+        if let (true, Some(pvc_r)) = (missing, pvc_r) {
+            let mut c = claim.clone();
+            c["metadata"]["name"] = json!(claim_name);
+            create(app, &pvc_r, ns, c);
+        }
+    }
+    create(
+        app,
+        pod_r,
+        ns,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": spec}),
+    );
+}
+
+// ---------------------------------------------------------------- Kubelet
+
+fn condition(existing: &Value, kind: &str, status: bool, reason: Option<&str>) -> Value {
+    let status_s = if status { "True" } else { "False" };
+    let old = existing
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == kind));
+    let ltt = match old {
+        Some(c) if c["status"] == status_s => c["lastTransitionTime"].clone(),
+        _ => json!(now()),
+    };
+    let mut c =
+        json!({"type": kind, "status": status_s, "lastProbeTime": null, "lastTransitionTime": ltt});
+    if let Some(r) = reason {
+        c["reason"] = json!(r);
+    }
+    c
+}
+
+/// Advances one pod by one step; returns true when it wants another step.
+fn kubelet_step(app: &App, ns: &str, name: &str) -> bool {
+    let Some(pod_r) = resource(app, "", "pods") else {
+        return false;
+    };
+    let Some(pod) = app.store.lock().get(&pod_r, ns, name) else {
+        return false;
+    };
+    if pod["metadata"]["deletionTimestamp"].is_string() {
+        let finalizers_left = pod["metadata"]["finalizers"]
+            .as_array()
+            .is_some_and(|f| !f.is_empty());
+        if !finalizers_left {
+            let _ = app.store.commit_remove(&pod_r, ns, name, None, None);
+        }
+        return false;
+    }
+    let containers = pod["spec"]["containers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let old_status = &pod["status"];
+    let conds = &old_status["conditions"];
+    let mut new = (*pod).clone();
+    if pod["spec"]["nodeName"].is_null() || old_status["containerStatuses"].is_null() {
+        // Scheduled; containers being created.
+        new["spec"]["nodeName"] = json!("emulator-node");
+        let statuses: Vec<Value> = containers
+            .iter()
+            .map(|c| {
+                json!({
+                    "name": c["name"], "image": c["image"], "imageID": "", "ready": false, "started": false,
+                    "restartCount": 0, "state": {"waiting": {"reason": "ContainerCreating"}}, "lastState": {}
+                })
+            })
+            .collect();
+        new["status"] = json!({
+            "phase": "Pending",
+            "hostIP": "10.0.0.1",
+            "podIP": null,
+            "startTime": now(),
+            "qosClass": old_status["qosClass"].as_str().unwrap_or("BestEffort"),
+            "conditions": [
+                condition(conds, "PodScheduled", true, None),
+                condition(conds, "PodReadyToStartContainers", false, None),
+                condition(conds, "Initialized", true, None),
+                condition(conds, "ContainersReady", false, Some("ContainersNotReady")),
+                condition(conds, "Ready", false, Some("ContainersNotReady")),
+            ],
+            "containerStatuses": statuses,
+        });
+        if let Some(o) = new["status"].as_object_mut() {
+            o.remove("podIP");
+        }
+        write(app, &pod_r, &pod, new);
+        return true;
+    }
+    let old_statuses = old_status["containerStatuses"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let mut statuses = Vec::new();
+    let mut all_ready = true;
+    let mut any_running = false;
+    let mut pull_failure = false;
+    for c in &containers {
+        let cname = c["name"].as_str().unwrap_or_default();
+        let image = c["image"].as_str().unwrap_or_default();
+        let prev = old_statuses
+            .iter()
+            .find(|s| s["name"] == c["name"])
+            .cloned()
+            .unwrap_or(json!({}));
+        let restarts = prev["restartCount"].as_i64().unwrap_or(0);
+        let started_at = prev["state"]["running"]["startedAt"]
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_else(now);
+        let b = app.kubelet.behaviour(ns, name, image);
+        let s = match b {
+            Behaviour::Ready | Behaviour::NeverReady => {
+                any_running = true;
+                let ready = b == Behaviour::Ready;
+                all_ready &= ready;
+                json!({"name": cname, "image": image, "imageID": format!("{image}@sha256:emulated"), "ready": ready, "started": true,
+                       "restartCount": restarts, "state": {"running": {"startedAt": started_at}}, "lastState": prev.get("lastState").cloned().unwrap_or(json!({}))})
+            }
+            Behaviour::CrashLoop => {
+                any_running = true;
+                all_ready = false;
+                let restarts = if prev["state"]["waiting"]["reason"] == "CrashLoopBackOff" {
+                    restarts
+                } else {
+                    restarts + 1
+                };
+                json!({"name": cname, "image": image, "imageID": format!("{image}@sha256:emulated"), "ready": false, "started": false,
+                       "restartCount": restarts,
+                       "state": {"waiting": {"reason": "CrashLoopBackOff", "message": format!("back-off 10s restarting failed container={cname}")}},
+                       "lastState": {"terminated": {"exitCode": 1, "reason": "Error", "startedAt": started_at, "finishedAt": now()}}})
+            }
+            Behaviour::ImagePullFailure => {
+                all_ready = false;
+                pull_failure = true;
+                let reason = if prev["state"]["waiting"]["reason"] == "ErrImagePull"
+                    || prev["state"]["waiting"]["reason"] == "ImagePullBackOff"
+                {
+                    "ImagePullBackOff"
+                } else {
+                    "ErrImagePull"
+                };
+                json!({"name": cname, "image": image, "imageID": "", "ready": false, "started": false, "restartCount": 0,
+                       "state": {"waiting": {"reason": reason, "message": format!("Back-off pulling image \"{image}\"")}}, "lastState": {}})
+            }
+        };
+        statuses.push(s);
+    }
+    // Running needs every container created; an image that cannot be pulled keeps it Pending.
+    let phase = if any_running && !pull_failure {
+        "Running"
+    } else {
+        "Pending"
+    };
+    let not_ready = (!all_ready).then_some("ContainersNotReady");
+    let mut status = json!({
+        "phase": phase,
+        "hostIP": "10.0.0.1",
+        "startTime": old_status["startTime"],
+        "qosClass": old_status["qosClass"],
+        "conditions": [
+            condition(conds, "PodScheduled", true, None),
+            condition(conds, "PodReadyToStartContainers", true, None),
+            condition(conds, "Initialized", true, None),
+            condition(conds, "ContainersReady", all_ready, not_ready),
+            condition(conds, "Ready", all_ready, not_ready),
+        ],
+        "containerStatuses": statuses,
+    });
+    if any_running {
+        status["podIP"] = json!(pod_ip(name));
+    }
+    new["status"] = status;
+    let pulling = statuses_want_step(&new);
+    write(app, &pod_r, &pod, new);
+    pulling
+}
+
+/// ErrImagePull moves to ImagePullBackOff on the next step.
+fn statuses_want_step(pod: &Value) -> bool {
+    pod["status"]["containerStatuses"]
+        .as_array()
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["state"]["waiting"]["reason"] == "ErrImagePull")
+        })
+}
+
+fn pod_ip(name: &str) -> String {
+    let mut h: u32 = 7;
+    for b in name.bytes() {
+        h = h.wrapping_mul(31).wrapping_add(b as u32);
+    }
+    format!("10.244.{}.{}", (h >> 8) % 250 + 1, h % 250 + 1)
+}
+
+// ---------------------------------------------------------------- Volumes
+
+fn bind_claim(app: &App, ns: &str, name: &str) {
+    let (Some(pvc_r), Some(pv_r)) = (
+        resource(app, "", "persistentvolumeclaims"),
+        resource(app, "", "persistentvolumes"),
+    ) else {
+        return;
+    };
+    let Some(claim) = app.store.lock().get(&pvc_r, ns, name) else {
+        return;
+    };
+    if claim["metadata"]["deletionTimestamp"].is_string() {
+        // pvc-protection: the finalizer goes once no pod uses the claim.
+        let in_use = app
+            .store
+            .lock()
+            .objects_of("pods", Some(ns))
+            .iter()
+            .any(|p| pod_claims(p).iter().any(|c| c == name));
+        if !in_use {
+            let mut new = (*claim).clone();
+            if let Some(f) = new["metadata"]["finalizers"].as_array_mut() {
+                f.retain(|f| f != "kubernetes.io/pvc-protection");
+            }
+            write(app, &pvc_r, &claim, new);
+        }
+        return;
+    }
+    let claim_uid = meta_str(&claim, "uid").unwrap_or_default().to_string();
+    let storage = claim["spec"]["resources"]["requests"]["storage"].clone();
+    let class_name = claim["spec"]["storageClassName"]
+        .as_str()
+        .map(str::to_string);
+    let class = class_name.as_deref().and_then(|c| {
+        let sc_r = app
+            .store
+            .lock()
+            .registry
+            .get("storage.k8s.io", "v1", "storageclasses")?;
+        app.store.lock().get(&sc_r, "", c)
+    });
+    let claim_ref = json!({"kind": "PersistentVolumeClaim", "apiVersion": "v1", "namespace": ns, "name": name, "uid": claim_uid});
+
+    if claim["status"]["phase"] == "Bound" {
+        // Resize: a bound claim whose request grew gets the new capacity.
+        if claim["status"]["capacity"]["storage"] != storage && !storage.is_null() {
+            let mut new = (*claim).clone();
+            new["status"]["capacity"]["storage"] = storage.clone();
+            write(app, &pvc_r, &claim, new);
+            let pv = claim["spec"]["volumeName"]
+                .as_str()
+                .and_then(|vn| app.store.lock().get(&pv_r, "", vn));
+            if let Some(pv) = pv {
+                let mut newpv = (*pv).clone();
+                newpv["spec"]["capacity"]["storage"] = storage;
+                write(app, &pv_r, &pv, newpv);
+            }
+        }
+        return;
+    }
+
+    let volume = match claim["spec"]["volumeName"]
+        .as_str()
+        .filter(|v| !v.is_empty())
+    {
+        // Pinned: bind to that volume when it is available for this claim.
+        Some(vn) => {
+            let Some(pv) = app.store.lock().get(&pv_r, "", vn) else {
+                return;
+            };
+            let cr = &pv["spec"]["claimRef"];
+            let free = cr.is_null()
+                || (cr["name"] == json!(name)
+                    && cr["namespace"] == json!(ns)
+                    && (cr["uid"].is_null() || cr["uid"] == json!(claim_uid)));
+            if !free {
+                return;
+            }
+            let mut newpv = (*pv).clone();
+            newpv["spec"]["claimRef"] = claim_ref;
+            newpv["status"] = json!({"phase": "Bound"});
+            write(app, &pv_r, &pv, newpv.clone());
+            newpv
+        }
+        None => {
+            if class
+                .as_ref()
+                .is_some_and(|c| c["volumeBindingMode"] == "WaitForFirstConsumer")
+            {
+                let used = app
+                    .store
+                    .lock()
+                    .objects_of("pods", Some(ns))
+                    .iter()
+                    .any(|p| pod_claims(p).iter().any(|c| c == name));
+                if !used {
+                    return;
+                }
+            }
+            let reclaim = class
+                .as_ref()
+                .and_then(|c| c["reclaimPolicy"].as_str().map(str::to_string))
+                .unwrap_or_else(|| "Delete".into());
+            let pv_name = format!("pvc-{claim_uid}");
+            let mut pv = json!({
+                "apiVersion": "v1", "kind": "PersistentVolume",
+                "metadata": {"name": pv_name, "finalizers": ["kubernetes.io/pv-protection"]},
+                "spec": {
+                    "capacity": {"storage": storage},
+                    "accessModes": claim["spec"]["accessModes"],
+                    "persistentVolumeReclaimPolicy": reclaim,
+                    "claimRef": claim_ref,
+                    "hostPath": {"path": format!("/var/lib/emulator/{pv_name}")},
+                },
+            });
+            if let Some(c) = &class_name {
+                pv["spec"]["storageClassName"] = json!(c);
+            }
+            let Some(created) = create(app, &pv_r, "", pv) else {
+                return;
+            };
+            let mut bound = (*created).clone();
+            bound["status"] = json!({"phase": "Bound"});
+            write(app, &pv_r, &created, bound.clone());
+            bound
+        }
+    };
+    let mut new = (*claim).clone();
+    new["spec"]["volumeName"] = volume["metadata"]["name"].clone();
+    new["status"] = json!({
+        "phase": "Bound",
+        "accessModes": claim["spec"]["accessModes"],
+        "capacity": {"storage": if volume["spec"]["capacity"]["storage"].is_null() { storage } else { volume["spec"]["capacity"]["storage"].clone() }},
+    });
+    let finalizers = new["metadata"]["finalizers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    if !finalizers.contains(&json!("kubernetes.io/pvc-protection")) {
+        let mut f = finalizers;
+        f.push(json!("kubernetes.io/pvc-protection"));
+        new["metadata"]["finalizers"] = json!(f);
+    }
+    write(app, &pvc_r, &claim, new);
+}
+
+/// A claim is gone: its volume is deleted (Delete) or released (Retain).
+fn release_volume(app: &App, claim: &Value) {
+    let Some(pv_r) = resource(app, "", "persistentvolumes") else {
+        return;
+    };
+    let Some(vn) = claim["spec"]["volumeName"].as_str() else {
+        return;
+    };
+    let Some(pv) = app.store.lock().get(&pv_r, "", vn) else {
+        return;
+    };
+    if pv["spec"]["claimRef"]["uid"] != claim["metadata"]["uid"] {
+        return;
+    }
+    if pv["spec"]["persistentVolumeReclaimPolicy"] == "Delete" {
+        let _ = app.store.commit_remove(&pv_r, "", vn, None, None);
+    } else {
+        let mut new = (*pv).clone();
+        new["status"] = json!({"phase": "Released"});
+        write(app, &pv_r, &pv, new);
+    }
+}
+
+/// Rejects a storage increase the storage class cannot serve, as the API server does (403).
+pub fn check_claim_resize(
+    app: &App,
+    r: &ResourceInfo,
+    old: Option<&Value>,
+    new: &Value,
+) -> Result<(), crate::status::ApiError> {
+    let Some(old) = old else { return Ok(()) };
+    if !(r.is_builtin() && r.kind == "PersistentVolumeClaim") {
+        return Ok(());
+    }
+    let parse = |v: &Value| match v {
+        Value::String(s) => crate::quantity::parse(s).ok().map(|q| q.nanos()),
+        Value::Number(n) => crate::quantity::parse(&n.to_string())
+            .ok()
+            .map(|q| q.nanos()),
+        _ => None,
+    };
+    let (Some(o), Some(n)) = (
+        parse(&old["spec"]["resources"]["requests"]["storage"]),
+        parse(&new["spec"]["resources"]["requests"]["storage"]),
+    ) else {
+        return Ok(());
+    };
+    if n <= o {
+        return Ok(());
+    }
+    let class = old["spec"]["storageClassName"].as_str().and_then(|c| {
+        let sc_r = app
+            .store
+            .lock()
+            .registry
+            .get("storage.k8s.io", "v1", "storageclasses")?;
+        app.store.lock().get(&sc_r, "", c)
+    });
+    let bound = old["status"]["phase"] == "Bound";
+    let expandable = class.is_some_and(|c| c["allowVolumeExpansion"] == json!(true));
+    if bound && expandable {
+        return Ok(());
+    }
+    let name = meta_str(new, "name").unwrap_or_default();
+    Err(crate::status::ApiError::forbidden(
+        r,
+        name,
+        "only dynamically provisioned pvc can be resized and the storageclass that provisions the pvc must support resize",
+    ))
+}
