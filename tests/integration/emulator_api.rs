@@ -519,3 +519,142 @@ async fn kube_runtime_watcher_relists_after_410() {
     .await;
     assert!(got.is_ok(), "watcher saw the new object");
 }
+
+#[tokio::test]
+async fn injected_faults_fail_requests_and_are_counted() {
+    use sites_emulator::faults::FaultRule;
+    let c = Cluster::start(false).await;
+    let cms: Api<ConfigMap> = Api::namespaced(c.client.clone(), "default");
+    let mk =
+        |n: &str| serde_json::from_value::<ConfigMap>(json!({"metadata": {"name": n}})).unwrap();
+    c.emulator.stats().reset();
+    c.emulator.faults().add(FaultRule {
+        verb: Some("create".into()),
+        resource: Some("configmaps".into()),
+        rate: 1.0,
+        codes: vec![503],
+        ..Default::default()
+    });
+    let e = api_error(
+        cms.create(&PostParams::default(), &mk("a"))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (503, "ServiceUnavailable"));
+    assert!(
+        cms.get_opt("a").await.unwrap().is_none(),
+        "a failed create stores nothing"
+    );
+    // Reads are unaffected by a create rule.
+    cms.list(&ListParams::default()).await.unwrap();
+    c.emulator.faults().clear();
+    cms.create(&PostParams::default(), &mk("a")).await.unwrap();
+
+    // Forbidden for one verb, with the API server's wording.
+    c.emulator.faults().add(FaultRule {
+        verb: Some("delete".into()),
+        rate: 1.0,
+        codes: vec![403],
+        ..Default::default()
+    });
+    let e = api_error(cms.delete("a", &DeleteParams::default()).await.unwrap_err());
+    assert_eq!((e.code, e.reason.as_str()), (403, "Forbidden"));
+    assert!(
+        e.message.contains("cannot delete resource \"configmaps\""),
+        "{}",
+        e.message
+    );
+    c.emulator.faults().clear();
+
+    // A partial rate fails some requests, deterministically for a seed.
+    c.emulator.faults().seed(7);
+    c.emulator.faults().add(FaultRule {
+        verb: Some("get".into()),
+        rate: 0.5,
+        codes: vec![500, 429],
+        ..Default::default()
+    });
+    let mut failures = 0;
+    for _ in 0..200 {
+        if cms.get("a").await.is_err() {
+            failures += 1;
+        }
+    }
+    assert!(
+        (40..=160).contains(&failures),
+        "{failures} of 200 failed at rate 0.5"
+    );
+    c.emulator.faults().clear();
+
+    // The request counters saw every outcome, by verb, resource and code.
+    let stats = c.emulator.stats().to_json();
+    let count = |verb: &str, code: u64| -> u64 {
+        stats
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["verb"] == verb && e["resource"] == "configmaps" && e["code"] == code)
+            .map(|e| e["count"].as_u64().unwrap())
+            .sum()
+    };
+    assert_eq!(count("create", 503), 1);
+    assert_eq!(count("create", 201), 1);
+    assert_eq!(count("delete", 403), 1);
+    assert_eq!(count("get", 500) + count("get", 429), failures);
+    assert_eq!(c.emulator.stats().count("get", "configmaps"), 201);
+    assert!(c.emulator.stats().writes() >= 3);
+}
+
+#[tokio::test]
+async fn latency_and_dropped_watches() {
+    use kube::runtime::watcher::{self, Event};
+    use sites_emulator::faults::FaultRule;
+    let c = Cluster::start(false).await;
+    let cms: Api<ConfigMap> = Api::namespaced(c.client.clone(), "default");
+    c.emulator.faults().add(FaultRule {
+        verb: Some("list".into()),
+        latency_ms: 200,
+        ..Default::default()
+    });
+    let started = std::time::Instant::now();
+    cms.list(&ListParams::default()).await.unwrap();
+    assert!(
+        started.elapsed() >= Duration::from_millis(200),
+        "latency is added"
+    );
+    c.emulator.faults().clear();
+
+    // Watches end early; kube's watcher reconnects and still sees every object.
+    c.emulator
+        .faults()
+        .drop_watches_every(Some(Duration::from_millis(300)));
+    let mut w = watcher::watcher(cms.clone(), watcher::Config::default()).boxed();
+    let mk =
+        |n: &str| serde_json::from_value::<ConfigMap>(json!({"metadata": {"name": n}})).unwrap();
+    let creator = {
+        let cms = cms.clone();
+        tokio::spawn(async move {
+            for i in 0..5 {
+                cms.create(&PostParams::default(), &mk(&format!("cm-{i}")))
+                    .await
+                    .unwrap();
+                tokio::time::sleep(Duration::from_millis(150)).await;
+            }
+        })
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    let result = tokio::time::timeout(Duration::from_secs(20), async {
+        while seen.len() < 5 {
+            if let Ok(Some(Event::Apply(cm) | Event::InitApply(cm))) = w.try_next().await {
+                seen.insert(cm.metadata.name.unwrap());
+            }
+        }
+    })
+    .await;
+    creator.await.unwrap();
+    assert!(result.is_ok(), "saw {seen:?}");
+    assert!(
+        c.emulator.stats().count("watch", "configmaps") >= 2,
+        "the watch was re-established"
+    );
+}

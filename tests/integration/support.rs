@@ -36,10 +36,12 @@ impl Cluster {
         std::fs::create_dir_all(&dir).unwrap();
         emulator.write_kubeconfig(&dir.join("kubeconfig")).unwrap();
         let kubeconfig = Kubeconfig::from_yaml(&emulator.kubeconfig_yaml()).unwrap();
-        let config =
+        let mut config =
             kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
                 .await
                 .expect("kubeconfig is valid");
+        // Emulator tests look at raw responses: no client-side retries of 429/503/504.
+        config.default_retry = false;
         let client = kube::Client::try_from(config).expect("client");
         let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
         crds.create(&PostParams::default(), &sites_operator::crd::crd())

@@ -30,6 +30,24 @@ pub fn handle(
             app.stats.reset();
             reply(json!({"reset": true}))
         }
+        ("POST", ["faults"]) => {
+            match serde_json::from_slice::<Vec<crate::faults::FaultRule>>(_body) {
+                Ok(rules) => {
+                    let n = rules.len();
+                    for r in rules {
+                        app.faults.add(r);
+                    }
+                    reply(json!({"added": n}))
+                }
+                Err(e) => {
+                    (StatusCode::BAD_REQUEST, format!("bad fault rules: {e}")).into_response()
+                }
+            }
+        }
+        ("DELETE", ["faults"]) => {
+            app.faults.clear();
+            reply(json!({"cleared": true}))
+        }
         ("POST", ["compact"]) => {
             let mut st = app.store.lock();
             st.compact();

@@ -11,6 +11,7 @@ pub mod cel;
 pub mod controllers;
 pub mod crds;
 pub mod discovery;
+pub mod faults;
 pub mod gc;
 pub mod jsonpath;
 pub mod meta;
@@ -87,6 +88,7 @@ impl Emulator {
             stats: Arc::new(Stats::default()),
             services: Default::default(),
             kubelet: Default::default(),
+            faults: Default::default(),
         });
         seed(&app);
         let listener = TcpListener::bind(("127.0.0.1", opts.port)).await?;
@@ -200,6 +202,11 @@ impl Emulator {
     /// image-pull failure) by default, per image or per pod.
     pub fn kubelet(&self) -> &controllers::Kubelet {
         &self.app.kubelet
+    }
+
+    /// Fault injection: error rates, latency, dropped watches.
+    pub fn faults(&self) -> &faults::Faults {
+        &self.app.faults
     }
 
     /// Drops the watch history: watches resuming from an older resourceVersion get 410 Gone.

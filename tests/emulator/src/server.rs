@@ -25,6 +25,8 @@ pub const MAX_BODY: usize = 3 * 1024 * 1024;
 /// Shared server state.
 pub struct App {
     pub store: Arc<Store>,
+    /// Injected faults.
+    pub faults: crate::faults::Faults,
     /// The simulated kubelet's test-controlled behaviour.
     pub kubelet: crate::controllers::Kubelet,
     pub stats: Arc<Stats>,
@@ -149,6 +151,20 @@ async fn route(
     };
     let resource_label = target.r.key();
     let verb = verb_of(method, &target, query);
+    let (delay, fault) = app
+        .faults
+        .decide(verb, &target.r, target.name.as_deref().unwrap_or(""));
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+    if let Some(e) = fault {
+        let mut resp = error_response(&e);
+        if e.code == 429 {
+            resp.headers_mut()
+                .insert("Retry-After", HeaderValue::from_static("1"));
+        }
+        return (resp, resource_label, verb.to_string());
+    }
     let resp = match dispatch(app, method, &target, query, headers, body).await {
         Ok(r) => r,
         Err(e) => error_response(&e),
@@ -300,6 +316,11 @@ async fn dispatch(
                 return watch(app, t, query, wants_table);
             }
             list(app, t, query, wants_table, &include_object)
+        }
+        ("GET", Some(_)) if query.get("watch").is_some_and(|w| w == "true" || w == "1") => {
+            Err(ApiError::not_implemented(
+                "the emulator does not emulate watching a single object by URL; watch the collection with fieldSelector=metadata.name=<name>",
+            ))
         }
         ("GET", Some(name)) => {
             let obj = app
@@ -1057,12 +1078,20 @@ fn watch(
     query: &Query,
     wants_table: bool,
 ) -> Result<Response, ApiError> {
+    if query.get("sendInitialEvents").is_some_and(|v| v == "true") {
+        return Err(ApiError::not_implemented(
+            "the emulator does not emulate streaming lists (sendInitialEvents); list, then watch from the list's resourceVersion",
+        ));
+    }
     let (labels, fields) = selectors(t, query)?;
-    let timeout = query
+    let mut timeout = query
         .get("timeoutSeconds")
         .and_then(|s| s.parse::<u64>().ok())
         .map(Duration::from_secs)
         .unwrap_or(Duration::from_secs(1800));
+    if let Some(drop_after) = app.faults.watch_drop() {
+        timeout = timeout.min(drop_after);
+    }
     let bookmarks = query
         .get("allowWatchBookmarks")
         .is_some_and(|b| b == "true");

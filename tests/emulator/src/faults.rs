@@ -1,0 +1,150 @@
+//! Fault injection a test switches on and off: error rates per verb and resource (5xx, 429,
+//! 409, 403), latency, and dropped watch streams. Decisions come from a seeded PRNG, so a run
+//! with the same seed and request order injects the same faults.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::registry::ResourceInfo;
+use crate::status::ApiError;
+
+/// One rule: requests matching `verb` and `resource` (None = any) fail with probability `rate`
+/// using one of `codes` (chosen at random), after `latency_ms`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FaultRule {
+    /// `get`, `list`, `watch`, `create`, `update`, `patch`, `delete`, `deletecollection`.
+    #[serde(default)]
+    pub verb: Option<String>,
+    /// Storage key: `pods`, `statefulsets.apps`, `sites.sites.ecmwf.int`.
+    #[serde(default)]
+    pub resource: Option<String>,
+    /// Probability of failing a matching request, 0.0 to 1.0.
+    #[serde(default)]
+    pub rate: f64,
+    /// HTTP codes to fail with: 500, 503, 504, 429, 409, 403.
+    #[serde(default)]
+    pub codes: Vec<u16>,
+    /// Added delay for matching requests (failing or not).
+    #[serde(default)]
+    pub latency_ms: u64,
+}
+
+/// The fault configuration of an emulator.
+pub struct Faults {
+    rules: Mutex<Vec<FaultRule>>,
+    rng: Mutex<u64>,
+    watch_drop: Mutex<Option<Duration>>,
+}
+
+impl Default for Faults {
+    fn default() -> Self {
+        Faults {
+            rules: Mutex::new(Vec::new()),
+            rng: Mutex::new(0x9E37_79B9_7F4A_7C15),
+            watch_drop: Mutex::new(None),
+        }
+    }
+}
+
+impl Faults {
+    pub fn add(&self, rule: FaultRule) {
+        self.rules
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(rule);
+    }
+
+    /// Removes every rule and stops dropping watches.
+    pub fn clear(&self) {
+        self.rules.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        *self.watch_drop.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    /// Seeds the PRNG (non-zero).
+    pub fn seed(&self, seed: u64) {
+        *self.rng.lock().unwrap_or_else(|p| p.into_inner()) = seed.max(1);
+    }
+
+    /// Ends every watch stream after `every` (None: watches run to their timeout).
+    pub fn drop_watches_every(&self, every: Option<Duration>) {
+        *self.watch_drop.lock().unwrap_or_else(|p| p.into_inner()) = every;
+    }
+
+    pub fn watch_drop(&self) -> Option<Duration> {
+        *self.watch_drop.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn next(&self) -> u64 {
+        let mut s = self.rng.lock().unwrap_or_else(|p| p.into_inner());
+        // xorshift64*
+        *s ^= *s >> 12;
+        *s ^= *s << 25;
+        *s ^= *s >> 27;
+        s.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn chance(&self, rate: f64) -> bool {
+        rate > 0.0 && (self.next() >> 11) as f64 / (1u64 << 53) as f64 <= rate
+    }
+
+    /// The delay and the injected error (if any) for a request.
+    pub fn decide(&self, verb: &str, r: &ResourceInfo, name: &str) -> (Duration, Option<ApiError>) {
+        let rules: Vec<FaultRule> = self.rules.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let mut delay = Duration::ZERO;
+        for rule in rules {
+            if rule.verb.as_deref().is_some_and(|v| v != verb)
+                || rule.resource.as_deref().is_some_and(|k| k != r.key())
+            {
+                continue;
+            }
+            delay += Duration::from_millis(rule.latency_ms);
+            if rule.codes.is_empty() || !self.chance(rule.rate) {
+                continue;
+            }
+            let code = rule.codes[(self.next() % rule.codes.len() as u64) as usize];
+            return (delay, Some(error_for(code, verb, r, name)));
+        }
+        (delay, None)
+    }
+}
+
+fn error_for(code: u16, verb: &str, r: &ResourceInfo, name: &str) -> ApiError {
+    match code {
+        429 => ApiError::new(
+            429,
+            "TooManyRequests",
+            "the server has received too many requests and has asked us to try again later (emulated fault)",
+        ),
+        409 => ApiError::conflict(
+            r,
+            name,
+            "the object has been modified; please apply your changes to the latest version and try again (emulated fault)",
+        ),
+        403 => ApiError::forbidden(
+            r,
+            name,
+            &format!(
+                "User \"system:serviceaccount:sites:sites-operator\" cannot {verb} resource \"{}\" in API group \"{}\" (emulated fault)",
+                r.plural, r.group
+            ),
+        ),
+        503 => ApiError::new(
+            503,
+            "ServiceUnavailable",
+            "the server is currently unable to handle the request (emulated fault)",
+        ),
+        504 => ApiError::new(
+            504,
+            "Timeout",
+            "the server was unable to return a response in the time allotted (emulated fault)",
+        ),
+        other => ApiError::new(
+            other,
+            "InternalError",
+            "Internal error occurred: emulated fault",
+        ),
+    }
+}
