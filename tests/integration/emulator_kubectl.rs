@@ -286,3 +286,66 @@ async fn unsupported_requests_fail_loudly() {
         "{text}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_get_watch_prints_table_rows() {
+    use std::io::Read;
+    use std::sync::{Arc, Mutex};
+    let c = Cluster::start(false).await;
+    let mut child = std::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(c.kubeconfig())
+        .arg("--cache-dir")
+        .arg(c.dir.join("cache"))
+        .args(["get", "configmaps", "-w"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let output = Arc::new(Mutex::new(String::new()));
+    let mut stdout = child.stdout.take().unwrap();
+    let sink = output.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = stdout.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            sink.lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    });
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(c.client.clone(), "default");
+    let cm = serde_json::from_value(json!({"metadata": {"name": "watched"}, "data": {"a": "1"}}))
+        .unwrap();
+    // kubectl may start watching after the create: either way the row must appear.
+    cms.create(&kube::api::PostParams::default(), &cm)
+        .await
+        .unwrap();
+    let seen = crate::support::eventually("watch row", Duration::from_secs(15), || {
+        let out = output.lock().unwrap().clone();
+        async move {
+            out.lines()
+                .any(|l| {
+                    l.split_whitespace()
+                        .collect::<Vec<_>>()
+                        .starts_with(&["watched", "1"])
+                })
+                .then_some(out)
+        }
+    })
+    .await;
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(
+        seen.lines()
+            .next()
+            .unwrap()
+            .split_whitespace()
+            .collect::<Vec<_>>(),
+        ["NAME", "DATA", "AGE"],
+        "{seen}"
+    );
+}

@@ -36,6 +36,9 @@ fn owner_uids(o: &Value) -> Vec<String> {
 pub fn collect(app: &Arc<App>) {
     let (orphans, dangling, foreground) = {
         let mut st = app.store.lock();
+        if st.gc_pending.is_empty() && !st.foreground_active {
+            return;
+        }
         let pending = std::mem::take(&mut st.gc_pending);
         let mut orphans = Vec::new();
         let mut dangling = Vec::new();
@@ -68,6 +71,7 @@ pub fn collect(app: &Arc<App>) {
                 dangling.push((key.clone(), o.clone()));
             }
         }
+        st.foreground_active = !foreground.is_empty();
         (orphans, dangling, foreground)
     };
     for (key, o) in orphans {

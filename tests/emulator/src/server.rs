@@ -972,6 +972,7 @@ async fn delete_one(
             .unwrap_or_default();
         if policy == "Foreground" && !finalizers.contains(&json!("foregroundDeletion")) {
             finalizers.push(json!("foregroundDeletion"));
+            app.store.lock().foreground_active = true;
         }
         let namespace_delete = r.is_builtin() && r.kind == "Namespace";
         // Pods terminate gracefully: the kubelet removes them once their containers stopped.
@@ -1178,8 +1179,25 @@ fn watch(
             }
         }
     });
-    let _ = wants_table;
-    let body = Body::from_stream(stream.map(|v| {
+    // `kubectl get -w` asks for Tables: each event carries a one-row Table, the first one with
+    // the column definitions.
+    let table_r = t.r.clone();
+    let mut first = true;
+    let body = Body::from_stream(stream.map(move |mut v| {
+        if wants_table && matches!(v["type"].as_str(), Some("ADDED" | "MODIFIED" | "DELETED")) {
+            let obj = Arc::new(v["object"].take());
+            let mut tbl = table::to_table(
+                &table_r,
+                std::slice::from_ref(&obj),
+                rv_of(&obj),
+                "Metadata",
+            );
+            if !first {
+                tbl["columnDefinitions"] = json!([]);
+            }
+            first = false;
+            v["object"] = tbl;
+        }
         let mut line = serde_json::to_vec(&v).unwrap_or_default();
         line.push(b'\n');
         Ok::<_, std::convert::Infallible>(Bytes::from(line))

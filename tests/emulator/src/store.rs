@@ -77,6 +77,8 @@ pub struct State {
     uids: HashMap<String, (String, ObjKey)>,
     /// Owner uids whose dependents the garbage collector should look at.
     pub gc_pending: HashSet<String>,
+    /// Set while an owner waits in foreground deletion: the collector then keeps looking.
+    pub foreground_active: bool,
 }
 
 /// Shared store handle.
@@ -100,6 +102,7 @@ impl Store {
                 compacted_rv: 1,
                 uids: HashMap::new(),
                 gc_pending: HashSet::new(),
+                foreground_active: false,
             }),
             events,
             gc_wakeup: Notify::new(),
@@ -163,6 +166,7 @@ impl Store {
             .entry(r.key())
             .or_default()
             .insert(key, obj.clone());
+        st.note_missing_owners(&obj);
         let ev = WatchEvent {
             rv,
             resource: r.key(),
@@ -213,6 +217,7 @@ impl Store {
             .entry(r.key())
             .or_default()
             .insert(key, obj.clone());
+        st.note_missing_owners(&obj);
         let ev = WatchEvent {
             rv,
             resource: r.key(),
@@ -281,6 +286,18 @@ pub struct ListPage {
 }
 
 impl State {
+    /// Queues owner references to absent owners for the garbage collector.
+    fn note_missing_owners(&mut self, obj: &Value) {
+        let Some(refs) = obj["metadata"]["ownerReferences"].as_array() else {
+            return;
+        };
+        for uid in refs.iter().filter_map(|r| r["uid"].as_str()) {
+            if !self.uids.contains_key(uid) {
+                self.gc_pending.insert(uid.to_string());
+            }
+        }
+    }
+
     /// The current resourceVersion.
     pub fn resource_version(&self) -> u64 {
         self.rv
