@@ -483,41 +483,53 @@ async fn kube_runtime_watcher_relists_after_410() {
     cms.create(&PostParams::default(), &mk("one"))
         .await
         .unwrap();
-    let mut w = watcher::watcher(cms.clone(), watcher::Config::default().timeout(2)).boxed();
-    // Initial list.
-    let mut seen = Vec::new();
-    loop {
-        match tokio::time::timeout(Duration::from_secs(10), w.try_next())
-            .await
-            .unwrap()
-            .unwrap()
-        {
-            Some(Event::InitApply(cm)) => seen.push(cm.metadata.name.unwrap()),
-            Some(Event::InitDone) => break,
-            _ => {}
+    // Short watches (no bookmark moves the watcher's position) that it keeps resuming.
+    c.emulator
+        .faults()
+        .drop_watches_every(Some(Duration::from_millis(50)));
+    // Drive the watcher in the background; it reports the names it sees.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let stream = watcher::watcher(cms.clone(), watcher::Config::default().timeout(1));
+    tokio::spawn(async move {
+        let mut stream = stream.boxed();
+        while let Some(ev) = stream.next().await {
+            if let Ok(Event::Apply(cm) | Event::InitApply(cm)) = ev {
+                let _ = tx.send(cm.metadata.name.unwrap_or_default());
+            }
         }
-    }
-    assert_eq!(seen, ["one"]);
-    // Expire the history while the watch is between requests; the watcher re-lists.
+    });
+    let first = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(first, "one");
+    let lists_before = c.emulator.stats().count("list", "configmaps");
+    // Move the cluster past the watcher's position, then expire the history: resuming from its
+    // resourceVersion gets 410 Gone and the watcher lists again.
+    let other: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(c.client.clone(), "default");
+    let secret = serde_json::from_value(json!({"metadata": {"name": "s"}})).unwrap();
+    other.create(&PostParams::default(), &secret).await.unwrap();
     c.emulator.compact();
+    eventually("re-list after 410", Duration::from_secs(15), || async {
+        (c.emulator.stats().count("list", "configmaps") > lists_before).then_some(())
+    })
+    .await;
     cms.create(&PostParams::default(), &mk("two"))
         .await
         .unwrap();
-    let got = tokio::time::timeout(Duration::from_secs(20), async {
+    let seen = tokio::time::timeout(Duration::from_secs(15), async {
         loop {
-            match w.try_next().await {
-                Ok(Some(Event::Apply(cm) | Event::InitApply(cm)))
-                    if cm.metadata.name.as_deref() == Some("two") =>
-                {
-                    return;
-                }
-                Ok(_) => {}
-                Err(_) => {}
+            if rx.recv().await.as_deref() == Some("two") {
+                return;
             }
         }
     })
     .await;
-    assert!(got.is_ok(), "watcher saw the new object");
+    assert!(
+        seen.is_ok(),
+        "watcher saw the object created after the re-list"
+    );
 }
 
 #[tokio::test]
@@ -657,4 +669,211 @@ async fn latency_and_dropped_watches() {
         c.emulator.stats().count("watch", "configmaps") >= 2,
         "the watch was re-established"
     );
+}
+
+#[tokio::test]
+async fn foreground_and_orphan_propagation() {
+    let c = Cluster::start(false).await;
+    let cms: Api<ConfigMap> = Api::namespaced(c.client.clone(), "default");
+    let owner_with_child = |owner: &str| {
+        let cms = cms.clone();
+        let owner = owner.to_string();
+        async move {
+            let o = cms
+                .create(
+                    &PostParams::default(),
+                    &serde_json::from_value(json!({"metadata": {"name": owner}})).unwrap(),
+                )
+                .await
+                .unwrap();
+            let child: ConfigMap = serde_json::from_value(json!({"metadata": {
+                "name": format!("{owner}-child"),
+                "finalizers": ["example.org/hold"],
+                "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": owner, "uid": o.metadata.uid.unwrap(), "blockOwnerDeletion": true}]
+            }}))
+            .unwrap();
+            cms.create(&PostParams::default(), &child).await.unwrap();
+        }
+    };
+    // Foreground: the owner waits, with the foregroundDeletion finalizer, until its blocking
+    // dependent is gone.
+    owner_with_child("fg").await;
+    let deleted = cms
+        .delete("fg", &DeleteParams::foreground())
+        .await
+        .unwrap()
+        .left()
+        .expect("owner stays");
+    assert!(
+        deleted
+            .metadata
+            .finalizers
+            .unwrap()
+            .contains(&"foregroundDeletion".to_string())
+    );
+    eventually(
+        "child marked for deletion",
+        Duration::from_secs(10),
+        || async {
+            cms.get("fg-child")
+                .await
+                .ok()?
+                .metadata
+                .deletion_timestamp
+                .map(|_| ())
+        },
+    )
+    .await;
+    assert!(
+        cms.get_opt("fg").await.unwrap().is_some(),
+        "owner blocked by its dependent"
+    );
+    let release = json!({"metadata": {"finalizers": null}});
+    cms.patch("fg-child", &PatchParams::default(), &Patch::Merge(&release))
+        .await
+        .unwrap();
+    eventually("owner gone", Duration::from_secs(10), || async {
+        cms.get_opt("fg").await.unwrap().is_none().then_some(())
+    })
+    .await;
+
+    // Orphan: the dependent stays, without the reference.
+    owner_with_child("or").await;
+    cms.delete("or", &DeleteParams::orphan()).await.unwrap();
+    assert!(cms.get_opt("or").await.unwrap().is_none());
+    let orphan = cms.get("or-child").await.unwrap();
+    assert!(
+        orphan
+            .metadata
+            .owner_references
+            .unwrap_or_default()
+            .is_empty()
+    );
+    assert!(orphan.metadata.deletion_timestamp.is_none());
+}
+
+#[tokio::test]
+async fn namespace_and_crd_deletion_remove_their_contents() {
+    let c = Cluster::start(false).await;
+    let namespaces: Api<Namespace> = Api::all(c.client.clone());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "team"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(c.client.clone(), "team");
+    cms.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "a"}})).unwrap(),
+    )
+    .await
+    .unwrap();
+    let sites: Api<Site> = Api::namespaced(c.client.clone(), "team");
+    sites
+        .create(&PostParams::default(), &site("s"))
+        .await
+        .unwrap();
+    let ns = namespaces
+        .delete("team", &DeleteParams::default())
+        .await
+        .unwrap()
+        .left()
+        .expect("terminating namespace");
+    assert_eq!(ns.status.unwrap().phase.as_deref(), Some("Terminating"));
+    eventually("namespace gone", Duration::from_secs(10), || async {
+        namespaces
+            .get_opt("team")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let all_cms: Api<ConfigMap> = Api::all(c.client.clone());
+    assert!(
+        all_cms
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+
+    // Deleting the CRD removes its custom resources and the resource itself.
+    let default_sites: Api<Site> = Api::namespaced(c.client.clone(), "default");
+    default_sites
+        .create(&PostParams::default(), &site("x"))
+        .await
+        .unwrap();
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        Api::all(c.client.clone());
+    crds.delete("sites.sites.ecmwf.int", &DeleteParams::default())
+        .await
+        .unwrap();
+    let e = api_error(
+        default_sites
+            .list(&ListParams::default())
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(e.code, 404);
+    crds.create(&PostParams::default(), &sites_operator::crd::crd())
+        .await
+        .unwrap();
+    assert!(
+        default_sites
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty(),
+        "old Sites do not come back"
+    );
+}
+
+#[tokio::test]
+async fn label_selector_watches_see_objects_enter_and_leave() {
+    let c = Cluster::start(false).await;
+    let cms: Api<ConfigMap> = Api::namespaced(c.client.clone(), "default");
+    let created = cms
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "a"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let rv = created.metadata.resource_version.unwrap();
+    let mut stream = cms
+        .watch(&WatchParams::default().labels("tier=web").timeout(5), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    let label = |v: Option<&str>| json!({"metadata": {"labels": {"tier": v}}});
+    cms.patch(
+        "a",
+        &PatchParams::default(),
+        &Patch::Merge(&label(Some("web"))),
+    )
+    .await
+    .unwrap();
+    cms.patch(
+        "a",
+        &PatchParams::default(),
+        &Patch::Merge(&label(Some("db"))),
+    )
+    .await
+    .unwrap();
+    let kinds: Vec<&str> = vec![
+        match stream.try_next().await.unwrap() {
+            Some(WatchEvent::Added(_)) => "ADDED",
+            other => panic!("{other:?}"),
+        },
+        match stream.try_next().await.unwrap() {
+            Some(WatchEvent::Deleted(_)) => "DELETED",
+            other => panic!("{other:?}"),
+        },
+    ];
+    assert_eq!(kinds, ["ADDED", "DELETED"]);
 }
