@@ -349,3 +349,73 @@ async fn kubectl_get_watch_prints_table_rows() {
         "{seen}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_typed_create_commands_work() {
+    // These commands send protobuf bodies.
+    for tls in [false, true] {
+        let c = Cluster::start(tls).await;
+        assert_eq!(
+            c.kubectl_ok(&["create", "namespace", "sites"]).trim(),
+            "namespace/sites created"
+        );
+        assert_eq!(
+            c.kubectl_ok(&[
+                "-n",
+                "sites",
+                "create",
+                "configmap",
+                "sites-config",
+                "--from-literal=config.yaml=sitesConfig: {}"
+            ])
+            .trim(),
+            "configmap/sites-config created"
+        );
+        assert_eq!(
+            c.kubectl_ok(&[
+                "-n",
+                "sites",
+                "create",
+                "secret",
+                "generic",
+                "sites-session",
+                "--from-literal=secret_key=s3cr3t"
+            ])
+            .trim(),
+            "secret/sites-session created"
+        );
+        assert_eq!(
+            c.kubectl_ok(&["-n", "sites", "create", "serviceaccount", "sites-operator"])
+                .trim(),
+            "serviceaccount/sites-operator created"
+        );
+        let data = c.kubectl_ok(&[
+            "-n",
+            "sites",
+            "get",
+            "configmap",
+            "sites-config",
+            "-o",
+            "jsonpath={.data.config\\.yaml}",
+        ]);
+        assert_eq!(data, "sitesConfig: {}");
+        let secret = c.kubectl_ok(&[
+            "-n",
+            "sites",
+            "get",
+            "secret",
+            "sites-session",
+            "-o",
+            "jsonpath={.data.secret_key}",
+        ]);
+        assert_eq!(secret, "czNjcjN0", "base64 of s3cr3t");
+        let labels = c.kubectl_ok(&[
+            "get",
+            "namespace",
+            "sites",
+            "-o",
+            "jsonpath={.metadata.labels}",
+        ]);
+        assert!(labels.contains("kubernetes.io/metadata.name"), "{labels}");
+    }
+}

@@ -16,6 +16,7 @@ pub mod gc;
 pub mod jsonpath;
 pub mod meta;
 pub mod ops;
+pub mod protobuf;
 pub mod registry;
 pub mod schema;
 pub mod selector;

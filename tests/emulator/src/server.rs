@@ -367,7 +367,16 @@ fn decode_body(headers: &HeaderMap, body: &Bytes) -> Result<Value, ApiError> {
         return serde_yaml_ng::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")));
     }
-    if ct.starts_with("application/vnd.kubernetes.protobuf") || ct.contains("cbor") {
+    if ct.starts_with("application/vnd.kubernetes.protobuf") {
+        return crate::protobuf::decode(body).map_err(|e| {
+            if e.starts_with("the emulator decodes protobuf only") {
+                ApiError::unsupported_media_type(e)
+            } else {
+                ApiError::bad_request(format!("error decoding protobuf: {e}"))
+            }
+        });
+    }
+    if ct.contains("cbor") {
         return Err(ApiError::unsupported_media_type(format!(
             "the emulator does not decode {ct}; send application/json"
         )));
