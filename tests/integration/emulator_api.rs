@@ -877,3 +877,68 @@ async fn label_selector_watches_see_objects_enter_and_leave() {
     ];
     assert_eq!(kinds, ["ADDED", "DELETED"]);
 }
+
+#[tokio::test]
+async fn size_limits() {
+    let c = Cluster::start(false).await;
+    let cms: Api<ConfigMap> = Api::namespaced(c.client.clone(), "default");
+    // Over etcd's limit but under the request limit: refused by storage.
+    let big: ConfigMap = serde_json::from_value(
+        json!({"metadata": {"name": "big"}, "data": {"x": "a".repeat(2 * 1024 * 1024)}}),
+    )
+    .unwrap();
+    let e = api_error(cms.create(&PostParams::default(), &big).await.unwrap_err());
+    assert_eq!(e.code, 413);
+    assert_eq!(e.message, "etcdserver: request is too large");
+    // Over the request limit.
+    let huge: ConfigMap = serde_json::from_value(
+        json!({"metadata": {"name": "huge"}, "data": {"x": "a".repeat(4 * 1024 * 1024)}}),
+    )
+    .unwrap();
+    let e = api_error(cms.create(&PostParams::default(), &huge).await.unwrap_err());
+    assert_eq!(e.code, 413);
+    assert_eq!(e.message, "Request entity too large: limit is 3145728");
+    // Annotations over 256 KiB in total.
+    let annotated: ConfigMap = serde_json::from_value(
+        json!({"metadata": {"name": "ann", "annotations": {"a": "b".repeat(300 * 1024)}}}),
+    )
+    .unwrap();
+    let e = api_error(
+        cms.create(&PostParams::default(), &annotated)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (422, "Invalid"));
+    assert!(
+        e.message.contains("metadata.annotations: Too long"),
+        "{}",
+        e.message
+    );
+    // Names and labels.
+    let bad_name: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "Bad_Name"}})).unwrap();
+    let e = api_error(
+        cms.create(&PostParams::default(), &bad_name)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(e.code, 422);
+    assert!(
+        e.message
+            .contains("metadata.name: Invalid value: \"Bad_Name\""),
+        "{}",
+        e.message
+    );
+    let bad_label: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "ok", "labels": {"a": "-bad-"}}}))
+            .unwrap();
+    assert_eq!(
+        api_error(
+            cms.create(&PostParams::default(), &bad_label)
+                .await
+                .unwrap_err()
+        )
+        .code,
+        422
+    );
+}

@@ -21,6 +21,8 @@ use crate::{apply, discovery, smp, stats::Stats, table};
 
 /// Request body limit, as the API server's.
 pub const MAX_BODY: usize = 3 * 1024 * 1024;
+/// Largest object etcd stores (its default request limit).
+pub const ETCD_LIMIT: usize = 1_572_864;
 
 /// Shared server state.
 pub struct App {
@@ -628,6 +630,14 @@ async fn admit(
     }
     crate::controllers::check_claim_resize(app, r, old, &object)?;
     ops::validate(r, old, &object)?;
+    // etcd refuses values over its request limit (1.5 MiB).
+    if serde_json::to_vec(&object).map_or(0, |b| b.len()) > ETCD_LIMIT {
+        return Err(ApiError::new(
+            413,
+            "RequestEntityTooLarge",
+            "etcdserver: request is too large",
+        ));
+    }
     let attempt = Attempt {
         object: Some(object.clone()),
         ..attempt
