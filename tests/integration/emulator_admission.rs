@@ -11,7 +11,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use sites_operator::crd::Site;
 
-use crate::support::Cluster;
+use crate::support::{Cluster, api_error};
 
 /// A CA that signs webhook serving certificates.
 struct TestCa {
@@ -210,14 +210,12 @@ async fn denial_reaches_the_client_with_the_field_and_kubectl_shows_it() {
         .expect("allowed");
     let mut bad = site("bad");
     bad.spec.owner = "root".into();
-    let e = match sites
-        .create(&PostParams::default(), &bad)
-        .await
-        .unwrap_err()
-    {
-        kube::Error::Api(s) => s,
-        other => panic!("{other:?}"),
-    };
+    let e = api_error(
+        sites
+            .create(&PostParams::default(), &bad)
+            .await
+            .unwrap_err(),
+    );
     assert_eq!((e.code, e.reason.as_str()), (403, "Forbidden"));
     assert_eq!(
         e.message,
@@ -278,14 +276,12 @@ async fn status_writes_skip_a_webhook_that_matches_only_sites() {
         .await
         .expect("status write does not call the webhook");
     let spec = json!({"spec": {"owner": "alice"}});
-    let e = match sites
-        .patch("a", &PatchParams::default(), &Patch::Merge(&spec))
-        .await
-        .unwrap_err()
-    {
-        kube::Error::Api(s) => s,
-        other => panic!("{other:?}"),
-    };
+    let e = api_error(
+        sites
+            .patch("a", &PatchParams::default(), &Patch::Merge(&spec))
+            .await
+            .unwrap_err(),
+    );
     assert_eq!(e.code, 500);
     assert!(
         e.message.starts_with(
@@ -378,10 +374,7 @@ async fn dry_run_needs_side_effect_free_webhooks() {
         dry_run: true,
         ..Default::default()
     };
-    let e = match sites.create(&dry, &site("a")).await.unwrap_err() {
-        kube::Error::Api(s) => s,
-        other => panic!("{other:?}"),
-    };
+    let e = api_error(sites.create(&dry, &site("a")).await.unwrap_err());
     assert_eq!(e.code, 400);
     assert_eq!(
         e.message,
@@ -410,14 +403,12 @@ async fn certificate_for_another_name_fails_the_call() {
     )
     .await;
     let sites: Api<Site> = Api::namespaced(c.client.clone(), "default");
-    let e = match sites
-        .create(&PostParams::default(), &site("a"))
-        .await
-        .unwrap_err()
-    {
-        kube::Error::Api(s) => s,
-        other => panic!("{other:?}"),
-    };
+    let e = api_error(
+        sites
+            .create(&PostParams::default(), &site("a"))
+            .await
+            .unwrap_err(),
+    );
     assert_eq!(e.code, 500);
     assert!(
         e.message

@@ -7,11 +7,10 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{
     Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
 };
-use kube::core::Status;
 use serde_json::json;
 use sites_operator::crd::Site;
 
-use crate::support::{Cluster, eventually};
+use crate::support::{Cluster, api_error, eventually};
 
 fn site(name: &str) -> Site {
     serde_json::from_value(json!({
@@ -21,13 +20,6 @@ fn site(name: &str) -> Site {
         "spec": {"name": "handbook", "owner": "jdoe", "type": "static", "configuration": {"space": "docs"}}
     }))
     .unwrap()
-}
-
-fn api_error(e: kube::Error) -> Status {
-    match e {
-        kube::Error::Api(s) => *s,
-        other => panic!("expected an API error, got {other:?}"),
-    }
 }
 
 #[tokio::test]

@@ -12,7 +12,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use sites_emulator::controllers::Behaviour;
 
-use crate::support::{Cluster, eventually};
+use crate::support::{Cluster, api_error, eventually};
 
 const WAIT: Duration = Duration::from_secs(15);
 
@@ -33,10 +33,8 @@ fn statefulset(name: &str, replicas: i32, image: &str) -> StatefulSet {
 }
 
 fn status_code(e: kube::Error) -> (u16, String) {
-    match e {
-        kube::Error::Api(s) => (s.code, s.message),
-        other => panic!("{other:?}"),
-    }
+    let s = api_error(e);
+    (s.code, s.message)
 }
 
 fn ready(p: &Pod) -> bool {

@@ -119,3 +119,11 @@ where
 pub fn repo_file(path: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)
 }
+
+/// The Status of an API error; panics (failing the test) on any other error.
+pub fn api_error(e: kube::Error) -> kube::core::Status {
+    match e {
+        kube::Error::Api(s) => *s,
+        other => panic!("expected an API error, got {other:?}"),
+    }
+}

@@ -509,6 +509,27 @@ fn conditions_match(w: &Value, a: &Attempt<'_>, object: Option<&Value>) -> Resul
     Ok(true)
 }
 
+/// Whether a webhook is called for the attempt: rules, selectors and matchConditions (an
+/// evaluation error follows the failurePolicy), and dryRun only for side-effect-free webhooks.
+fn selected(app: &App, w: &Value, a: &Attempt<'_>, name: &str) -> Result<bool, ApiError> {
+    match webhook_matches(app, w, a)
+        .and_then(|m| Ok(m && conditions_match(w, a, a.object.as_ref())?))
+    {
+        Ok(false) => return Ok(false),
+        Ok(true) => {}
+        Err(e) if fails_closed(w) => {
+            return Err(call_failure(name, &format!("matchConditions: {e}")));
+        }
+        Err(_) => return Ok(false),
+    }
+    if a.dry_run && !supports_dry_run(w) {
+        return Err(ApiError::bad_request(format!(
+            "admission webhook \"{name}\" does not support dry run"
+        )));
+    }
+    Ok(true)
+}
+
 /// Runs mutating webhooks; returns the (possibly patched) object and warnings.
 pub async fn mutate(
     app: &App,
@@ -526,20 +547,8 @@ pub async fn mutate(
             object: object.clone(),
             ..*a
         };
-        match webhook_matches(app, w, &current)
-            .and_then(|m| Ok(m && conditions_match(w, &current, object.as_ref())?))
-        {
-            Ok(false) => continue,
-            Ok(true) => {}
-            Err(e) if fails_closed(w) => {
-                return Err(call_failure(&name, &format!("matchConditions: {e}")));
-            }
-            Err(_) => continue,
-        }
-        if a.dry_run && !supports_dry_run(w) {
-            return Err(ApiError::bad_request(format!(
-                "admission webhook \"{name}\" does not support dry run"
-            )));
+        if !selected(app, w, &current, &name)? {
+            continue;
         }
         match call(app, &hook, &current, object.as_ref()).await {
             Ok(Called::Allowed(patch, w_warnings)) => {
@@ -564,31 +573,18 @@ pub async fn mutate(
 
 /// Runs validating webhooks in parallel; the first denial or failure (in order) wins.
 pub async fn validate(app: &App, a: &Attempt<'_>) -> Result<Vec<String>, ApiError> {
-    let mut selected = Vec::new();
+    let mut chosen = Vec::new();
     for hook in hooks(app, false) {
         let w = &hook.webhook;
         let name = w["name"].as_str().unwrap_or_default().to_string();
-        match webhook_matches(app, w, a)
-            .and_then(|m| Ok(m && conditions_match(w, a, a.object.as_ref())?))
-        {
-            Ok(false) => continue,
-            Ok(true) => {}
-            Err(e) if fails_closed(w) => {
-                return Err(call_failure(&name, &format!("matchConditions: {e}")));
-            }
-            Err(_) => continue,
+        if selected(app, w, a, &name)? {
+            chosen.push(hook);
         }
-        if a.dry_run && !supports_dry_run(w) {
-            return Err(ApiError::bad_request(format!(
-                "admission webhook \"{name}\" does not support dry run"
-            )));
-        }
-        selected.push(hook);
     }
-    let calls = selected.iter().map(|h| call(app, h, a, a.object.as_ref()));
+    let calls = chosen.iter().map(|h| call(app, h, a, a.object.as_ref()));
     let results = futures::future::join_all(calls).await;
     let mut warnings = Vec::new();
-    for (hook, result) in selected.iter().zip(results) {
+    for (hook, result) in chosen.iter().zip(results) {
         match result {
             Ok(Called::Allowed(_, w)) => warnings.extend(w),
             Ok(Called::Denied(e)) => return Err(e),

@@ -476,24 +476,7 @@ fn skip_prune(
     }
 }
 
-/// JSON field names of metav1.ObjectMeta.
-const OBJECT_META_FIELDS: &[&str] = &[
-    "name",
-    "generateName",
-    "namespace",
-    "selfLink",
-    "uid",
-    "resourceVersion",
-    "generation",
-    "creationTimestamp",
-    "deletionTimestamp",
-    "deletionGracePeriodSeconds",
-    "labels",
-    "annotations",
-    "ownerReferences",
-    "finalizers",
-    "managedFields",
-];
+use crate::meta::OBJECT_META_FIELDS;
 
 /// Whether a known ObjectMeta field has a JSON type ObjectMeta can decode.
 fn meta_field_type_ok(k: &str, v: &Value) -> bool {

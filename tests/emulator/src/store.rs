@@ -131,7 +131,7 @@ impl Store {
     }
 
     /// Stores a new object. `obj` is complete except resourceVersion.
-    pub fn commit_create(&self, r: &ResourceInfo, mut obj: Value) -> Result<Arc<Value>, ApiError> {
+    pub fn commit_create(&self, r: &ResourceInfo, obj: Value) -> Result<Arc<Value>, ApiError> {
         let mut st = self.lock();
         let ns = meta_str(&obj, "namespace").unwrap_or_default().to_string();
         let name = meta_str(&obj, "name").unwrap_or_default().to_string();
@@ -155,6 +155,19 @@ impl Store {
         {
             return Err(ApiError::already_exists(r, &name));
         }
+        Ok(self.store_and_publish(&mut st, r, key, obj, None))
+    }
+
+    /// Stamps the next resourceVersion, stores the object and tells the watchers (ADDED when
+    /// there was no `old` state, MODIFIED otherwise).
+    fn store_and_publish(
+        &self,
+        st: &mut State,
+        r: &ResourceInfo,
+        key: ObjKey,
+        mut obj: Value,
+        old: Option<Arc<Value>>,
+    ) -> Arc<Value> {
         st.rv += 1;
         let rv = st.rv;
         meta::meta_mut(&mut obj).insert("resourceVersion".into(), json!(rv.to_string()));
@@ -162,6 +175,7 @@ impl Store {
         if let Some(uid) = meta_str(&obj, "uid") {
             st.uids.insert(uid.to_string(), (r.key(), key.clone()));
         }
+        let namespace = key.0.clone();
         st.objects
             .entry(r.key())
             .or_default()
@@ -170,13 +184,17 @@ impl Store {
         let ev = WatchEvent {
             rv,
             resource: r.key(),
-            namespace: ns,
-            kind: EventType::Added,
+            namespace,
+            kind: if old.is_some() {
+                EventType::Modified
+            } else {
+                EventType::Added
+            },
             object: obj.clone(),
-            old: None,
+            old,
         };
-        self.publish(&mut st, ev);
-        Ok(obj)
+        self.publish(st, ev);
+        obj
     }
 
     /// Replaces a stored object read at `expected_rv`. An object with a deletionTimestamp and
@@ -185,7 +203,7 @@ impl Store {
         &self,
         r: &ResourceInfo,
         expected_rv: u64,
-        mut obj: Value,
+        obj: Value,
     ) -> Result<Arc<Value>, CommitError> {
         let mut st = self.lock();
         let ns = meta_str(&obj, "namespace").unwrap_or_default().to_string();
@@ -209,25 +227,7 @@ impl Store {
                 .commit_remove(r, &ns, &name, Some(expected_rv), Some(obj))
                 .map_err(CommitError::Api);
         }
-        st.rv += 1;
-        let rv = st.rv;
-        meta::meta_mut(&mut obj).insert("resourceVersion".into(), json!(rv.to_string()));
-        let obj = Arc::new(obj);
-        st.objects
-            .entry(r.key())
-            .or_default()
-            .insert(key, obj.clone());
-        st.note_missing_owners(&obj);
-        let ev = WatchEvent {
-            rv,
-            resource: r.key(),
-            namespace: ns,
-            kind: EventType::Modified,
-            object: obj.clone(),
-            old: Some(current),
-        };
-        self.publish(&mut st, ev);
-        Ok(obj)
+        Ok(self.store_and_publish(&mut st, r, key, obj, Some(current)))
     }
 
     /// Removes an object (optionally checking the resourceVersion read). `last` replaces the
