@@ -2,11 +2,18 @@
 //! (`sites.ecmwf.int/v1`).
 //!
 //! The library holds everything but process start-up: the Site types and CRD ([`crd`]), the
-//! platform configuration and its validator ([`config`]), and the pure checks they share.
+//! platform configuration and its validator ([`config`]), qualifying-change detection
+//! ([`diff`]), names, labels and owner references of owned objects ([`labels`]), and the pure
+//! checks they share.
 
 pub mod config;
 pub mod crd;
+pub mod diff;
+mod error;
+pub mod labels;
 pub mod policy;
 pub mod quantity;
 pub mod telemetry;
 pub mod validation;
+
+pub use error::{Error, Result};

@@ -1,0 +1,152 @@
+//! Names, labels and owner references shared by every object the operator renders for a Site.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::Resource;
+
+use crate::Error;
+use crate::crd::{ID_LABEL, Site};
+
+/// `app.kubernetes.io/managed-by` of every owned object.
+pub const MANAGED_BY: &str = "sites-operator";
+
+/// Name of the Secret holding the OAuth2 proxy cookie secret.
+pub fn oauth2_secret_name(id: &str) -> String {
+    format!("{id}-oauth2")
+}
+
+/// Name of the ConfigMap holding the nginx configuration and error pages.
+pub fn files_configmap_name(id: &str) -> String {
+    format!("{id}-files")
+}
+
+/// Labels of every owned object and of the pod template.
+pub fn labels(id: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (ID_LABEL.to_string(), id.to_string()),
+        ("app.kubernetes.io/name".to_string(), "site".to_string()),
+        ("app.kubernetes.io/instance".to_string(), id.to_string()),
+        ("app.kubernetes.io/part-of".to_string(), "sites".to_string()),
+        (
+            "app.kubernetes.io/managed-by".to_string(),
+            MANAGED_BY.to_string(),
+        ),
+    ])
+}
+
+/// The selector of the site's pods: the id label only (selectors are immutable, so they hold
+/// nothing that could ever change).
+pub fn selector(id: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([(ID_LABEL.to_string(), id.to_string())])
+}
+
+/// The site id (object name) and namespace, or the error naming what is missing.
+pub fn id_and_namespace(site: &Site) -> Result<(&str, &str), Error> {
+    let id = site
+        .metadata
+        .name
+        .as_deref()
+        .ok_or(Error::MissingMetadata {
+            field: "metadata.name",
+        })?;
+    let ns = site
+        .metadata
+        .namespace
+        .as_deref()
+        .ok_or(Error::MissingMetadata {
+            field: "metadata.namespace",
+        })?;
+    Ok((id, ns))
+}
+
+/// The controller owner reference to the Site (LIFE-05, LIFE-12): garbage collection removes
+/// every owned object with the Site.
+pub fn owner_reference(site: &Site) -> Result<OwnerReference, Error> {
+    let uid = site.metadata.uid.clone().ok_or(Error::MissingMetadata {
+        field: "metadata.uid",
+    })?;
+    let (id, _) = id_and_namespace(site)?;
+    Ok(OwnerReference {
+        api_version: Site::api_version(&()).to_string(),
+        kind: Site::kind(&()).to_string(),
+        name: id.to_string(),
+        uid,
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    })
+}
+
+/// Metadata of an owned object called `name`: the Site's namespace, the site labels, and
+/// exactly one owner reference, the Site.
+pub fn object_meta(site: &Site, name: &str) -> Result<ObjectMeta, Error> {
+    let (id, ns) = id_and_namespace(site)?;
+    Ok(ObjectMeta {
+        name: Some(name.to_string()),
+        namespace: Some(ns.to_string()),
+        labels: Some(labels(id)),
+        owner_references: Some(vec![owner_reference(site)?]),
+        ..Default::default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn site(meta: serde_json::Value) -> Site {
+        serde_json::from_value(json!({
+            "apiVersion": "sites.ecmwf.int/v1", "kind": "Site", "metadata": meta,
+            "spec": {"name": "handbook", "owner": "jdoe", "type": "static", "configuration": {"space": "docs"}}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn owned_object_metadata() {
+        let s = site(json!({"name": "docs-handbook", "namespace": "sites", "uid": "u-1"}));
+        let meta = object_meta(&s, &files_configmap_name("docs-handbook")).unwrap();
+        assert_eq!(meta.name.as_deref(), Some("docs-handbook-files"));
+        assert_eq!(meta.namespace.as_deref(), Some("sites"));
+        assert_eq!(meta.labels.as_ref().unwrap()[ID_LABEL], "docs-handbook");
+        assert_eq!(
+            meta.labels.as_ref().unwrap()["app.kubernetes.io/managed-by"],
+            "sites-operator"
+        );
+        let owners = meta.owner_references.unwrap();
+        assert_eq!(owners.len(), 1);
+        let o = &owners[0];
+        assert_eq!(
+            (
+                o.api_version.as_str(),
+                o.kind.as_str(),
+                o.name.as_str(),
+                o.uid.as_str()
+            ),
+            ("sites.ecmwf.int/v1", "Site", "docs-handbook", "u-1")
+        );
+        assert_eq!(
+            (o.controller, o.block_owner_deletion),
+            (Some(true), Some(true))
+        );
+        assert_eq!(selector("docs-handbook").len(), 1);
+        assert_eq!(oauth2_secret_name("a"), "a-oauth2");
+    }
+
+    #[test]
+    fn missing_metadata_is_an_error_naming_the_field() {
+        for (meta, field) in [
+            (json!({"namespace": "sites", "uid": "u"}), "metadata.name"),
+            (json!({"name": "a", "uid": "u"}), "metadata.namespace"),
+            (json!({"name": "a", "namespace": "sites"}), "metadata.uid"),
+        ] {
+            let err = object_meta(&site(meta), "a").unwrap_err();
+            assert!(
+                matches!(err, Error::MissingMetadata { field: f } if f == field),
+                "{err:?}"
+            );
+            assert!(err.to_string().contains(field));
+        }
+    }
+}
