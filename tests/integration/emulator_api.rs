@@ -934,3 +934,46 @@ async fn size_limits() {
         422
     );
 }
+
+#[tokio::test]
+async fn server_side_apply_of_status_is_separate_from_the_main_resource() {
+    let c = Cluster::start(false).await;
+    let sites: Api<Site> = Api::namespaced(c.client.clone(), "default");
+    let pp = PatchParams::apply("sites-operator").force();
+    let spec = json!({
+        "apiVersion": "sites.ecmwf.int/v1", "kind": "Site", "metadata": {"name": "a", "labels": {"team": "docs"}},
+        "spec": {"name": "handbook", "owner": "jdoe", "type": "static", "configuration": {"space": "docs"}}
+    });
+    sites.patch("a", &pp, &Patch::Apply(&spec)).await.unwrap();
+    let status = json!({"apiVersion": "sites.ecmwf.int/v1", "kind": "Site", "status": {"phase": "Running", "observedGeneration": 1}});
+    let after = sites
+        .patch_status("a", &pp, &Patch::Apply(&status))
+        .await
+        .unwrap();
+    assert_eq!(
+        after.status.as_ref().unwrap().phase,
+        Some(sites_operator::crd::Phase::Running)
+    );
+    // The status apply removed nothing the same manager applied on the main resource.
+    assert_eq!(after.metadata.labels.unwrap()["team"], "docs");
+    assert_eq!(after.spec.owner, "jdoe");
+    // A main-path apply does not touch the status.
+    let spec2 = json!({
+        "apiVersion": "sites.ecmwf.int/v1", "kind": "Site", "metadata": {"name": "a", "labels": {"team": "docs"}},
+        "spec": {"name": "handbook", "owner": "alice", "type": "static", "configuration": {"space": "docs"}},
+        "status": {"phase": "Failed"}
+    });
+    let main = sites.patch("a", &pp, &Patch::Apply(&spec2)).await.unwrap();
+    assert_eq!(main.spec.owner, "alice");
+    assert_eq!(
+        main.status.unwrap().phase,
+        Some(sites_operator::crd::Phase::Running)
+    );
+    // Re-applying the same status is a no-op.
+    let rv = sites.get("a").await.unwrap().metadata.resource_version;
+    let again = sites
+        .patch_status("a", &pp, &Patch::Apply(&status))
+        .await
+        .unwrap();
+    assert_eq!(again.metadata.resource_version, rv);
+}

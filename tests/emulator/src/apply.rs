@@ -319,6 +319,7 @@ pub fn apply(
     applied: &Value,
     manager: &str,
     force: bool,
+    status_path: bool,
 ) -> Result<Value, ApiError> {
     let name = applied["metadata"]["name"]
         .as_str()
@@ -342,12 +343,17 @@ pub fn apply(
             }
         }
     }
-    // The configuration this manager owns: everything but identity metadata.
+    // The configuration this manager owns: everything but identity metadata; on `/status` only
+    // the status, on the main path everything but a status served by its own subresource.
     let mut config = applied.clone();
     if let Some(o) = config.as_object_mut() {
         o.remove("apiVersion");
         o.remove("kind");
-        o.remove("status");
+        if status_path {
+            o.retain(|k, _| k == "status");
+        } else if r.status_subresource {
+            o.remove("status");
+        }
     }
     if let Some(m) = config.get_mut("metadata").and_then(Value::as_object_mut) {
         m.retain(|k, _| {
@@ -368,9 +374,18 @@ pub fn apply(
         .as_array()
         .cloned()
         .unwrap_or_default();
+    // Field sets are kept per subresource: the main resource and /status are separate.
+    let subresource = if status_path {
+        json!("status")
+    } else {
+        Value::Null
+    };
+    let same_subresource =
+        |e: &Value| e.get("subresource").cloned().unwrap_or(Value::Null) == subresource;
     let mut owners: BTreeMap<String, BTreeSet<FieldPath>> = BTreeMap::new();
     for e in &entries {
         if e["operation"] == "Apply"
+            && same_subresource(e)
             && let Some(m) = e["manager"].as_str()
         {
             let mut set = BTreeSet::new();
@@ -428,9 +443,12 @@ pub fn apply(
     }
     let mut new_entries: Vec<Value> = entries
         .into_iter()
-        .filter(|e| !(e["operation"] == "Apply" && e["manager"] == json!(manager)))
+        .filter(|e| {
+            !(e["operation"] == "Apply" && e["manager"] == json!(manager) && same_subresource(e))
+        })
         .map(|mut e| {
             if e["operation"] == "Apply"
+                && same_subresource(&e)
                 && let Some(set) = e["manager"].as_str().and_then(|m| owners.get(m))
             {
                 e["fieldsV1"] = encode(set);
@@ -438,14 +456,18 @@ pub fn apply(
             e
         })
         .collect();
-    new_entries.push(json!({
+    let mut entry = json!({
         "manager": manager,
         "operation": "Apply",
         "apiVersion": r.api_version(),
         "time": meta::now(),
         "fieldsType": "FieldsV1",
         "fieldsV1": encode(&new_set),
-    }));
+    });
+    if status_path {
+        entry["subresource"] = json!("status");
+    }
+    new_entries.push(entry);
     m.insert("managedFields".into(), Value::Array(new_entries));
     Ok(result)
 }

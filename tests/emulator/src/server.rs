@@ -771,7 +771,7 @@ async fn patch(
                 name,
                 opts,
                 |old| {
-                    let merged = apply::apply(&t.r, old, &applied, &manager, force)?;
+                    let merged = apply::apply(&t.r, old, &applied, &manager, force, status_path)?;
                     match old {
                         Some(old) => ops::prepare_update(
                             &t.r,
