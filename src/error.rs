@@ -7,13 +7,26 @@ pub enum Error {
     /// A Site without metadata the operator needs (only objects not read from the API server).
     #[error("the Site has no {field}")]
     MissingMetadata { field: &'static str },
+    /// The platform configuration lacks a value this Site needs.
+    #[error("the platform configuration has no {key}")]
+    MissingConfig { key: &'static str },
+    /// The route cannot be expressed in the active routing mode (RTG-09).
+    #[error("unsupported route {path:?}: {reason}")]
+    UnsupportedRoute { path: String, reason: String },
+    /// A value that could break out of generated configuration (an nginx directive, a path).
+    #[error("{field}: {reason}")]
+    UnsafeValue { field: String, reason: String },
 }
 
 impl Error {
     /// Whether retrying without a spec change can succeed.
     pub fn is_transient(&self) -> bool {
         match self {
-            Error::MissingMetadata { .. } => false,
+            // A configuration change restarts the operator, which reconciles again.
+            Error::MissingConfig { .. } => true,
+            Error::MissingMetadata { .. }
+            | Error::UnsupportedRoute { .. }
+            | Error::UnsafeValue { .. } => false,
         }
     }
 
@@ -21,6 +34,9 @@ impl Error {
     pub fn category(&self) -> &'static str {
         match self {
             Error::MissingMetadata { .. } => "MissingMetadata",
+            Error::MissingConfig { .. } => "MissingConfig",
+            Error::UnsupportedRoute { .. } => "UnsupportedRoute",
+            Error::UnsafeValue { .. } => "UnsafeValue",
         }
     }
 }

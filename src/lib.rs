@@ -13,6 +13,7 @@ mod error;
 pub mod labels;
 pub mod policy;
 pub mod quantity;
+pub mod render;
 pub mod telemetry;
 pub mod validation;
 
