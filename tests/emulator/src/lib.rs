@@ -13,6 +13,7 @@ pub mod crds;
 pub mod discovery;
 pub mod faults;
 pub mod gc;
+mod gofmt;
 pub mod jsonpath;
 pub mod meta;
 pub mod ops;
