@@ -11,7 +11,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use sites_operator::crd::Site;
 
-use crate::support::{Cluster, api_error};
+use crate::support::{Cluster, api_error, site};
 
 /// A CA that signs webhook serving certificates.
 struct TestCa {
@@ -157,14 +157,6 @@ async fn install_validating(c: &Cluster, hooks: Vec<Value>) {
         serde_json::from_value(json!({"metadata": {"name": "test-validating"}, "webhooks": hooks}))
             .unwrap();
     api.create(&PostParams::default(), &cfg).await.unwrap();
-}
-
-fn site(name: &str) -> Site {
-    serde_json::from_value(json!({
-        "apiVersion": "sites.ecmwf.int/v1", "kind": "Site", "metadata": {"name": name},
-        "spec": {"name": "handbook", "owner": "jdoe", "type": "static", "configuration": {"space": "docs"}}
-    }))
-    .unwrap()
 }
 
 fn deny_owner_root() -> Handler {

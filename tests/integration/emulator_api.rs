@@ -10,17 +10,7 @@ use kube::api::{
 use serde_json::json;
 use sites_operator::crd::Site;
 
-use crate::support::{Cluster, api_error, eventually};
-
-fn site(name: &str) -> Site {
-    serde_json::from_value(json!({
-        "apiVersion": "sites.ecmwf.int/v1",
-        "kind": "Site",
-        "metadata": {"name": name},
-        "spec": {"name": "handbook", "owner": "jdoe", "type": "static", "configuration": {"space": "docs"}}
-    }))
-    .unwrap()
-}
+use crate::support::{Cluster, api_error, eventually, site};
 
 #[tokio::test]
 async fn already_exists_and_not_found_statuses() {

@@ -127,3 +127,14 @@ pub fn api_error(e: kube::Error) -> kube::core::Status {
         other => panic!("expected an API error, got {other:?}"),
     }
 }
+
+/// A minimal valid Site called `name` (namespace from the request).
+pub fn site(name: &str) -> sites_operator::crd::Site {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "sites.ecmwf.int/v1",
+        "kind": "Site",
+        "metadata": {"name": name},
+        "spec": {"name": "handbook", "owner": "jdoe", "type": "static", "configuration": {"space": "docs"}}
+    }))
+    .expect("the fixture is a valid Site")
+}
