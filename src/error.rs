@@ -16,6 +16,13 @@ pub enum Error {
     /// A value that could break out of generated configuration (an nginx directive, a path).
     #[error("{field}: {reason}")]
     UnsafeValue { field: String, reason: String },
+    /// A Site the schema admits but the operator cannot render (e.g. a custom application
+    /// without an image, two applications on one port).
+    #[error("{field}: {reason}")]
+    InvalidSpec { field: String, reason: String },
+    /// No public host: neither `routing.host` nor the master Ingress names one.
+    #[error("Public host name required: set routing.host in the platform configuration")]
+    PublicHostRequired,
 }
 
 impl Error {
@@ -23,10 +30,11 @@ impl Error {
     pub fn is_transient(&self) -> bool {
         match self {
             // A configuration change restarts the operator, which reconciles again.
-            Error::MissingConfig { .. } => true,
+            Error::MissingConfig { .. } | Error::PublicHostRequired => true,
             Error::MissingMetadata { .. }
             | Error::UnsupportedRoute { .. }
-            | Error::UnsafeValue { .. } => false,
+            | Error::UnsafeValue { .. }
+            | Error::InvalidSpec { .. } => false,
         }
     }
 
@@ -37,6 +45,8 @@ impl Error {
             Error::MissingConfig { .. } => "MissingConfig",
             Error::UnsupportedRoute { .. } => "UnsupportedRoute",
             Error::UnsafeValue { .. } => "UnsafeValue",
+            Error::InvalidSpec { .. } => "InvalidSpec",
+            Error::PublicHostRequired => "PublicHostRequired",
         }
     }
 }

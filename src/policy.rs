@@ -6,7 +6,10 @@
 //! platform configuration names one. The only shipped provider is `none`, which supplies nothing,
 //! so controller defaults apply.
 
+use std::collections::BTreeMap;
 use std::fmt;
+
+use crate::crd::Site;
 
 /// A controller feature a policy provider may supply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -38,7 +41,7 @@ impl fmt::Display for PolicyFeature {
     }
 }
 
-/// A policy provider: the features it supplies (rendering hooks come with the route renderer).
+/// A policy provider: the features it supplies and how it renders them for one site.
 pub trait PolicyProvider: Sync {
     /// The name used in `routing.gateway.policyProvider`.
     fn name(&self) -> &'static str;
@@ -47,6 +50,11 @@ pub trait PolicyProvider: Sync {
     /// Whether the provider supplies `feature`.
     fn supports(&self, feature: PolicyFeature) -> bool {
         self.supported_features().contains(&feature)
+    }
+    /// Annotations the provider puts on the site's HTTPRoute (before
+    /// `routing.gateway.routeAnnotations`, which win).
+    fn route_annotations(&self, _site: &Site) -> BTreeMap<String, String> {
+        BTreeMap::new()
     }
 }
 

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use gateway_api::apis::standard::httproutes::{HttpRoute, HttpRouteSpec};
 use gateway_api::apis::standard::httproutes::{
     HttpRouteParentRefs, HttpRouteRules, HttpRouteRulesBackendRefs, HttpRouteRulesFilters,
     HttpRouteRulesFiltersRequestRedirect, HttpRouteRulesFiltersRequestRedirectPath,
@@ -11,15 +12,23 @@ use gateway_api::apis::standard::httproutes::{
     HttpRouteRulesFiltersType, HttpRouteRulesMatches, HttpRouteRulesMatchesPath,
     HttpRouteRulesMatchesPathType,
 };
+use k8s_openapi::api::networking::v1::{
+    HTTPIngressPath, HTTPIngressRuleValue, Ingress, IngressBackend, IngressRule,
+    IngressServiceBackend, IngressSpec, ServiceBackendPort,
+};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::Error;
-use crate::config::{GatewayRouting, Scheme};
+use crate::config::{GatewayRouting, PlatformConfig, Scheme};
+use crate::crd::Site;
+use crate::{labels, policy};
 
 /// Where requests to a disabled (archived) site are redirected, with status 302.
 pub const DISABLED_REDIRECT: &str = "/hub/error/page/410/";
 /// The nginx snippet that redirects a disabled site in ingress mode.
 pub const DISABLED_SNIPPET: &str = "return 302 /hub/error/page/410/;";
+/// The most rules one HTTPRoute may have (`spec.rules` maxItems in the Gateway API CRD).
+pub const MAX_HTTP_ROUTE_RULES: usize = 16;
 /// The Ingress annotation carrying location snippets.
 pub const LOCATION_SNIPPETS: &str = "nginx.org/location-snippets";
 
@@ -232,6 +241,127 @@ pub fn ingress_annotations<'a>(
         out.insert(LOCATION_SNIPPETS.into(), snippets);
     }
     out
+}
+
+/// The site's Ingress minion (ingress mode): class `routing.ingress.className`, one rule for the
+/// public host with the site's paths, annotations per [`ingress_annotations`]. Path types other
+/// than the ones Ingress knows are an `UnsupportedRoute` error.
+pub fn ingress(
+    site: &Site,
+    cfg: &PlatformConfig,
+    host: &str,
+    paths: &[RoutePath],
+) -> Result<Ingress, Error> {
+    let (id, _) = labels::id_and_namespace(site)?;
+    let mut http_paths = Vec::with_capacity(paths.len());
+    for (i, p) in paths.iter().enumerate() {
+        check_path(&format!("route path {i}"), &p.path)?;
+        if !matches!(
+            p.path_type.as_str(),
+            "Prefix" | "Exact" | "ImplementationSpecific"
+        ) {
+            return Err(Error::UnsupportedRoute {
+                path: p.path.clone(),
+                reason: format!(
+                    "path type {:?} is not an Ingress path type (Prefix, Exact, ImplementationSpecific)",
+                    p.path_type
+                ),
+            });
+        }
+        let port = match &p.port {
+            IntOrString::Int(n) => ServiceBackendPort {
+                number: Some(*n),
+                name: None,
+            },
+            IntOrString::String(name) => ServiceBackendPort {
+                number: None,
+                name: Some(name.clone()),
+            },
+        };
+        http_paths.push(HTTPIngressPath {
+            path: Some(p.path.clone()),
+            path_type: p.path_type.clone(),
+            backend: IngressBackend {
+                service: Some(IngressServiceBackend {
+                    name: p.service.clone(),
+                    port: Some(port),
+                }),
+                resource: None,
+            },
+        });
+    }
+    let c = &site.spec.configuration;
+    let annotations = ingress_annotations(
+        site.metadata
+            .annotations
+            .as_ref()
+            .unwrap_or(&BTreeMap::new()),
+        id,
+        c.settings.replicas,
+        c.applications.iter().map(|a| &a.annotations),
+        &cfg.routing.ingress.route_annotations,
+        !c.enabled,
+    );
+    let mut metadata = labels::object_meta(site, id)?;
+    metadata.annotations = Some(annotations);
+    Ok(Ingress {
+        metadata,
+        spec: Some(IngressSpec {
+            ingress_class_name: Some(cfg.routing.ingress.class_name.clone()),
+            rules: Some(vec![IngressRule {
+                host: Some(host.to_string()),
+                http: Some(HTTPIngressRuleValue { paths: http_paths }),
+            }]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+}
+
+/// The site's HTTPRoute (gateway mode): one parentRef ([`parent_ref`]), the public host, the
+/// converted rules ([`http_route_rules`]); annotations from the policy provider, then
+/// `routing.gateway.routeAnnotations`.
+pub fn http_route(
+    site: &Site,
+    cfg: &PlatformConfig,
+    platform_namespace: &str,
+    host: &str,
+    paths: &[RoutePath],
+) -> Result<HttpRoute, Error> {
+    let (id, _) = labels::id_and_namespace(site)?;
+    let gateway = &cfg.routing.gateway;
+    let provider = policy::provider(&gateway.policy_provider).ok_or(Error::MissingConfig {
+        key: "routing.gateway.policyProvider",
+    })?;
+    let mut annotations = provider.route_annotations(site);
+    annotations.extend(
+        gateway
+            .route_annotations
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone())),
+    );
+    let rules = http_route_rules(paths, !site.spec.configuration.enabled, cfg.routing.scheme)?;
+    if rules.len() > MAX_HTTP_ROUTE_RULES {
+        return Err(Error::InvalidSpec {
+            field: "spec.configuration.applications".into(),
+            reason: format!(
+                "the site's paths need {} HTTPRoute rules; the Gateway API allows at most {MAX_HTTP_ROUTE_RULES} \
+                 (a Prefix path ending in '/' needs two)",
+                rules.len()
+            ),
+        });
+    }
+    let mut metadata = labels::object_meta(site, id)?;
+    metadata.annotations = Some(annotations).filter(|a| !a.is_empty());
+    Ok(HttpRoute {
+        metadata,
+        spec: HttpRouteSpec {
+            parent_refs: Some(vec![parent_ref(gateway, platform_namespace)?]),
+            hostnames: Some(vec![host.to_string()]),
+            rules: Some(rules),
+        },
+        status: None,
+    })
 }
 
 #[cfg(test)]

@@ -7,4 +7,5 @@ mod emulator_admission;
 mod emulator_api;
 mod emulator_controllers;
 mod emulator_kubectl;
+mod render;
 mod support;

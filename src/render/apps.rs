@@ -1,0 +1,244 @@
+//! The applications of a site as the renderer uses them: built-in or custom, image, port,
+//! readiness probe, and the public paths each one serves.
+//!
+//! Rules (SPEC section 2, LIFE-06):
+//! - An application whose name is in the platform catalogue is **built-in**: it listens on the
+//!   catalogue port and is probed on the catalogue's readiness path (TCP when it has none). Its
+//!   image is the one recorded in the Site (written by the Hub or `sites-operator upgrade`), or,
+//!   when the Site records none, the catalogue repository tagged with the platform version.
+//! - Any other application is **custom**: it needs its own image (kept as written), listens on
+//!   `port` (default 8000) and gets a TCP readiness probe on that port.
+//! - Public paths: an application serves the `paths` it declares. The site path
+//!   `/<space>/<name>` goes to the built-in application that comes first in the catalogue among
+//!   those declaring no paths. A site where no application serves a path has no public path and
+//!   gets no route.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use crate::Error;
+use crate::config::{CatalogueApplication, PlatformConfig};
+use crate::crd::{Application, Site};
+use crate::render::route::{RoutePath, check_path};
+use crate::validation;
+
+/// Port of a custom application that does not set one.
+pub const CUSTOM_DEFAULT_PORT: i32 = 8000;
+/// Name of the container added to every site when migration is enabled.
+pub const MIRROR_CONTAINER: &str = "site-mirror";
+
+/// How a container's readiness is checked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Readiness {
+    /// HTTP GET on this path of the application port.
+    Http(String),
+    /// A TCP connection to the application port.
+    Tcp,
+}
+
+/// One application, resolved against the platform catalogue.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ResolvedApp<'a> {
+    /// Index in `spec.configuration.applications` (for field paths).
+    pub index: usize,
+    /// The application as written in the Site.
+    pub spec: &'a Application,
+    /// The catalogue entry of a built-in application.
+    pub builtin: Option<&'a CatalogueApplication>,
+    /// Position of that entry in the catalogue.
+    pub catalogue_index: Option<usize>,
+    /// The container image.
+    pub image: String,
+    /// The port the application listens on.
+    pub port: i32,
+    /// The readiness probe.
+    pub readiness: Readiness,
+}
+
+impl ResolvedApp<'_> {
+    /// The field path of this application.
+    pub fn field(&self, rest: &str) -> String {
+        format!("spec.configuration.applications[{}]{rest}", self.index)
+    }
+}
+
+fn invalid(field: String, reason: impl Into<String>) -> Error {
+    Error::InvalidSpec {
+        field,
+        reason: reason.into(),
+    }
+}
+
+/// The image of a built-in application at the platform version.
+pub fn catalogue_image(entry: &CatalogueApplication, version: &str) -> String {
+    format!("{}:{version}", entry.image)
+}
+
+/// Resolves every application of the site, rejecting what cannot become a container: a missing
+/// list, duplicate or invalid names, a custom application without an image, an invalid image
+/// reference, ports out of range or shared by two applications, invalid environment names.
+pub fn resolve<'a>(site: &'a Site, cfg: &'a PlatformConfig) -> Result<Vec<ResolvedApp<'a>>, Error> {
+    let apps = &site.spec.configuration.applications;
+    if apps.is_empty() {
+        return Err(invalid(
+            "spec.configuration.applications".into(),
+            "a site needs at least one application",
+        ));
+    }
+    let mut names = BTreeSet::new();
+    let mut ports: BTreeMap<i32, usize> = BTreeMap::new();
+    let mut out = Vec::with_capacity(apps.len());
+    for (index, spec) in apps.iter().enumerate() {
+        let field = |rest: &str| format!("spec.configuration.applications[{index}]{rest}");
+        validation::dns1123_label(&spec.name).map_err(|m| invalid(field(".name"), m))?;
+        if !names.insert(spec.name.as_str()) {
+            return Err(invalid(
+                field(".name"),
+                format!("{:?} is used by two applications", spec.name),
+            ));
+        }
+        let catalogue_index = cfg
+            .sites
+            .applications
+            .iter()
+            .position(|c| c.name == spec.name);
+        let builtin = catalogue_index.map(|i| &cfg.sites.applications[i]);
+        let image = match (builtin, &spec.image) {
+            (_, Some(image)) => image.clone(),
+            (Some(entry), None) => catalogue_image(entry, &cfg.sites.version),
+            (None, None) => {
+                return Err(invalid(
+                    field(".image"),
+                    "required for a custom application (one not in the platform catalogue)",
+                ));
+            }
+        };
+        validation::image_reference(&image).map_err(|m| invalid(field(".image"), m))?;
+        let port = match (builtin, spec.port) {
+            (Some(entry), _) => i32::from(entry.port),
+            (None, Some(p)) => p,
+            (None, None) => CUSTOM_DEFAULT_PORT,
+        };
+        if !(1..=65535).contains(&port) {
+            return Err(invalid(
+                field(".port"),
+                format!("{port} must be between 1 and 65535"),
+            ));
+        }
+        if let Some(other) = ports.insert(port, index) {
+            return Err(invalid(
+                field(".port"),
+                format!("port {port} is already used by applications[{other}]"),
+            ));
+        }
+        for key in spec.env.keys() {
+            env_name(key).map_err(|m| invalid(field(&format!(".env.{key}")), m))?;
+        }
+        for key in spec.annotations.keys() {
+            validation::qualified_name(key)
+                .map_err(|m| invalid(field(&format!(".annotations.{key}")), m))?;
+        }
+        let readiness = match builtin.and_then(|b| b.readiness_path.clone()) {
+            Some(path) => Readiness::Http(path),
+            None => Readiness::Tcp,
+        };
+        out.push(ResolvedApp {
+            index,
+            spec,
+            builtin,
+            catalogue_index,
+            image,
+            port,
+            readiness,
+        });
+    }
+    if cfg.sites.migration.enabled
+        && !names.contains(MIRROR_CONTAINER)
+        && cfg.sites.migration.image.is_none()
+    {
+        return Err(Error::MissingConfig {
+            key: "sitesConfig.migration.image",
+        });
+    }
+    Ok(out)
+}
+
+/// Environment variable names: printable ASCII without `=` (what Kubernetes accepts).
+fn env_name(key: &str) -> Result<(), String> {
+    if key.is_empty() {
+        return Err("environment variable names must not be empty".into());
+    }
+    if let Some(c) = key.chars().find(|c| !c.is_ascii_graphic() || *c == '=') {
+        return Err(format!(
+            "{key:?} contains {c:?}; environment variable names are printable ASCII without '='"
+        ));
+    }
+    Ok(())
+}
+
+/// The site path: `/<space>/<name>`.
+pub fn site_path(site: &Site) -> String {
+    format!("/{}/{}", site.spec.configuration.space, site.spec.name)
+}
+
+/// The application serving the site path: among the built-in applications declaring no paths,
+/// the one first in the catalogue (so reordering the Site's list changes nothing).
+pub fn site_app<'s, 'a>(apps: &'s [ResolvedApp<'a>]) -> Option<&'s ResolvedApp<'a>> {
+    apps.iter()
+        .filter(|a| a.spec.paths.is_empty())
+        .filter_map(|a| a.catalogue_index.map(|rank| (rank, a)))
+        .min_by_key(|(rank, _)| *rank)
+        .map(|(_, a)| a)
+}
+
+/// The public paths of the site, each with its backend (the site Service at the application's
+/// port). Empty when no application serves a path.
+pub fn route_paths(
+    site: &Site,
+    apps: &[ResolvedApp<'_>],
+    service: &str,
+) -> Result<Vec<RoutePath>, Error> {
+    let c = &site.spec.configuration;
+    validation::dns1123_label(&c.space)
+        .map_err(|m| invalid("spec.configuration.space".into(), m))?;
+    validation::dns1123_label(&site.spec.name).map_err(|m| invalid("spec.name".into(), m))?;
+    let mut paths = Vec::new();
+    if let Some(app) = site_app(apps) {
+        paths.push(RoutePath {
+            path: site_path(site),
+            path_type: "Prefix".into(),
+            service: service.to_string(),
+            port: IntOrString::Int(app.port),
+        });
+    }
+    for app in apps {
+        for (i, p) in app.spec.paths.iter().enumerate() {
+            check_path(&app.field(&format!(".paths[{i}].path")), &p.path)?;
+            paths.push(RoutePath {
+                path: p.path.clone(),
+                path_type: p.path_type.clone(),
+                service: service.to_string(),
+                port: IntOrString::Int(app.port),
+            });
+        }
+    }
+    Ok(paths)
+}
+
+/// The upgrade rule (LIFE-06): every built-in application's image becomes the catalogue image
+/// at the platform version; custom applications, and every other field, stay as written.
+pub fn upgraded_applications(site: &Site, cfg: &PlatformConfig) -> Vec<Application> {
+    site.spec
+        .configuration
+        .applications
+        .iter()
+        .map(|app| {
+            let mut app = app.clone();
+            if let Some(entry) = cfg.sites.applications.iter().find(|c| c.name == app.name) {
+                app.image = Some(catalogue_image(entry, &cfg.sites.version));
+            }
+            app
+        })
+        .collect()
+}

@@ -1,0 +1,788 @@
+//! Rendering of whole object sets: snapshots of representative Sites (ingress and gateway mode ×
+//! enabled and disabled × 1 and 3 replicas × with and without a custom application, plus
+//! monitored, migration and no public path), table tests of the object rules, and a property
+//! test (deterministic, never panics).
+
+use serde_json::{Value, json};
+
+use super::*;
+use crate::config::{Context, PlatformConfig, RoutingMode};
+use crate::diff;
+
+const CONFIG: &str = include_str!("../../manifests/config.yaml");
+const NAMESPACE: &str = "sites";
+
+fn config(mode: RoutingMode) -> PlatformConfig {
+    let mut cfg = PlatformConfig::from_yaml(CONFIG, "manifests/config.yaml", &Context::default())
+        .expect("the example configuration is valid");
+    cfg.routing.mode = mode;
+    cfg
+}
+
+fn site(spec: Value) -> Site {
+    serde_json::from_value(json!({
+        "apiVersion": "sites.ecmwf.int/v1",
+        "kind": "Site",
+        "metadata": {"name": "docs-handbook", "namespace": NAMESPACE, "uid": "0b4d6f2e-1c1a-4f55-9a52-7d4c2a8e9f10"},
+        "spec": spec,
+    }))
+    .expect("fixture is a valid Site")
+}
+
+/// The representative Site: a static site, optionally with a custom application.
+fn base_spec(enabled: bool, replicas: i32, custom: bool) -> Value {
+    let mut apps = vec![json!({"name": "static"})];
+    if custom {
+        apps.push(json!({
+            "name": "dashboard",
+            "image": "ghcr.io/example/dashboard:1.4.2",
+            "port": 8050,
+            "env": {"DASH_DEBUG": "false"},
+            "annotations": {"nginx.org/proxy-read-timeout": "120s"},
+            "paths": [{"path": "/docs/handbook/api/", "path_type": "Prefix"}]
+        }));
+    }
+    json!({
+        "name": "handbook", "owner": "jdoe", "type": "static",
+        "configuration": {
+            "space": "docs",
+            "enabled": enabled,
+            "applications": apps,
+            "headers": {"X-Frame-Options": "SAMEORIGIN"},
+            "quota": "2Gi",
+            "share": {"administrator_users": ["jdoe"], "groups": ["docs-team"]},
+            "settings": {"replicas": replicas, "resource_limits": {"cpu": "500m", "memory": "256Mi"}}
+        }
+    })
+}
+
+fn tokens() -> SiteTokens {
+    SiteTokens {
+        api_token: "test-api-token".into(),
+        secret_key: "test-secret-key".into(),
+    }
+}
+
+fn render_with(site: &Site, cfg: &PlatformConfig) -> Result<Rendered, Error> {
+    let state = diff::decide(None, site).state;
+    let tokens = tokens();
+    render(
+        site,
+        cfg,
+        &Inputs {
+            platform_namespace: NAMESPACE,
+            public_host: cfg.routing.host.as_deref(),
+            session_key: b"test-session-key",
+            tokens: &tokens,
+            existing_claim: None,
+            retained_volume: None,
+            pod: PodTemplateInputs {
+                state: &state,
+                restarted_at: None,
+            },
+        },
+    )
+}
+
+fn objects(site: &Site, cfg: &PlatformConfig) -> Vec<Value> {
+    render_with(site, cfg).expect("renders").to_values()
+}
+
+fn find<'a>(objects: &'a [Value], kind: &str) -> &'a Value {
+    objects
+        .iter()
+        .find(|o| o["kind"] == kind)
+        .unwrap_or_else(|| panic!("no {kind}"))
+}
+
+#[test]
+fn snapshots_of_the_representative_matrix() {
+    for mode in [RoutingMode::Ingress, RoutingMode::Gateway] {
+        for enabled in [true, false] {
+            for replicas in [1, 3] {
+                for custom in [false, true] {
+                    let name = format!(
+                        "{}-{}-r{replicas}-{}",
+                        mode.as_str(),
+                        if enabled { "enabled" } else { "disabled" },
+                        if custom { "custom" } else { "static" },
+                    );
+                    let s = site(base_spec(enabled, replicas, custom));
+                    insta::assert_yaml_snapshot!(name, objects(&s, &config(mode)));
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn snapshots_of_monitored_migration_and_no_public_path() {
+    let mut monitored = base_spec(true, 1, false);
+    monitored["configuration"]["settings"]["monitored"] = json!(true);
+    insta::assert_yaml_snapshot!(
+        "ingress-monitored",
+        objects(&site(monitored), &config(RoutingMode::Ingress))
+    );
+
+    let mut cfg = config(RoutingMode::Gateway);
+    cfg.sites.migration.enabled = true;
+    insta::assert_yaml_snapshot!(
+        "gateway-migration",
+        objects(&site(base_spec(true, 1, true)), &cfg)
+    );
+
+    // Only a custom worker without paths: nothing serves a public path, so no route.
+    let mut worker = base_spec(true, 1, false);
+    worker["configuration"]["applications"] =
+        json!([{"name": "worker", "image": "ghcr.io/example/worker:2"}]);
+    let objs = objects(&site(worker), &config(RoutingMode::Ingress));
+    assert!(
+        objs.iter()
+            .all(|o| o["kind"] != "Ingress" && o["kind"] != "HTTPRoute")
+    );
+    insta::assert_yaml_snapshot!("ingress-no-public-path", objs);
+}
+
+#[test]
+fn objects_come_in_creation_order_with_the_site_as_controller_owner() {
+    for mode in [RoutingMode::Ingress, RoutingMode::Gateway] {
+        let objs = objects(&site(base_spec(true, 1, true)), &config(mode));
+        let kinds: Vec<&str> = objs.iter().map(|o| o["kind"].as_str().unwrap()).collect();
+        let route = if mode == RoutingMode::Ingress {
+            "Ingress"
+        } else {
+            "HTTPRoute"
+        };
+        assert_eq!(
+            kinds,
+            [
+                "Secret",
+                "Secret",
+                "ConfigMap",
+                "ConfigMap",
+                "PersistentVolumeClaim",
+                "StatefulSet",
+                "Service",
+                route
+            ]
+        );
+        for o in &objs {
+            let owners = o["metadata"]["ownerReferences"].as_array().unwrap();
+            assert_eq!(owners.len(), 1, "{}", o["kind"]);
+            assert_eq!(owners[0]["kind"], "Site");
+            assert_eq!(owners[0]["controller"], true);
+            assert_eq!(
+                o["metadata"]["labels"]["sites.ecmwf.int/id"],
+                "docs-handbook"
+            );
+            assert_eq!(o["metadata"]["namespace"], NAMESPACE);
+        }
+        let names: Vec<&str> = objs
+            .iter()
+            .map(|o| o["metadata"]["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "docs-handbook",
+                "docs-handbook-oauth2",
+                "docs-handbook",
+                "docs-handbook-files",
+                "docs-handbook",
+                "docs-handbook",
+                "docs-handbook",
+                "docs-handbook"
+            ]
+        );
+    }
+}
+
+#[test]
+fn replicas_follow_enabled_and_priority_follows_monitored() {
+    // (enabled, replicas, monitored, expected replicas, expected priority class) — LIFE-04
+    let cases = [
+        (true, 1, false, 1, "low-priority"),
+        (true, 3, false, 3, "low-priority"),
+        (false, 3, false, 0, "low-priority"),
+        (false, 1, true, 0, "medium-priority"),
+        (true, 2, true, 2, "medium-priority"),
+        (true, 0, false, 0, "low-priority"),
+    ];
+    for (enabled, replicas, monitored, want, priority) in cases {
+        let mut spec = base_spec(enabled, replicas, false);
+        spec["configuration"]["settings"]["monitored"] = json!(monitored);
+        let objs = objects(&site(spec), &config(RoutingMode::Ingress));
+        let sts = find(&objs, "StatefulSet");
+        assert_eq!(sts["spec"]["replicas"], want, "{enabled} {replicas}");
+        assert_eq!(
+            sts["spec"]["template"]["spec"]["priorityClassName"],
+            priority
+        );
+        let template = &sts["spec"]["template"]["metadata"];
+        assert_eq!(template["labels"]["sites.ecmwf.int/id"], "docs-handbook");
+        assert_eq!(
+            template["annotations"]["sites.ecmwf.int/operator_bound"],
+            "true"
+        );
+    }
+}
+
+#[test]
+fn disabled_sites_redirect_to_the_410_page_in_both_modes() {
+    // RTG-06 / LIFE-04 on the full route objects.
+    let s = site(base_spec(false, 1, true));
+    let ingress = objects(&s, &config(RoutingMode::Ingress));
+    let snippets = find(&ingress, "Ingress")["metadata"]["annotations"][route::LOCATION_SNIPPETS]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(snippets.ends_with(route::DISABLED_SNIPPET), "{snippets}");
+    let gateway = objects(&s, &config(RoutingMode::Gateway));
+    let rules = find(&gateway, "HTTPRoute")["spec"]["rules"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert!(!rules.is_empty());
+    for rule in rules {
+        assert!(rule.get("backendRefs").is_none(), "{rule}");
+        assert_eq!(
+            rule["filters"][0]["requestRedirect"]["path"]["replaceFullPath"],
+            route::DISABLED_REDIRECT
+        );
+        assert_eq!(rule["filters"][0]["requestRedirect"]["statusCode"], 302);
+    }
+}
+
+#[test]
+fn service_keeps_not_ready_pods_and_client_affinity() {
+    // RTG-13
+    let objs = objects(
+        &site(base_spec(true, 3, true)),
+        &config(RoutingMode::Gateway),
+    );
+    let svc = &find(&objs, "Service")["spec"];
+    assert_eq!(svc["publishNotReadyAddresses"], true);
+    assert_eq!(svc["sessionAffinity"], "ClientIP");
+    assert_eq!(svc["type"], "ClusterIP");
+    assert_eq!(
+        svc["selector"],
+        json!({"sites.ecmwf.int/id": "docs-handbook"})
+    );
+    assert_eq!(
+        svc["ports"],
+        json!([
+            {"name": "http-8050", "port": 8050, "protocol": "TCP", "targetPort": 8050},
+            {"name": "http-8080", "port": 8080, "protocol": "TCP", "targetPort": 8080}
+        ])
+    );
+}
+
+#[test]
+fn image_and_port_rules() {
+    // LIFE-06: built-in images from the catalogue at the platform version unless the Site
+    // records one; custom images kept; custom port 8000 unless set, with a TCP probe.
+    let cases = [
+        (
+            json!({"name": "static"}),
+            "registry.example.org/sites/static:2.4.0",
+            8080,
+            json!({"httpGet": {"path": "/healthz", "port": 8080}}),
+        ),
+        (
+            json!({"name": "static", "image": "registry.example.org/sites/static:2.3.0"}),
+            "registry.example.org/sites/static:2.3.0",
+            8080,
+            json!({"httpGet": {"path": "/healthz", "port": 8080}}),
+        ),
+        (
+            json!({"name": "oauth2-proxy"}),
+            "registry.example.org/sites/oauth2-proxy:2.4.0",
+            4180,
+            json!({"tcpSocket": {"port": 4180}}),
+        ),
+        (
+            json!({"name": "app", "image": "ghcr.io/x/app:1"}),
+            "ghcr.io/x/app:1",
+            8000,
+            json!({"tcpSocket": {"port": 8000}}),
+        ),
+        (
+            json!({"name": "app", "image": "ghcr.io/x/app@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", "port": 9000}),
+            "ghcr.io/x/app@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+            9000,
+            json!({"tcpSocket": {"port": 9000}}),
+        ),
+    ];
+    for (app, image, port, probe) in cases {
+        let mut spec = base_spec(true, 1, false);
+        spec["configuration"]["applications"] = json!([app]);
+        let objs = objects(&site(spec), &config(RoutingMode::Ingress));
+        let c = &find(&objs, "StatefulSet")["spec"]["template"]["spec"]["containers"][0];
+        assert_eq!(c["image"], image, "{app}");
+        assert_eq!(c["ports"][0]["containerPort"], port, "{app}");
+        assert_eq!(c["readinessProbe"], probe, "{app}");
+    }
+}
+
+#[test]
+fn upgrade_rewrites_builtin_images_and_keeps_custom_ones() {
+    // LIFE-06
+    let mut spec = base_spec(true, 1, true);
+    spec["configuration"]["applications"][0]["image"] =
+        json!("registry.example.org/sites/static:1.0.0");
+    let s = site(spec);
+    let upgraded = apps::upgraded_applications(&s, &config(RoutingMode::Ingress));
+    assert_eq!(
+        upgraded[0].image.as_deref(),
+        Some("registry.example.org/sites/static:2.4.0")
+    );
+    assert_eq!(
+        upgraded[1].image.as_deref(),
+        Some("ghcr.io/example/dashboard:1.4.2")
+    );
+    assert_eq!(upgraded[1], s.spec.configuration.applications[1]);
+}
+
+#[test]
+fn migration_adds_site_mirror_once() {
+    let mut cfg = config(RoutingMode::Ingress);
+    cfg.sites.migration.enabled = true;
+    let names = |spec: Value, cfg: &PlatformConfig| -> Vec<String> {
+        let objs = objects(&site(spec), cfg);
+        find(&objs, "StatefulSet")["spec"]["template"]["spec"]["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(
+        names(base_spec(true, 1, false), &cfg),
+        ["static", "site-mirror"]
+    );
+    let mut listed = base_spec(true, 1, false);
+    listed["configuration"]["applications"]
+        .as_array_mut()
+        .unwrap()
+        .push(
+            json!({"name": "site-mirror", "image": "registry.example.org/sites/site-mirror:2.3.0"}),
+        );
+    assert_eq!(
+        names(listed, &cfg),
+        ["static", "site-mirror"],
+        "a listed site-mirror is kept, not doubled"
+    );
+    cfg.sites.migration.enabled = false;
+    assert_eq!(names(base_spec(true, 1, false), &cfg), ["static"]);
+}
+
+#[test]
+fn storage_request_grows_only_with_expansion_and_never_shrinks() {
+    // (quota, stored request, expansion supported, expected)
+    let cases = [
+        (Some("2Gi"), None, false, "2Gi"),
+        (None, None, false, "1Gi"),
+        (Some("5Gi"), Some("2Gi"), false, "2Gi"),
+        (Some("5Gi"), Some("2Gi"), true, "5Gi"),
+        (Some("1Gi"), Some("2Gi"), true, "2Gi"),
+        (Some("2048Mi"), Some("2Gi"), true, "2Gi"),
+    ];
+    for (quota, stored, expansion, want) in cases {
+        let mut spec = base_spec(true, 1, false);
+        spec["configuration"]["quota"] = json!(quota);
+        let mut cfg = config(RoutingMode::Ingress);
+        cfg.sites.kubernetes.storage_expansion_supported = expansion;
+        let got = workload::storage_request(&site(spec), &cfg, stored).unwrap();
+        assert_eq!(got, want, "{quota:?} {stored:?} {expansion}");
+    }
+}
+
+#[test]
+fn pvc_pins_a_retained_volume_and_keeps_stored_immutable_fields() {
+    let s = site(base_spec(true, 1, false));
+    let cfg = config(RoutingMode::Ingress);
+    let fresh = workload::pvc(&s, &cfg, Some("pv-old"), None).unwrap();
+    let spec = fresh.spec.as_ref().unwrap();
+    assert_eq!(spec.volume_name.as_deref(), Some("pv-old"));
+    assert_eq!(spec.storage_class_name.as_deref(), Some("sites-retain"));
+    let mut stored = fresh.clone();
+    let stored_spec = stored.spec.as_mut().unwrap();
+    stored_spec.volume_name = Some("pv-bound".into());
+    stored_spec.storage_class_name = Some("standard".into());
+    let again = workload::pvc(&s, &cfg, None, Some(&stored)).unwrap();
+    let spec = again.spec.unwrap();
+    assert_eq!(spec.volume_name.as_deref(), Some("pv-bound"));
+    assert_eq!(spec.storage_class_name.as_deref(), Some("standard"));
+}
+
+#[test]
+fn resources_take_site_limits_and_keep_requests_below_them() {
+    let mut spec = base_spec(true, 1, false);
+    spec["configuration"]["settings"]["resource_limits"] = json!({"cpu": "5m", "memory": "1Gi"});
+    let r = workload::resources(&site(spec), &config(RoutingMode::Ingress)).unwrap();
+    let v = serde_json::to_value(r).unwrap();
+    assert_eq!(
+        v,
+        json!({"limits": {"cpu": "5m", "memory": "1Gi"}, "requests": {"cpu": "5m", "memory": "32Mi"}})
+    );
+    let defaults = workload::resources(
+        &site(base_spec(true, 1, false)),
+        &config(RoutingMode::Ingress),
+    )
+    .unwrap();
+    assert_eq!(
+        serde_json::to_value(defaults).unwrap(),
+        json!({"limits": {"cpu": "500m", "memory": "256Mi"}, "requests": {"cpu": "10m", "memory": "32Mi"}})
+    );
+}
+
+#[test]
+fn restart_inputs_land_on_the_pod_template() {
+    let s = site(base_spec(true, 1, false));
+    let cfg = config(RoutingMode::Ingress);
+    let apps = apps::resolve(&s, &cfg).unwrap();
+    let state = diff::decide(None, &s).state;
+    let sts = workload::statefulset(
+        &s,
+        &cfg,
+        &apps,
+        &PodTemplateInputs {
+            state: &state,
+            restarted_at: Some("2026-11-29T10:00:00Z"),
+        },
+    )
+    .unwrap();
+    let ann = sts
+        .spec
+        .unwrap()
+        .template
+        .metadata
+        .unwrap()
+        .annotations
+        .unwrap();
+    assert_eq!(
+        ann[workload::RESTARTED_AT_ANNOTATION],
+        "2026-11-29T10:00:00Z"
+    );
+    assert_eq!(ann[diff::SPEC_HASH_ANNOTATION], diff::spec_hash(&s));
+    assert_eq!(recorded_state(None), None);
+}
+
+#[test]
+fn bad_sites_are_errors_naming_the_field() {
+    // (case, change to the spec, error field or message fragment)
+    type Edit = fn(&mut Value);
+    let cases: Vec<(&str, Edit, &str)> = vec![
+        (
+            "no applications",
+            |s| s["configuration"]["applications"] = json!([]),
+            "spec.configuration.applications",
+        ),
+        (
+            "custom without image",
+            |s| s["configuration"]["applications"] = json!([{"name": "app"}]),
+            "spec.configuration.applications[0].image",
+        ),
+        (
+            "bad image",
+            |s| s["configuration"]["applications"] = json!([{"name": "app", "image": "Bad Image"}]),
+            "spec.configuration.applications[0].image",
+        ),
+        (
+            "duplicate names",
+            |s| {
+                s["configuration"]["applications"] = json!([{"name": "static"}, {"name": "static"}])
+            },
+            "spec.configuration.applications[1].name",
+        ),
+        (
+            "invalid name",
+            |s| {
+                s["configuration"]["applications"] = json!([{"name": "Static_App", "image": "x:1"}])
+            },
+            "spec.configuration.applications[0].name",
+        ),
+        (
+            "port out of range",
+            |s| {
+                s["configuration"]["applications"] =
+                    json!([{"name": "app", "image": "x:1", "port": 70000}])
+            },
+            "spec.configuration.applications[0].port",
+        ),
+        (
+            "shared port",
+            |s| {
+                s["configuration"]["applications"] =
+                    json!([{"name": "static"}, {"name": "app", "image": "x:1", "port": 8080}])
+            },
+            "spec.configuration.applications[1].port",
+        ),
+        (
+            "env name",
+            |s| {
+                s["configuration"]["applications"] =
+                    json!([{"name": "app", "image": "x:1", "env": {"A=B": "x"}}])
+            },
+            "spec.configuration.applications[0].env.A=B",
+        ),
+        (
+            "annotation key",
+            |s| {
+                s["configuration"]["applications"] =
+                    json!([{"name": "static", "annotations": {"bad key": "x"}}])
+            },
+            "spec.configuration.applications[0].annotations.bad key",
+        ),
+        (
+            "path injection",
+            |s| {
+                s["configuration"]["applications"] =
+                    json!([{"name": "app", "image": "x:1", "paths": [{"path": "/x;return 200"}]}])
+            },
+            "spec.configuration.applications[0].paths[0].path",
+        ),
+        (
+            "header injection",
+            |s| s["configuration"]["headers"] = json!({"X-A": "v\"; return 200; \""}),
+            "spec.configuration.headers.X-A",
+        ),
+        (
+            "header name",
+            |s| s["configuration"]["headers"] = json!({"X A": "v"}),
+            "spec.configuration.headers.X A",
+        ),
+        (
+            "error handling",
+            |s| s["configuration"]["settings"]["error_handling"] = json!("none"),
+            "spec.configuration.settings.error_handling",
+        ),
+        (
+            "quota",
+            |s| s["configuration"]["quota"] = json!("lots"),
+            "spec.configuration.quota",
+        ),
+        (
+            "zero quota",
+            |s| s["configuration"]["quota"] = json!("0"),
+            "spec.configuration.quota",
+        ),
+        (
+            "cpu limit",
+            |s| s["configuration"]["settings"]["resource_limits"]["cpu"] = json!("-1"),
+            "spec.configuration.settings.resource_limits.cpu",
+        ),
+        (
+            "space",
+            |s| s["configuration"]["space"] = json!("Docs Space"),
+            "spec.configuration.space",
+        ),
+        ("name", |s| s["name"] = json!("hand{book}"), "spec.name"),
+    ];
+    for (case, edit, field) in cases {
+        let mut spec = base_spec(true, 1, false);
+        edit(&mut spec);
+        let err = render_with(&site(spec), &config(RoutingMode::Gateway)).expect_err(case);
+        assert!(!err.is_transient(), "{case}: {err}");
+        assert!(
+            err.to_string().starts_with(&format!("{field}:")),
+            "{case}: {err}"
+        );
+    }
+}
+
+#[test]
+fn unsupported_path_types_fail_in_both_modes() {
+    let mut spec = base_spec(true, 1, false);
+    spec["configuration"]["applications"] = json!([{"name": "app", "image": "x:1", "paths": [{"path": "/docs/handbook", "path_type": "Regex"}]}]);
+    for mode in [RoutingMode::Ingress, RoutingMode::Gateway] {
+        let err = render_with(&site(spec.clone()), &config(mode)).unwrap_err();
+        assert!(matches!(err, Error::UnsupportedRoute { .. }), "{err}");
+    }
+}
+
+#[test]
+fn too_many_paths_for_one_http_route_is_an_error() {
+    let paths: Vec<Value> = (0..9)
+        .map(|i| json!({"path": format!("/docs/handbook/p{i}/"), "path_type": "Prefix"}))
+        .collect();
+    let mut spec = base_spec(true, 1, false);
+    spec["configuration"]["applications"] =
+        json!([{"name": "app", "image": "x:1", "paths": paths}]);
+    let err = render_with(&site(spec.clone()), &config(RoutingMode::Gateway)).unwrap_err();
+    assert!(
+        err.to_string().starts_with(
+            "spec.configuration.applications: the site's paths need 18 HTTPRoute rules"
+        ),
+        "{err}"
+    );
+    // Ingress has no such limit.
+    assert!(render_with(&site(spec), &config(RoutingMode::Ingress)).is_ok());
+}
+
+#[test]
+fn missing_host_is_the_transient_public_host_error() {
+    let mut cfg = config(RoutingMode::Ingress);
+    cfg.routing.host = None;
+    let err = render_with(&site(base_spec(true, 1, false)), &cfg).unwrap_err();
+    assert!(
+        err.to_string().starts_with("Public host name required"),
+        "{err}"
+    );
+    assert!(err.is_transient());
+}
+
+#[test]
+fn site_path_goes_to_the_first_catalogue_application() {
+    // Reordering the Site's list does not move the site path.
+    for order in [
+        json!([{"name": "site-api"}, {"name": "static"}]),
+        json!([{"name": "static"}, {"name": "site-api"}]),
+    ] {
+        let mut spec = base_spec(true, 1, false);
+        spec["configuration"]["applications"] = order;
+        let objs = objects(&site(spec), &config(RoutingMode::Ingress));
+        let paths = &find(&objs, "Ingress")["spec"]["rules"][0]["http"]["paths"];
+        assert_eq!(
+            paths,
+            &json!([{"path": "/docs/handbook", "pathType": "Prefix", "backend": {"service": {"name": "docs-handbook", "port": {"number": 8080}}}}])
+        );
+    }
+}
+
+#[test]
+fn gateway_warning_for_replicas_without_session_affinity() {
+    let s3 = site(base_spec(true, 3, false));
+    let s1 = site(base_spec(true, 1, false));
+    assert_eq!(
+        warnings(&s3, &config(RoutingMode::Ingress)),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        warnings(&s1, &config(RoutingMode::Gateway)),
+        Vec::<String>::new()
+    );
+    let w = warnings(&s3, &config(RoutingMode::Gateway));
+    assert_eq!(w.len(), 1);
+    assert!(
+        w[0].starts_with("spec.configuration.settings.replicas: 3 replicas"),
+        "{}",
+        w[0]
+    );
+}
+
+#[test]
+fn http_route_annotations_layer_provider_then_route_annotations() {
+    let mut cfg = config(RoutingMode::Gateway);
+    cfg.routing.gateway.route_annotations =
+        [("example.org/team".to_string(), "web".to_string())].into();
+    let objs = objects(&site(base_spec(true, 1, false)), &cfg);
+    let route = find(&objs, "HTTPRoute");
+    assert_eq!(
+        route["metadata"]["annotations"],
+        json!({"example.org/team": "web"})
+    );
+    assert_eq!(
+        route["spec"]["parentRefs"],
+        json!([{"name": "sites-gateway"}])
+    );
+    assert_eq!(route["spec"]["hostnames"], json!(["sites.example.org"]));
+}
+
+#[test]
+fn secrets_never_appear_in_debug_output_of_inputs() {
+    let t = tokens();
+    let inputs = Inputs {
+        platform_namespace: NAMESPACE,
+        public_host: None,
+        session_key: b"test-session-key",
+        tokens: &t,
+        existing_claim: None,
+        retained_volume: None,
+        pod: PodTemplateInputs {
+            state: &diff::decide(None, &site(base_spec(true, 1, false))).state,
+            restarted_at: None,
+        },
+    };
+    let shown = format!("{inputs:?}");
+    for secret in [
+        "test-api-token",
+        "test-secret-key",
+        "test-session-key",
+        "116, 101, 115, 116",
+    ] {
+        assert!(!shown.contains(secret), "{shown}");
+    }
+    assert!(shown.contains("<16 bytes>"), "{shown}");
+}
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            "[a-z][a-z0-9-]{0,12}",
+            ".{0,16}",
+            Just(String::new()),
+            Just("static".to_string()),
+            Just("/x;\n{}$\"".to_string()),
+        ]
+    }
+
+    fn app() -> impl Strategy<Value = Value> {
+        (
+            prop_oneof![Just("static".to_string()), Just("site-api".to_string()), text()],
+            proptest::option::of(prop_oneof![text(), Just("ghcr.io/x/y:1".to_string())]),
+            proptest::option::of(prop_oneof![any::<i32>(), 1..70000i32]),
+            proptest::collection::btree_map(text(), text(), 0..2),
+            proptest::collection::vec((text(), prop_oneof![Just("Prefix".to_string()), Just("Exact".to_string()), text()]), 0..2),
+        )
+            .prop_map(|(name, image, port, env, paths)| {
+                json!({
+                    "name": name, "image": image, "port": port, "env": env.clone(), "annotations": env,
+                    "paths": paths.into_iter().map(|(p, t)| json!({"path": format!("/{p}"), "path_type": t})).collect::<Vec<_>>()
+                })
+            })
+    }
+
+    fn any_site() -> impl Strategy<Value = Value> {
+        (
+            (text(), text(), proptest::collection::vec(app(), 0..4)),
+            proptest::collection::btree_map(text(), text(), 0..3),
+            (any::<bool>(), any::<i32>(), any::<bool>()),
+            proptest::option::of(prop_oneof![text(), Just("3Gi".to_string())]),
+            proptest::option::of(prop_oneof![text(), Just("platform".to_string())]),
+            proptest::option::of(prop_oneof![text(), Just("250m".to_string())]),
+        )
+            .prop_map(|((space, name, apps), headers, (enabled, replicas, monitored), quota, handling, cpu)| {
+                json!({
+                    "name": name, "owner": "o", "type": "t",
+                    "configuration": {
+                        "space": space, "enabled": enabled, "applications": apps, "headers": headers,
+                        "quota": quota,
+                        "settings": {"replicas": replicas, "monitored": monitored, "error_handling": handling,
+                                     "resource_limits": {"cpu": cpu}}
+                    }
+                })
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
+
+        #[test]
+        fn rendering_is_deterministic_and_never_panics(spec in any_site(), gateway in any::<bool>(), migration in any::<bool>()) {
+            let mut cfg = config(if gateway { RoutingMode::Gateway } else { RoutingMode::Ingress });
+            cfg.sites.migration.enabled = migration;
+            let s = site(spec);
+            let first = render_with(&s, &cfg).map(|r| serde_json::to_vec(&r.to_values()).unwrap());
+            let second = render_with(&s, &cfg).map(|r| serde_json::to_vec(&r.to_values()).unwrap());
+            match (first, second) {
+                (Ok(a), Ok(b)) => prop_assert_eq!(a, b),
+                (Err(a), Err(b)) => prop_assert_eq!(a.to_string(), b.to_string()),
+                (a, b) => prop_assert!(false, "differs: {:?} / {:?}", a.is_ok(), b.is_ok()),
+            }
+        }
+    }
+}

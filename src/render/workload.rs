@@ -1,0 +1,405 @@
+//! The site's volume claim, StatefulSet and Service (LIFE-01 steps 4 to 6).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
+use k8s_openapi::api::core::v1::{
+    ConfigMapEnvSource, ConfigMapVolumeSource, Container, ContainerPort, EnvFromSource, EnvVar,
+    EnvVarSource, HTTPGetAction, PersistentVolumeClaim, PersistentVolumeClaimSpec,
+    PersistentVolumeClaimVolumeSource, PodSpec, PodTemplateSpec, Probe, ResourceRequirements,
+    SecretKeySelector, Service, ServicePort, ServiceSpec, TCPSocketAction, Volume, VolumeMount,
+    VolumeResourceRequirements,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use crate::Error;
+use crate::config::PlatformConfig;
+use crate::crd::{OPERATOR_BOUND_ANNOTATION, Site};
+use crate::diff::Qualifying;
+use crate::labels;
+use crate::quantity;
+use crate::render::apps::{MIRROR_CONTAINER, Readiness, ResolvedApp};
+use crate::render::configmap::{DATA_MOUNT, FILES_MOUNT};
+use crate::render::secret::{API_TOKEN_KEY, COOKIE_SECRET_KEY, SECRET_KEY_KEY};
+
+/// The pod-template annotation whose change rolls the pods (what `kubectl rollout restart` sets).
+pub const RESTARTED_AT_ANNOTATION: &str = "kubectl.kubernetes.io/restartedAt";
+
+fn invalid(field: &str, reason: impl Into<String>) -> Error {
+    Error::InvalidSpec {
+        field: field.to_string(),
+        reason: reason.into(),
+    }
+}
+
+/// Parses a positive quantity, naming the field when it is not one.
+fn positive(field: &str, value: &str) -> Result<quantity::ParsedQuantity, Error> {
+    let q = quantity::parse(value).map_err(|e| invalid(field, e.to_string()))?;
+    if q.is_negative() || q.is_zero() {
+        return Err(invalid(
+            field,
+            format!("{value:?} must be greater than zero"),
+        ));
+    }
+    Ok(q)
+}
+
+/// The storage request of the claim: the quota (or the platform default) for a new claim; for an
+/// existing claim the stored request, grown to the quota only when the platform supports volume
+/// expansion. A claim never shrinks.
+pub fn storage_request(
+    site: &Site,
+    cfg: &PlatformConfig,
+    existing: Option<&str>,
+) -> Result<String, Error> {
+    let desired = match &site.spec.configuration.quota {
+        Some(q) => {
+            positive("spec.configuration.quota", &q.0)?;
+            q.0.clone()
+        }
+        None => cfg.sites.kubernetes.default_quota.clone(),
+    };
+    let Some(current) = existing else {
+        return Ok(desired);
+    };
+    let grows = match (quantity::parse(&desired), quantity::parse(current)) {
+        (Ok(d), Ok(c)) => d > c,
+        _ => false,
+    };
+    Ok(
+        if grows && cfg.sites.kubernetes.storage_expansion_supported {
+            desired
+        } else {
+            current.to_string()
+        },
+    )
+}
+
+/// PVC `<id>`: ReadWriteOnce, storage class from the configuration, storage per
+/// [`storage_request`]. `retained_volume` pins `volumeName` to a retained volume the caller
+/// found ([`crate::render::volume::find_retained_volume`]); for an existing claim the fields
+/// Kubernetes does not allow to change (volume name, class, access modes) keep their stored value.
+pub fn pvc(
+    site: &Site,
+    cfg: &PlatformConfig,
+    retained_volume: Option<&str>,
+    existing: Option<&PersistentVolumeClaim>,
+) -> Result<PersistentVolumeClaim, Error> {
+    let (id, _) = labels::id_and_namespace(site)?;
+    let stored = existing.and_then(|c| c.spec.as_ref());
+    let stored_request = stored
+        .and_then(|s| s.resources.as_ref())
+        .and_then(|r| r.requests.as_ref())
+        .and_then(|r| r.get("storage"))
+        .map(|q| q.0.as_str());
+    let storage = storage_request(site, cfg, stored_request)?;
+    let spec = PersistentVolumeClaimSpec {
+        access_modes: Some(
+            stored
+                .and_then(|s| s.access_modes.clone())
+                .unwrap_or_else(|| vec!["ReadWriteOnce".into()]),
+        ),
+        storage_class_name: match stored {
+            Some(s) => s.storage_class_name.clone(),
+            None => cfg.sites.kubernetes.storage_class.clone(),
+        },
+        volume_name: match stored {
+            Some(s) => s.volume_name.clone().filter(|v| !v.is_empty()),
+            None => retained_volume.map(str::to_string),
+        },
+        resources: Some(VolumeResourceRequirements {
+            requests: Some(BTreeMap::from([("storage".into(), Quantity(storage))])),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    Ok(PersistentVolumeClaim {
+        metadata: labels::object_meta(site, id)?,
+        spec: Some(spec),
+        ..Default::default()
+    })
+}
+
+/// Resource requirements of site containers: the platform defaults, with the Site's
+/// `resource_limits` replacing the default limits; a request above its limit is lowered to it.
+pub fn resources(site: &Site, cfg: &PlatformConfig) -> Result<ResourceRequirements, Error> {
+    let defaults = &cfg.sites.kubernetes.resources;
+    let site_limits = site.spec.configuration.settings.resource_limits.as_ref();
+    let mut limits = BTreeMap::new();
+    let mut requests = BTreeMap::new();
+    for (name, default_limit, default_request, site_limit) in [
+        (
+            "cpu",
+            defaults.limits.cpu.as_ref(),
+            defaults.requests.cpu.as_ref(),
+            site_limits.and_then(|l| l.cpu.as_ref()),
+        ),
+        (
+            "memory",
+            defaults.limits.memory.as_ref(),
+            defaults.requests.memory.as_ref(),
+            site_limits.and_then(|l| l.memory.as_ref()),
+        ),
+    ] {
+        let limit = match site_limit {
+            Some(q) => {
+                let field = format!("spec.configuration.settings.resource_limits.{name}");
+                positive(&field, &q.0)?;
+                Some(q.0.clone())
+            }
+            None => default_limit.cloned(),
+        };
+        let mut request = default_request.cloned();
+        if let (Some(l), Some(r)) = (&limit, &request)
+            && let (Ok(lq), Ok(rq)) = (quantity::parse(l), quantity::parse(r))
+            && rq > lq
+        {
+            request = Some(l.clone());
+        }
+        if let Some(l) = limit {
+            limits.insert(name.to_string(), Quantity(l));
+        }
+        if let Some(r) = request {
+            requests.insert(name.to_string(), Quantity(r));
+        }
+    }
+    Ok(ResourceRequirements {
+        limits: Some(limits).filter(|m| !m.is_empty()),
+        requests: Some(requests).filter(|m| !m.is_empty()),
+        ..Default::default()
+    })
+}
+
+fn secret_env(name: &str, secret: &str, key: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector {
+                name: secret.into(),
+                key: key.into(),
+                optional: None,
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn mounts() -> Vec<VolumeMount> {
+    vec![
+        VolumeMount {
+            name: "data".into(),
+            mount_path: DATA_MOUNT.into(),
+            ..Default::default()
+        },
+        VolumeMount {
+            name: "files".into(),
+            mount_path: FILES_MOUNT.into(),
+            read_only: Some(true),
+            ..Default::default()
+        },
+    ]
+}
+
+fn env_from(id: &str) -> Vec<EnvFromSource> {
+    vec![EnvFromSource {
+        config_map_ref: Some(ConfigMapEnvSource {
+            name: id.into(),
+            optional: None,
+        }),
+        ..Default::default()
+    }]
+}
+
+/// One container per application. Built-in (platform) applications also get the site tokens
+/// and the OAuth2 cookie secret; custom applications get only the site environment and their
+/// own variables.
+fn container(id: &str, app: &ResolvedApp<'_>, resources: &ResourceRequirements) -> Container {
+    let mut env = Vec::new();
+    if app.builtin.is_some() {
+        env.push(secret_env("SITE_API_TOKEN", id, API_TOKEN_KEY));
+        env.push(secret_env("SITE_SECRET_KEY", id, SECRET_KEY_KEY));
+        env.push(secret_env(
+            "OAUTH2_PROXY_COOKIE_SECRET",
+            &labels::oauth2_secret_name(id),
+            COOKIE_SECRET_KEY,
+        ));
+    }
+    env.extend(app.spec.env.iter().map(|(k, v)| EnvVar {
+        name: k.clone(),
+        value: Some(v.clone()),
+        ..Default::default()
+    }));
+    let probe = match &app.readiness {
+        Readiness::Http(path) => Probe {
+            http_get: Some(HTTPGetAction {
+                path: Some(path.clone()),
+                port: IntOrString::Int(app.port),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        Readiness::Tcp => Probe {
+            tcp_socket: Some(TCPSocketAction {
+                port: IntOrString::Int(app.port),
+                host: None,
+            }),
+            ..Default::default()
+        },
+    };
+    Container {
+        name: app.spec.name.clone(),
+        image: Some(app.image.clone()),
+        ports: Some(vec![ContainerPort {
+            container_port: app.port,
+            protocol: Some("TCP".into()),
+            ..Default::default()
+        }]),
+        env: Some(env).filter(|e| !e.is_empty()),
+        env_from: Some(env_from(id)),
+        volume_mounts: Some(mounts()),
+        resources: Some(resources.clone()),
+        readiness_probe: Some(probe),
+        ..Default::default()
+    }
+}
+
+/// What the StatefulSet's pod template records besides the Site: the qualifying-change state
+/// ([`crate::diff::decide`]) and the `restartedAt` value (set by the reconciler from its clock
+/// when the decision says restart, else carried over from the stored StatefulSet).
+#[derive(Clone, Debug, PartialEq)]
+pub struct PodTemplateInputs<'a> {
+    pub state: &'a Qualifying,
+    pub restarted_at: Option<&'a str>,
+}
+
+/// StatefulSet `<id>`: replicas = `settings.replicas` when enabled, 0 when disabled (LIFE-04);
+/// priority class by `monitored`; the pod template carries the id label, the operator_bound
+/// annotation and the qualifying-change state; one container per application plus `site-mirror`
+/// when migration is enabled and the Site does not list it itself.
+pub fn statefulset(
+    site: &Site,
+    cfg: &PlatformConfig,
+    apps: &[ResolvedApp<'_>],
+    inputs: &PodTemplateInputs<'_>,
+) -> Result<StatefulSet, Error> {
+    let (id, _) = labels::id_and_namespace(site)?;
+    let c = &site.spec.configuration;
+    if c.settings.replicas < 0 {
+        return Err(invalid(
+            "spec.configuration.settings.replicas",
+            "must not be negative",
+        ));
+    }
+    let replicas = if c.enabled { c.settings.replicas } else { 0 };
+    let resources = resources(site, cfg)?;
+    let mut containers: Vec<Container> =
+        apps.iter().map(|a| container(id, a, &resources)).collect();
+    let migration = &cfg.sites.migration;
+    if migration.enabled && !apps.iter().any(|a| a.spec.name == MIRROR_CONTAINER) {
+        let image = migration.image.clone().ok_or(Error::MissingConfig {
+            key: "sitesConfig.migration.image",
+        })?;
+        containers.push(Container {
+            name: MIRROR_CONTAINER.into(),
+            image: Some(image),
+            env_from: Some(env_from(id)),
+            volume_mounts: Some(mounts()),
+            resources: Some(resources.clone()),
+            ..Default::default()
+        });
+    }
+    let mut annotations = inputs.state.annotations();
+    annotations.insert(OPERATOR_BOUND_ANNOTATION.into(), "true".into());
+    if let Some(at) = inputs.restarted_at {
+        annotations.insert(RESTARTED_AT_ANNOTATION.into(), at.to_string());
+    }
+    let priority = if c.settings.monitored {
+        &cfg.sites.kubernetes.priority_classes.monitored
+    } else {
+        &cfg.sites.kubernetes.priority_classes.default
+    };
+    let pod = PodSpec {
+        containers,
+        priority_class_name: Some(priority.clone()),
+        enable_service_links: Some(false),
+        automount_service_account_token: Some(false),
+        volumes: Some(vec![
+            Volume {
+                name: "data".into(),
+                persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                    claim_name: id.into(),
+                    read_only: None,
+                }),
+                ..Default::default()
+            },
+            Volume {
+                name: "files".into(),
+                config_map: Some(ConfigMapVolumeSource {
+                    name: labels::files_configmap_name(id),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        ]),
+        ..Default::default()
+    };
+    Ok(StatefulSet {
+        metadata: labels::object_meta(site, id)?,
+        spec: Some(StatefulSetSpec {
+            replicas: Some(replicas),
+            service_name: Some(id.into()),
+            selector: LabelSelector {
+                match_labels: Some(labels::selector(id)),
+                ..Default::default()
+            },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels::labels(id)),
+                    annotations: Some(annotations),
+                    ..Default::default()
+                }),
+                spec: Some(pod),
+            },
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+}
+
+/// The name of the Service port of an application port.
+pub fn service_port_name(port: i32) -> String {
+    format!("http-{port}")
+}
+
+/// Service `<id>`: ClusterIP in front of the site pods, one port per application,
+/// `sessionAffinity: ClientIP`, `publishNotReadyAddresses: true` (RTG-13: a pod whose custom
+/// application is not ready still serves the rest of the site).
+pub fn service(site: &Site, apps: &[ResolvedApp<'_>]) -> Result<Service, Error> {
+    let (id, _) = labels::id_and_namespace(site)?;
+    let mut ports: Vec<ServicePort> = apps
+        .iter()
+        .map(|a| ServicePort {
+            name: Some(service_port_name(a.port)),
+            port: a.port,
+            target_port: Some(IntOrString::Int(a.port)),
+            protocol: Some("TCP".into()),
+            ..Default::default()
+        })
+        .collect();
+    ports.sort_by_key(|p| p.port);
+    Ok(Service {
+        metadata: labels::object_meta(site, id)?,
+        spec: Some(ServiceSpec {
+            type_: Some("ClusterIP".into()),
+            selector: Some(labels::selector(id)),
+            ports: Some(ports),
+            session_affinity: Some("ClientIP".into()),
+            publish_not_ready_addresses: Some(true),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+}
