@@ -3,9 +3,11 @@
 //!
 //! The library holds everything but process start-up: the Site types and CRD ([`crd`]), the
 //! platform configuration and its validator ([`config`]), qualifying-change detection
-//! ([`diff`]), names, labels and owner references of owned objects ([`labels`]), and the pure
-//! checks they share.
+//! ([`diff`]), names, labels and owner references of owned objects ([`labels`]), rendering of
+//! every owned object ([`render`]), the admission handlers ([`admission`]), and the pure checks
+//! they share.
 
+pub mod admission;
 pub mod config;
 pub mod crd;
 pub mod diff;

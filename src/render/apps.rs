@@ -165,7 +165,7 @@ pub fn resolve<'a>(site: &'a Site, cfg: &'a PlatformConfig) -> Result<Vec<Resolv
 }
 
 /// Environment variable names: printable ASCII without `=` (what Kubernetes accepts).
-fn env_name(key: &str) -> Result<(), String> {
+pub fn env_name(key: &str) -> Result<(), String> {
     if key.is_empty() {
         return Err("environment variable names must not be empty".into());
     }

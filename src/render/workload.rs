@@ -35,7 +35,7 @@ fn invalid(field: &str, reason: impl Into<String>) -> Error {
 }
 
 /// Parses a positive quantity, naming the field when it is not one.
-fn positive(field: &str, value: &str) -> Result<quantity::ParsedQuantity, Error> {
+pub fn positive(field: &str, value: &str) -> Result<quantity::ParsedQuantity, Error> {
     let q = quantity::parse(value).map_err(|e| invalid(field, e.to_string()))?;
     if q.is_negative() || q.is_zero() {
         return Err(invalid(
