@@ -51,7 +51,7 @@ crd-check:
 
 ## validate-manifests: validate the manifests against the Kubernetes API schemas.
 validate-manifests: $(VENV)/bin/kubernetes-validate
-	$(VENV)/bin/kubernetes-validate --strict --kubernetes-version $(KUBERNETES_VERSION) manifests/crd.yaml
+	$(VENV)/bin/kubernetes-validate --strict --kubernetes-version $(KUBERNETES_VERSION) manifests/crd.yaml manifests/webhooks.yaml
 
 ## tools: install the test tools into .tools/ (a Python virtualenv for kubernetes-validate).
 tools: $(VENV)/bin/kubernetes-validate

@@ -8,15 +8,19 @@
 //! they share.
 
 pub mod admission;
+pub mod app;
+pub mod certs;
 pub mod config;
 pub mod crd;
 pub mod diff;
 mod error;
 pub mod labels;
+pub mod metrics;
 pub mod policy;
 pub mod quantity;
 pub mod render;
 pub mod telemetry;
+pub mod tls;
 pub mod validation;
 
 pub use error::{Error, Result};

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+use sites_operator::app::{self, CertSource, RunOptions};
 use sites_operator::config::{ConfigError, Context, PlatformConfig};
 use sites_operator::telemetry::{self, LogFormat};
 
@@ -55,6 +56,201 @@ enum Command {
         #[arg(long)]
         namespace: Option<String>,
     },
+
+    /// Run the admission webhook server (HTTPS) and the metrics and health endpoints (HTTP).
+    ///
+    /// Validates the platform configuration first and refuses to start (exit 2, one line) when it
+    /// is invalid or the certificate cannot be loaded. The serving certificate is reloaded when
+    /// its files change. SIGTERM or Ctrl-C stops accepting, drains in-flight requests and exits 0.
+    /// The reconcile workers are not part of this release yet.
+    Run(Box<RunArgs>),
+
+    /// Write a development CA and serving certificate (ca.crt, tls.crt, tls.key).
+    ///
+    /// For local runs: `sites-operator certs --out certs/` then
+    /// `sites-operator run --tls-cert certs/tls.crt --tls-key certs/tls.key ...`.
+    Certs {
+        /// Directory to write into (created when missing).
+        #[arg(long, default_value = "certs")]
+        out: PathBuf,
+        /// Webhook Service name; its cluster DNS names go into the certificate.
+        #[arg(long, default_value = "sites-operator-webhook")]
+        service: String,
+        /// Namespace of the webhook Service.
+        #[arg(long, default_value = "sites")]
+        namespace: String,
+        /// Extra DNS names or IP addresses (repeatable); localhost and 127.0.0.1 are always included.
+        #[arg(long = "name")]
+        names: Vec<String>,
+        /// Validity in days.
+        #[arg(long, default_value_t = 365, value_parser = clap::value_parser!(u32).range(1..=3650))]
+        days: u32,
+    },
+}
+
+#[derive(clap::Args, Debug)]
+struct RunArgs {
+    /// Platform configuration file (the `config.yaml` of the `sites-config` ConfigMap).
+    #[arg(
+        long,
+        env = "SITES_OPERATOR_CONFIG",
+        default_value = "/etc/sites-operator/config.yaml"
+    )]
+    config: PathBuf,
+    /// Namespace the operator runs in (the platform namespace).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "sites")]
+    namespace: String,
+    /// Address of the HTTPS webhook server.
+    #[arg(long, default_value = "0.0.0.0:9443")]
+    webhook_addr: std::net::SocketAddr,
+    /// Address of the plain-HTTP metrics and health server (/metrics, /healthz, /readyz).
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    metrics_addr: std::net::SocketAddr,
+    /// Serving certificate (PEM chain); reloaded when it changes.
+    #[arg(
+        long,
+        required_unless_present = "self_signed",
+        conflicts_with = "self_signed"
+    )]
+    tls_cert: Option<PathBuf>,
+    /// Serving private key (PEM); reloaded with the certificate.
+    #[arg(
+        long,
+        required_unless_present = "self_signed",
+        conflicts_with = "self_signed"
+    )]
+    tls_key: Option<PathBuf>,
+    /// Require client certificates signed by this CA bundle (PEM), so only the API server can
+    /// call the webhooks.
+    #[arg(long)]
+    client_ca: Option<PathBuf>,
+    /// Generate a CA and serving certificate, share them through a Secret and patch the CA into
+    /// the webhook configurations (for clusters without cert-manager).
+    #[arg(long)]
+    self_signed: bool,
+    /// Secret holding the self-signed certificate.
+    #[arg(long, default_value = "sites-operator-webhook-tls")]
+    self_signed_secret: String,
+    /// Webhook Service whose DNS names the self-signed certificate covers.
+    #[arg(long, default_value = "sites-operator-webhook")]
+    webhook_service: String,
+    /// Directory the self-signed certificate is written to for serving.
+    #[arg(long, default_value = "/tmp/sites-operator-certs")]
+    cert_dir: PathBuf,
+    /// MutatingWebhookConfiguration to patch the self-signed CA into (repeatable).
+    #[arg(long, default_value = "sites-operator")]
+    mutating_webhook: Vec<String>,
+    /// ValidatingWebhookConfiguration to patch the self-signed CA into (repeatable).
+    #[arg(long, default_value = "sites-operator")]
+    validating_webhook: Vec<String>,
+    /// How often the certificate files are checked for changes.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    cert_reload_interval: std::time::Duration,
+    /// How long in-flight requests may take to finish on shutdown.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    shutdown_timeout: std::time::Duration,
+}
+
+/// Parses `500ms`, `10s`, `2m`.
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let (number, unit) = s
+        .find(|c: char| !c.is_ascii_digit())
+        .map(|i| s.split_at(i))
+        .ok_or_else(|| format!("{s:?} needs a unit: ms, s or m"))?;
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration like 500ms, 10s or 2m"))?;
+    let d = match unit {
+        "ms" => std::time::Duration::from_millis(n),
+        "s" => std::time::Duration::from_secs(n),
+        "m" => std::time::Duration::from_secs(n * 60),
+        _ => return Err(format!("{s:?}: unknown unit {unit:?} (use ms, s or m)")),
+    };
+    if d.is_zero() {
+        return Err(format!("{s:?} must be greater than zero"));
+    }
+    Ok(d)
+}
+
+fn run(args: RunArgs) -> ExitCode {
+    let certs = if args.self_signed {
+        let mut dns_names =
+            sites_operator::certs::service_dns_names(&args.webhook_service, &args.namespace);
+        dns_names.extend(["localhost".to_string(), "127.0.0.1".to_string()]);
+        CertSource::SelfSigned {
+            secret: args.self_signed_secret,
+            dns_names,
+            cert_dir: args.cert_dir,
+            mutating: args.mutating_webhook,
+            validating: args.validating_webhook,
+        }
+    } else {
+        match (args.tls_cert, args.tls_key) {
+            (Some(cert), Some(key)) => CertSource::Files { cert, key },
+            _ => {
+                eprintln!("error: --tls-cert and --tls-key are required without --self-signed");
+                return ExitCode::from(EXIT_INVALID);
+            }
+        }
+    };
+    let opts = RunOptions {
+        config: args.config,
+        namespace: args.namespace,
+        webhook_addr: args.webhook_addr,
+        metrics_addr: args.metrics_addr,
+        certs,
+        client_ca: args.client_ca,
+        cert_reload_interval: args.cert_reload_interval,
+        shutdown_timeout: args.shutdown_timeout,
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(app::run(opts, app::termination_signal())) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %e, "not started");
+            eprintln!("error: {e}");
+            ExitCode::from(EXIT_INVALID)
+        }
+    }
+}
+
+fn write_certs(
+    out: &std::path::Path,
+    service: &str,
+    namespace: &str,
+    names: Vec<String>,
+    days: u32,
+) -> ExitCode {
+    let mut all = sites_operator::certs::service_dns_names(service, namespace);
+    all.extend(["localhost".to_string(), "127.0.0.1".to_string()]);
+    for n in names {
+        if !all.contains(&n) {
+            all.push(n);
+        }
+    }
+    match sites_operator::certs::generate(&all, days).and_then(|b| b.write(out)) {
+        Ok(()) => {
+            println!(
+                "wrote {}/ca.crt, tls.crt, tls.key for {}",
+                out.display(),
+                all.join(", ")
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(EXIT_INVALID)
+        }
+    }
 }
 
 /// Exit code for invalid input: a bad configuration, unreadable file, bad flag value.
@@ -97,5 +293,13 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Run(args) => run(*args),
+        Command::Certs {
+            out,
+            service,
+            namespace,
+            names,
+            days,
+        } => write_certs(&out, &service, &namespace, names, days),
     }
 }

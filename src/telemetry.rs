@@ -77,7 +77,11 @@ pub fn filter(level: &str) -> Result<EnvFilter, String> {
 
 /// Installs the global subscriber. Call once, before anything logs.
 pub fn init(format: LogFormat, filter: EnvFilter) {
-    let builder = fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder = fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder

@@ -4,6 +4,12 @@
 //! Each check returns `Err(message)` with a message fit to follow a field path
 //! (`routing.host: must be ...`), never the value's key itself.
 
+/// The field path of a map entry: `prefix["key"]` (quoted, so keys with dots, slashes or
+/// control characters stay readable and unambiguous).
+pub fn map_field(prefix: &str, key: &str) -> String {
+    format!("{prefix}[{key:?}]")
+}
+
 /// A DNS-1123 label: at most 63 lowercase alphanumerics or '-', alphanumeric at both ends.
 pub fn dns1123_label(value: &str) -> Result<(), String> {
     if value.is_empty() {

@@ -6,6 +6,8 @@
 //! - [`validate_config`]: the platform configuration validator on the `sites-config` ConfigMap.
 
 pub mod rules;
+pub mod selfsigned;
+pub mod server;
 
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 use kube::core::response::{StatusCause, StatusDetails};

@@ -55,7 +55,7 @@ impl Violations {
 
 /// Checks `YYYY-MM-DD` and that the day exists.
 pub fn iso_date(value: &str) -> Result<(), String> {
-    let bad = || format!("{value:?} is not an ISO date (YYYY-MM-DD)");
+    let bad = || format!("{value:?} is not an ISO 8601 date (YYYY-MM-DD)");
     let parts: Vec<&str> = value.split('-').collect();
     let [y, m, d] = parts.as_slice() else {
         return Err(bad());
@@ -143,6 +143,8 @@ pub fn site_violations(site: &Site, old: Option<&Site>, cfg: &PlatformConfig) ->
                 field(".name"),
                 format!("{:?} is already used by applications[{first}]", app.name),
             );
+            // The other rules would only repeat the duplicate.
+            continue;
         }
         let entry = cfg.sites.applications.iter().find(|e| e.name == app.name);
         match (&app.image, entry) {
@@ -175,11 +177,14 @@ pub fn site_violations(site: &Site, old: Option<&Site>, cfg: &PlatformConfig) ->
             );
         }
         for key in app.env.keys() {
-            v.check(field(&format!(".env.{key}")), apps::env_name(key));
+            v.check(
+                validation::map_field(&field(".env"), key),
+                apps::env_name(key),
+            );
         }
         for key in app.annotations.keys() {
             v.check(
-                field(&format!(".annotations.{key}")),
+                validation::map_field(&field(".annotations"), key),
                 validation::qualified_name(key),
             );
         }

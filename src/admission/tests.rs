@@ -277,7 +277,7 @@ fn every_rule_names_its_field() {
                 s["spec"]["configuration"]["applications"] =
                     json!([{"name": "static", "env": {"A B": "1"}}])
             },
-            "spec.configuration.applications[0].env.A B:",
+            "spec.configuration.applications[0].env[\"A B\"]:",
         ),
         (
             "annotation key",
@@ -285,7 +285,7 @@ fn every_rule_names_its_field() {
                 s["spec"]["configuration"]["applications"] =
                     json!([{"name": "static", "annotations": {"-bad": "1"}}])
             },
-            "spec.configuration.applications[0].annotations.-bad:",
+            "spec.configuration.applications[0].annotations[\"-bad\"]:",
         ),
         (
             "path injection",
@@ -303,12 +303,12 @@ fn every_rule_names_its_field() {
         (
             "header value",
             |s| s["spec"]["configuration"]["headers"] = json!({"X-A": "a\nb"}),
-            "spec.configuration.headers.X-A:",
+            "spec.configuration.headers[\"X-A\"]:",
         ),
         (
             "header name",
             |s| s["spec"]["configuration"]["headers"] = json!({"X{A}": "a"}),
-            "spec.configuration.headers.X{A}:",
+            "spec.configuration.headers[\"X{A}\"]:",
         ),
         (
             "quota syntax",
@@ -590,4 +590,393 @@ fn platform_configuration_is_validated_on_the_sites_config_configmap() {
         ))
         .allowed
     );
+}
+
+#[test]
+fn invalid_examples_are_denied_with_the_message_their_first_line_names() {
+    let dir = format!("{}/manifests/examples/invalid", env!("CARGO_MANIFEST_DIR"));
+    let mut seen = 0;
+    let mut mismatches = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("yaml") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let expected = text
+            .lines()
+            .next()
+            .unwrap()
+            .trim_start_matches("# ")
+            .to_string();
+        let mut obj: Value = serde_yaml_ng::from_str(&text).unwrap();
+        obj["metadata"]["namespace"] = json!("sites");
+        let r = validate_site(
+            &request("CREATE", Some(obj), None),
+            &config(RoutingMode::Ingress),
+        );
+        if r.allowed || !r.result.message.contains(&expected) {
+            mismatches.push(format!(
+                "{}:\n  expected: {expected}\n  got:      {}",
+                path.display(),
+                r.result.message
+            ));
+        }
+        seen += 1;
+    }
+    assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
+    assert!(seen >= 10, "{seen} examples");
+}
+
+/// Sets the value at a JSON pointer, creating missing objects on the way; `null` removes it.
+fn set(doc: &mut Value, pointer: &str, value: Value) {
+    let mut cur = doc;
+    let parts: Vec<&str> = pointer.trim_start_matches('/').split('/').collect();
+    for (i, part) in parts.iter().enumerate() {
+        let last = i == parts.len() - 1;
+        if let Ok(index) = part.parse::<usize>()
+            && cur.is_array()
+        {
+            cur = &mut cur[index];
+            continue;
+        }
+        if last {
+            if value.is_null() {
+                cur.as_object_mut().unwrap().remove(*part);
+            } else {
+                cur[*part] = value;
+            }
+            return;
+        }
+        if cur.get(*part).is_none() {
+            cur[*part] = json!({});
+        }
+        cur = &mut cur[*part];
+    }
+}
+
+fn with(edits: &[(&str, Value)]) -> Value {
+    let mut site = site_json(|_| {});
+    for (pointer, value) in edits {
+        set(&mut site, pointer, value.clone());
+    }
+    site
+}
+
+const APPS: &str = "/spec/configuration/applications";
+
+/// JSON-pointer edits of the base Site.
+type Edits = Vec<(&'static str, Value)>;
+
+fn custom(extra: Value) -> Value {
+    let mut app = json!({"name": "app", "image": "ghcr.io/example/app:1.0"});
+    for (k, v) in extra.as_object().unwrap() {
+        app[k] = v.clone();
+    }
+    json!([{"name": "static"}, app])
+}
+
+#[test]
+fn invalid_sites_table() {
+    let long = |n: usize| "a".repeat(n);
+    // (edits, routing mode, old object edits for UPDATE, expected "field: message" prefix)
+    let gw = RoutingMode::Gateway;
+    let ing = RoutingMode::Ingress;
+    let cases: Vec<(Edits, RoutingMode, Option<Edits>, String)> = vec![
+        (vec![("/metadata/name", json!("1abc"))], ing, None, "metadata.name: must be a DNS-1035 label".into()),
+        (vec![("/metadata/name", json!("Docs"))], ing, None, "metadata.name: must be a DNS-1035 label".into()),
+        (vec![("/metadata/name", json!("docs_handbook"))], ing, None, "metadata.name: must be a DNS-1035 label".into()),
+        (vec![("/metadata/name", json!("docs-"))], ing, None, "metadata.name: must be a DNS-1035 label".into()),
+        (vec![("/metadata/name", json!(long(53)))], ing, None, "metadata.name: must be at most 52 characters (is 53)".into()),
+        (vec![("/metadata/name", Value::Null), ("/metadata/generateName", json!("9docs-"))], ing, None, "metadata.generateName: must be a DNS-1035 label".into()),
+        (vec![("/metadata/name", Value::Null), ("/metadata/generateName", json!(format!("{}-", long(49))))], ing, None, "metadata.generateName: must be at most 52 characters (is 55)".into()),
+        (vec![("/spec/name", json!(""))], ing, None, "spec.name: must not be empty".into()),
+        (vec![("/spec/name", json!("Hand"))], ing, None, "spec.name: must be a DNS-1123 label".into()),
+        (vec![("/spec/name", json!(long(64)))], ing, None, "spec.name: must be at most 63 characters (is 64)".into()),
+        (vec![("/spec/name", json!("hand.book"))], ing, None, "spec.name: must be a DNS-1123 label".into()),
+        (vec![("/spec/configuration/space", json!(""))], ing, None, "spec.configuration.space: must not be empty".into()),
+        (vec![("/spec/configuration/space", json!("-docs"))], ing, None, "spec.configuration.space: must be a DNS-1123 label".into()),
+        (vec![("/spec/configuration/space", json!("docs/x"))], ing, None, "spec.configuration.space: must be a DNS-1123 label".into()),
+        (vec![("/spec/owner", json!(""))], ing, None, "spec.owner: must not be empty".into()),
+        (vec![("/spec/type", json!("  "))], ing, None, "spec.type: must not be empty".into()),
+        (vec![("/spec/configuration/routing", json!({}))], ing, None, "spec.configuration.routing: routing is platform-wide; use the top-level routing values".into()),
+        (vec![("/spec/configuration/settings/routing", json!({"mode": "gateway"}))], ing, None, "spec.configuration.settings.routing: routing is platform-wide; use the top-level routing values".into()),
+        (vec![(APPS, json!([]))], ing, None, "spec.configuration.applications: a site needs at least one application".into()),
+        (vec![(APPS, json!([{"name": "", "image": "x:1"}]))], ing, None, "spec.configuration.applications[0].name: must not be empty".into()),
+        (vec![(APPS, json!([{"name": "My-App", "image": "x:1"}]))], ing, None, "spec.configuration.applications[0].name: must be a DNS-1123 label".into()),
+        (vec![(APPS, json!([{"name": long(64), "image": "x:1"}]))], ing, None, "spec.configuration.applications[0].name: must be at most 63 characters (is 64)".into()),
+        (vec![(APPS, json!([{"name": "static"}, {"name": "static"}]))], ing, None, "spec.configuration.applications[1].name: \"static\" is already used by applications[0]".into()),
+        (vec![(APPS, json!([{"name": "static"}, {"name": "app"}]))], ing, None, "spec.configuration.applications[1].image: required for a custom application (one not in the platform catalogue)".into()),
+        (vec![(APPS, custom(json!({"image": ""})))], ing, None, "spec.configuration.applications[1].image: must not be empty".into()),
+        (vec![(APPS, custom(json!({"image": "ghcr.io/x/a pp:1"})))], ing, None, "spec.configuration.applications[1].image:".into()),
+        (vec![(APPS, custom(json!({"image": "ghcr.io/x/app:"})))], ing, None, "spec.configuration.applications[1].image:".into()),
+        (vec![(APPS, custom(json!({"image": "UPPER/case:1"})))], ing, None, "spec.configuration.applications[1].image:".into()),
+        (vec![(APPS, custom(json!({"port": 0})))], ing, None, "spec.configuration.applications[1].port: must be between 1 and 65535".into()),
+        (vec![(APPS, custom(json!({"port": -1})))], ing, None, "spec.configuration.applications[1].port: must be between 1 and 65535".into()),
+        (vec![(APPS, custom(json!({"port": 65536})))], ing, None, "spec.configuration.applications[1].port: must be between 1 and 65535".into()),
+        (vec![(APPS, json!([{"name": "static", "port": 70000}]))], ing, None, "spec.configuration.applications[0].port: must be between 1 and 65535".into()),
+        (vec![(APPS, json!([{"name": "a", "image": "x:1"}, {"name": "b", "image": "x:2"}]))], ing, None, "spec.configuration.applications[1].port: port 8000 is already used by applications[0]".into()),
+        (vec![(APPS, custom(json!({"port": 8080})))], ing, None, "spec.configuration.applications[1].port: port 8080 is already used by applications[0]".into()),
+        (vec![(APPS, custom(json!({"env": {"": "x"}})))], ing, None, "spec.configuration.applications[1].env[\"\"]: environment variable names must not be empty".into()),
+        (vec![(APPS, custom(json!({"env": {"A=B": "x"}})))], ing, None, "spec.configuration.applications[1].env[\"A=B\"]: \"A=B\" contains '='".into()),
+        (vec![(APPS, custom(json!({"env": {"A B": "x"}})))], ing, None, "spec.configuration.applications[1].env[\"A B\"]: \"A B\" contains ' '".into()),
+        (vec![(APPS, custom(json!({"env": {"CAFÉ": "x"}})))], ing, None, "spec.configuration.applications[1].env[\"CAFÉ\"]: \"CAFÉ\" contains 'É'".into()),
+        (vec![(APPS, custom(json!({"annotations": {"bad key": "x"}})))], ing, None, "spec.configuration.applications[1].annotations[\"bad key\"]: must be a qualified name".into()),
+        (vec![(APPS, custom(json!({"annotations": {"-x": "x"}})))], ing, None, "spec.configuration.applications[1].annotations[\"-x\"]: must be a qualified name".into()),
+        (vec![(APPS, custom(json!({"annotations": {"a_b/c": "x"}})))], ing, None, "spec.configuration.applications[1].annotations[\"a_b/c\"]: prefix must be a DNS-1123 subdomain".into()),
+        (vec![(APPS, custom(json!({"annotations": {long(64): "x"}})))], ing, None, format!("spec.configuration.applications[1].annotations[\"{}\"]: must be a qualified name", long(64))),
+        (vec![(APPS, custom(json!({"paths": [{"path": "relative"}]})))], ing, None, "spec.configuration.applications[1].paths[0].path: \"relative\" must start with '/'".into()),
+        (vec![(APPS, custom(json!({"paths": [{"path": "/a;b"}]})))], ing, None, "spec.configuration.applications[1].paths[0].path: \"/a;b\" contains ';'".into()),
+        (vec![(APPS, custom(json!({"paths": [{"path": "/a{b}"}]})))], ing, None, "spec.configuration.applications[1].paths[0].path: \"/a{b}\" contains '{'".into()),
+        (vec![(APPS, custom(json!({"paths": [{"path": "/a b"}]})))], ing, None, "spec.configuration.applications[1].paths[0].path: \"/a b\" contains ' '".into()),
+        (vec![(APPS, custom(json!({"paths": [{"path": "/$uri"}]})))], ing, None, "spec.configuration.applications[1].paths[0].path: \"/$uri\" contains '$'".into()),
+        (vec![(APPS, custom(json!({"paths": [{"path": "/a#b"}]})))], ing, None, "spec.configuration.applications[1].paths[0].path: \"/a#b\" contains '#'".into()),
+        (vec![(APPS, custom(json!({"paths": [{"path": "/x", "path_type": "Regex"}]})))], ing, None, "spec.configuration.applications[1].paths[0].path_type: \"Regex\" is not supported in ingress mode (use Prefix or Exact or ImplementationSpecific)".into()),
+        (vec![(APPS, custom(json!({"paths": [{"path": "/x", "path_type": "ImplementationSpecific"}]})))], gw, None, "spec.configuration.applications[1].paths[0].path_type: \"ImplementationSpecific\" is not supported in gateway mode (use Prefix or Exact)".into()),
+        (vec![(APPS, custom(json!({"paths": [{"path": "/x", "path_type": ""}]})))], ing, None, "spec.configuration.applications[1].paths[0].path_type: \"\" is not supported in ingress mode".into()),
+        (vec![("/spec/configuration/headers", json!({"X A": "v"}))], ing, None, "spec.configuration.headers[\"X A\"]: the header name contains ' '".into()),
+        (vec![("/spec/configuration/headers", json!({"X:A": "v"}))], ing, None, "spec.configuration.headers[\"X:A\"]: the header name contains ':'".into()),
+        (vec![("/spec/configuration/headers", json!({"": "v"}))], ing, None, "spec.configuration.headers[\"\"]: header names are 1 to 256 characters".into()),
+        (vec![("/spec/configuration/headers", json!({"X-A": "a\r\nSet-Cookie: x"}))], ing, None, "spec.configuration.headers[\"X-A\"]: the value contains '\\r'".into()),
+        (vec![("/spec/configuration/headers", json!({"X-A": "a\" always; return 200 \""}))], ing, None, "spec.configuration.headers[\"X-A\"]: the value contains '\"'".into()),
+        (vec![("/spec/configuration/headers", json!({"X-A": "$host"}))], ing, None, "spec.configuration.headers[\"X-A\"]: the value contains '$'".into()),
+        (vec![("/spec/configuration/headers", json!({"X-A": "a\\"}))], ing, None, "spec.configuration.headers[\"X-A\"]: the value contains '\\\\'".into()),
+        (vec![("/spec/configuration/quota", json!("lots"))], ing, None, "spec.configuration.quota: \"lots\" is not a quantity".into()),
+        (vec![("/spec/configuration/quota", json!("0"))], ing, None, "spec.configuration.quota: \"0\" must be greater than zero".into()),
+        (vec![("/spec/configuration/quota", json!("-1Gi"))], ing, None, "spec.configuration.quota: \"-1Gi\" must be greater than zero".into()),
+        (vec![("/spec/configuration/quota", json!("1Gi"))], ing, Some(vec![]), "spec.configuration.quota: must not decrease (was 2Gi, now 1Gi): volumes cannot shrink".into()),
+        (vec![("/spec/configuration/quota", Value::Null)], ing, Some(vec![]), "spec.configuration.quota: must not be removed once set: volumes cannot shrink".into()),
+        (vec![("/spec/configuration/retention_date", json!("2027-13-01"))], ing, None, "spec.configuration.retention_date: \"2027-13-01\" has no month 13".into()),
+        (vec![("/spec/configuration/retention_date", json!("2027-02-29"))], ing, None, "spec.configuration.retention_date: \"2027-02-29\" is not a day of that month".into()),
+        (vec![("/spec/configuration/retention_date", json!("2027-1-01"))], ing, None, "spec.configuration.retention_date: \"2027-1-01\" is not an ISO 8601 date (YYYY-MM-DD)".into()),
+        (vec![("/spec/configuration/retention_date", json!("2027-12-31T00:00:00Z"))], ing, None, "spec.configuration.retention_date: \"2027-12-31T00:00:00Z\" is not an ISO 8601 date (YYYY-MM-DD)".into()),
+        (vec![("/spec/configuration/settings/error_handling", json!("custom"))], ing, None, "spec.configuration.settings.error_handling: \"custom\" is not one of \"platform\", \"site\"".into()),
+        (vec![("/spec/configuration/settings/resource_limits", json!({"cpu": "0"}))], ing, None, "spec.configuration.settings.resource_limits.cpu: \"0\" must be greater than zero".into()),
+        (vec![("/spec/configuration/settings/resource_limits", json!({"cpu": "fast"}))], ing, None, "spec.configuration.settings.resource_limits.cpu: \"fast\" is not a quantity".into()),
+        (vec![("/spec/configuration/settings/resource_limits", json!({"memory": "1Mi"}))], ing, None, "spec.configuration.settings.resource_limits.memory: 1Mi is below the platform's request of 32Mi".into()),
+        (vec![("/spec/configuration/settings/resource_limits", json!({"cpu": "5m"}))], ing, None, "spec.configuration.settings.resource_limits.cpu: 5m is below the platform's request of 10m".into()),
+    ];
+    assert!(cases.len() >= 60, "{} cases", cases.len());
+    let mut failures = Vec::new();
+    for (edits, mode, old, want) in cases {
+        let object = with(&edits);
+        let (op, old) = match old {
+            Some(old_edits) => ("UPDATE", Some(with(&old_edits))),
+            None => ("CREATE", None),
+        };
+        let r = validate_site(&request(op, Some(object), old), &config(mode));
+        let msgs = messages(&r);
+        if r.allowed || !msgs.iter().any(|m| m.starts_with(&want)) || r.result.code != 403 {
+            failures.push(format!("{edits:?}\n  want: {want}\n  got:  {msgs:?}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn valid_edge_cases_table() {
+    let long = |n: usize| "a".repeat(n);
+    let gw = RoutingMode::Gateway;
+    let ing = RoutingMode::Ingress;
+    let cases: Vec<(&str, Edits, RoutingMode, Option<Edits>)> = vec![
+        (
+            "id of 52 characters",
+            vec![("/metadata/name", json!(long(52)))],
+            ing,
+            None,
+        ),
+        (
+            "one-letter id",
+            vec![("/metadata/name", json!("a"))],
+            ing,
+            None,
+        ),
+        (
+            "generateName only",
+            vec![
+                ("/metadata/name", Value::Null),
+                ("/metadata/generateName", json!("docs-")),
+            ],
+            ing,
+            None,
+        ),
+        (
+            "name of 63 characters",
+            vec![("/spec/name", json!(long(63)))],
+            ing,
+            None,
+        ),
+        (
+            "one-character space",
+            vec![("/spec/configuration/space", json!("x"))],
+            ing,
+            None,
+        ),
+        (
+            "digit-leading name",
+            vec![("/spec/name", json!("2024-report"))],
+            ing,
+            None,
+        ),
+        (
+            "port 1",
+            vec![(APPS, custom(json!({"port": 1})))],
+            ing,
+            None,
+        ),
+        (
+            "port 65535",
+            vec![(APPS, custom(json!({"port": 65535})))],
+            ing,
+            None,
+        ),
+        (
+            "app name of 63 characters",
+            vec![(APPS, json!([{"name": long(63), "image": "x:1"}]))],
+            ing,
+            None,
+        ),
+        (
+            "image by digest",
+            vec![(
+                APPS,
+                custom(
+                    json!({"image": "ghcr.io/x/app@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}),
+                ),
+            )],
+            ing,
+            None,
+        ),
+        (
+            "registry with port",
+            vec![(
+                APPS,
+                custom(json!({"image": "registry.example.org:5000/team/app:1.0"})),
+            )],
+            ing,
+            None,
+        ),
+        (
+            "built-in with a recorded image",
+            vec![(
+                APPS,
+                json!([{"name": "static", "image": "registry.example.org/sites/static:2.3.0"}]),
+            )],
+            ing,
+            None,
+        ),
+        (
+            "CSP header with ; and quotes",
+            vec![(
+                "/spec/configuration/headers",
+                json!({"Content-Security-Policy": "default-src 'self'; img-src * data:"}),
+            )],
+            ing,
+            None,
+        ),
+        (
+            "empty header value",
+            vec![("/spec/configuration/headers", json!({"X-Empty": ""}))],
+            ing,
+            None,
+        ),
+        (
+            "leap day",
+            vec![("/spec/configuration/retention_date", json!("2028-02-29"))],
+            ing,
+            None,
+        ),
+        (
+            "same quota respelled",
+            vec![("/spec/configuration/quota", json!("2048Mi"))],
+            ing,
+            Some(vec![]),
+        ),
+        (
+            "quota grows",
+            vec![("/spec/configuration/quota", json!("5Gi"))],
+            ing,
+            Some(vec![]),
+        ),
+        (
+            "quota set for the first time",
+            vec![],
+            ing,
+            Some(vec![("/spec/configuration/quota", Value::Null)]),
+        ),
+        (
+            "limits equal to the requests",
+            vec![(
+                "/spec/configuration/settings/resource_limits",
+                json!({"cpu": "10m", "memory": "32Mi"}),
+            )],
+            ing,
+            None,
+        ),
+        (
+            "site error handling",
+            vec![("/spec/configuration/settings/error_handling", json!("site"))],
+            ing,
+            None,
+        ),
+        (
+            "Exact path in gateway mode",
+            vec![(
+                APPS,
+                custom(json!({"paths": [{"path": "/docs/handbook/api", "path_type": "Exact"}]})),
+            )],
+            gw,
+            None,
+        ),
+        (
+            "ImplementationSpecific in ingress mode",
+            vec![(
+                APPS,
+                custom(
+                    json!({"paths": [{"path": "/docs/handbook/x", "path_type": "ImplementationSpecific"}]}),
+                ),
+            )],
+            ing,
+            None,
+        ),
+        (
+            "dotted lowercase env name",
+            vec![(APPS, custom(json!({"env": {"my.var_1": "x"}})))],
+            ing,
+            None,
+        ),
+        (
+            "prefixed annotation",
+            vec![(
+                APPS,
+                custom(json!({"annotations": {"nginx.org/proxy-read-timeout": "120s"}})),
+            )],
+            ing,
+            None,
+        ),
+        (
+            "zero replicas",
+            vec![("/spec/configuration/settings/replicas", json!(0))],
+            ing,
+            None,
+        ),
+        (
+            "disabled with replicas",
+            vec![
+                ("/spec/configuration/enabled", json!(false)),
+                ("/spec/configuration/settings/replicas", json!(3)),
+            ],
+            ing,
+            None,
+        ),
+    ];
+    assert!(cases.len() >= 20);
+    for (case, edits, mode, old) in cases {
+        let (op, old) = match old {
+            Some(old_edits) => ("UPDATE", Some(with(&old_edits))),
+            None => ("CREATE", None),
+        };
+        let r = validate_site(&request(op, Some(with(&edits)), old), &config(mode));
+        assert!(r.allowed, "{case}: {}", r.result.message);
+    }
 }

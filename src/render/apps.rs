@@ -133,11 +133,11 @@ pub fn resolve<'a>(site: &'a Site, cfg: &'a PlatformConfig) -> Result<Vec<Resolv
             ));
         }
         for key in spec.env.keys() {
-            env_name(key).map_err(|m| invalid(field(&format!(".env.{key}")), m))?;
+            env_name(key).map_err(|m| invalid(validation::map_field(&field(".env"), key), m))?;
         }
         for key in spec.annotations.keys() {
             validation::qualified_name(key)
-                .map_err(|m| invalid(field(&format!(".annotations.{key}")), m))?;
+                .map_err(|m| invalid(validation::map_field(&field(".annotations"), key), m))?;
         }
         let readiness = match builtin.and_then(|b| b.readiness_path.clone()) {
             Some(path) => Readiness::Http(path),

@@ -130,7 +130,7 @@ pub fn env_configmap(
 /// the value printable, without the characters that end or expand an nginx string (`"`, `\`,
 /// `$`).
 pub fn check_header(name: &str, value: &str) -> Result<(), Error> {
-    let field = format!("spec.configuration.headers.{name}");
+    let field = crate::validation::map_field("spec.configuration.headers", name);
     let unsafe_value = |reason: String| Error::UnsafeValue {
         field: field.clone(),
         reason,
@@ -151,7 +151,7 @@ pub fn check_header(name: &str, value: &str) -> Result<(), Error> {
         .find(|c| c.is_control() || matches!(c, '"' | '\\' | '$'))
     {
         return Err(unsafe_value(format!(
-            "the value contains {c:?}, which is not allowed in a response header"
+            "the value contains {c:?}, which could inject nginx directives (control characters, '\"', '\\' and '$' are not allowed)"
         )));
     }
     Ok(())
@@ -283,7 +283,7 @@ mod tests {
             assert_eq!(got.is_ok(), ok, "{name:?}: {value:?} -> {got:?}");
             if let Err(e) = got {
                 assert!(
-                    e.to_string().starts_with("spec.configuration.headers."),
+                    e.to_string().starts_with("spec.configuration.headers["),
                     "{e}"
                 );
             }

@@ -524,7 +524,7 @@ fn bad_sites_are_errors_naming_the_field() {
                 s["configuration"]["applications"] =
                     json!([{"name": "app", "image": "x:1", "env": {"A=B": "x"}}])
             },
-            "spec.configuration.applications[0].env.A=B",
+            "spec.configuration.applications[0].env[\"A=B\"]",
         ),
         (
             "annotation key",
@@ -532,7 +532,7 @@ fn bad_sites_are_errors_naming_the_field() {
                 s["configuration"]["applications"] =
                     json!([{"name": "static", "annotations": {"bad key": "x"}}])
             },
-            "spec.configuration.applications[0].annotations.bad key",
+            "spec.configuration.applications[0].annotations[\"bad key\"]",
         ),
         (
             "path injection",
@@ -545,12 +545,12 @@ fn bad_sites_are_errors_naming_the_field() {
         (
             "header injection",
             |s| s["configuration"]["headers"] = json!({"X-A": "v\"; return 200; \""}),
-            "spec.configuration.headers.X-A",
+            "spec.configuration.headers[\"X-A\"]",
         ),
         (
             "header name",
             |s| s["configuration"]["headers"] = json!({"X A": "v"}),
-            "spec.configuration.headers.X A",
+            "spec.configuration.headers[\"X A\"]",
         ),
         (
             "error handling",

@@ -207,7 +207,11 @@ fn help_lists_only_working_commands() {
         .lines()
         .filter_map(|l| l.split_whitespace().next())
         .collect();
-    assert_eq!(commands, ["crd", "check-config", "help"], "{help}");
+    assert_eq!(
+        commands,
+        ["crd", "check-config", "run", "certs", "help"],
+        "{help}"
+    );
     assert!(help.contains("--log-format"));
     assert!(help.contains("--log-level"));
     let out = run(&["check-config", "--help"]);

@@ -321,7 +321,12 @@ async fn mutating_webhook_patch_is_applied_and_stored() {
     let handler: Handler = Arc::new(|review: &Value| {
         let patch =
             json!([{"op": "add", "path": "/metadata/annotations", "value": {"stamped": "yes"}}]);
-        respond(review, true, None, Some(patch))
+        let mut answer = respond(review, true, None, Some(patch.clone()));
+        if review["request"]["name"] == "bytes" {
+            // Go decodes a []byte from an array of numbers too; some webhook libraries send that.
+            answer["response"]["patch"] = json!(patch.to_string().into_bytes());
+        }
+        answer
     });
     let hook = TestWebhook::start(ca.serving("hooks.sites.svc"), handler).await;
     c.emulator.map_service("sites", "hooks", 443, hook.addr);
@@ -340,6 +345,11 @@ async fn mutating_webhook_patch_is_applied_and_stored() {
     assert_eq!(created.metadata.annotations.unwrap()["stamped"], "yes");
     let stored = sites.get("a").await.unwrap();
     assert_eq!(stored.metadata.annotations.unwrap()["stamped"], "yes");
+    let created = sites
+        .create(&PostParams::default(), &site("bytes"))
+        .await
+        .unwrap();
+    assert_eq!(created.metadata.annotations.unwrap()["stamped"], "yes");
     let _ = hook.stop.send(());
 }
 

@@ -9,3 +9,5 @@ mod emulator_controllers;
 mod emulator_kubectl;
 mod render;
 mod support;
+mod webhook_e2e;
+mod webhook_server;

@@ -84,6 +84,18 @@ impl Cluster {
         child.wait_with_output().unwrap()
     }
 
+    /// Runs kubectl with `stdin` and asserts success, returning stdout.
+    pub fn kubectl_ok_stdin(&self, args: &[&str], stdin: &str) -> String {
+        let out = self.kubectl_stdin(args, Some(stdin));
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
     /// Runs kubectl and asserts success, returning stdout.
     pub fn kubectl_ok(&self, args: &[&str]) -> String {
         let out = self.kubectl(args);

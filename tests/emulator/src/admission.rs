@@ -374,15 +374,18 @@ async fn call(
     }
     let patch = match (response.get("patch"), response.get("patchType")) {
         (None | Some(Value::Null), None | Some(Value::Null)) => None,
-        (Some(Value::String(p)), Some(Value::String(t))) if t == "JSONPatch" => {
+        (Some(p @ (Value::String(_) | Value::Array(_))), Some(Value::String(t)))
+            if t == "JSONPatch" =>
+        {
             if !hook.mutating {
                 return Err(call_failure(
                     &name,
                     "validating webhook may not return a patch",
                 ));
             }
-            let raw = base64::engine::general_purpose::STANDARD
-                .decode(p)
+            // `patch` is a Go []byte: canonically a base64 string, but Go's JSON decoder also
+            // accepts an array of byte values (what some webhook libraries send).
+            let raw = patch_bytes(p)
                 .map_err(|e| call_failure(&name, &format!("undecodable patch: {e}")))?;
             Some(
                 serde_json::from_slice(&raw)
@@ -403,6 +406,24 @@ async fn call(
         }
     };
     Ok(Called::Allowed(patch, warnings))
+}
+
+/// The bytes of a `[]byte` JSON field: a base64 string or an array of numbers 0-255.
+fn patch_bytes(value: &Value) -> Result<Vec<u8>, String> {
+    match value {
+        Value::String(s) => base64::engine::general_purpose::STANDARD
+            .decode(s)
+            .map_err(|e| e.to_string()),
+        Value::Array(items) => items
+            .iter()
+            .map(|v| {
+                v.as_u64()
+                    .and_then(|n| u8::try_from(n).ok())
+                    .ok_or_else(|| format!("{v} is not a byte value"))
+            })
+            .collect(),
+        other => Err(format!("expected a base64 string, got {other}")),
+    }
 }
 
 /// One HTTPS POST over a fresh connection; returns (status, body).

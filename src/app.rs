@@ -1,0 +1,298 @@
+//! `sites-operator run`: the process. Today it serves the admission webhooks (HTTPS) and the
+//! metrics and health endpoints (plain HTTP, separate port); the reconcile workers join it with
+//! the reconciler.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use prometheus::Registry;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::admission::selfsigned;
+use crate::admission::server::{self, WebhookState};
+use crate::certs::{CERT_FILE, KEY_FILE};
+use crate::config::{ConfigError, Context, PlatformConfig};
+use crate::metrics::{self, WebhookMetrics};
+use crate::tls::{self, CertStore};
+
+/// Where the serving certificate comes from.
+#[derive(Clone, Debug)]
+pub enum CertSource {
+    /// Certificate and key files (e.g. a mounted cert-manager Secret), reloaded when they change.
+    Files { cert: PathBuf, key: PathBuf },
+    /// Generated and shared through a Secret; the CA is patched into the webhook configurations.
+    SelfSigned {
+        secret: String,
+        dns_names: Vec<String>,
+        cert_dir: PathBuf,
+        mutating: Vec<String>,
+        validating: Vec<String>,
+    },
+}
+
+/// Everything `run` needs.
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    pub config: PathBuf,
+    pub namespace: String,
+    pub webhook_addr: SocketAddr,
+    pub metrics_addr: SocketAddr,
+    pub certs: CertSource,
+    pub client_ca: Option<PathBuf>,
+    pub cert_reload_interval: Duration,
+    pub shutdown_timeout: Duration,
+}
+
+/// Why the process did not start. Each prints as one line.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    #[error("TLS: {0}")]
+    Tls(#[from] tls::TlsError),
+    #[error("{0}")]
+    SelfSigned(String),
+    #[error("cannot listen on {addr}: {reason}")]
+    Bind { addr: SocketAddr, reason: String },
+    #[error("metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
+}
+
+/// Loads and validates the platform configuration.
+pub fn load_config(opts: &RunOptions) -> Result<PlatformConfig, StartError> {
+    let ctx = Context {
+        namespace: Some(&opts.namespace),
+    };
+    PlatformConfig::load(&opts.config, &ctx).map_err(|e| match e {
+        ConfigError::Invalid(problems) => StartError::Config(
+            problems
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; "),
+        ),
+        other => StartError::Config(other.to_string()),
+    })
+}
+
+/// Retries `f` a bounded number of times with growing delays (the API server may still be
+/// starting), returning the last error.
+async fn with_retry<T, E: std::fmt::Display, F, Fut>(what: &str, mut f: F) -> Result<T, E>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, E>>,
+{
+    let mut delay = Duration::from_millis(250);
+    let mut attempt = 1;
+    loop {
+        match f().await {
+            Ok(v) => return Ok(v),
+            Err(e) if attempt >= 6 => return Err(e),
+            Err(e) => {
+                tracing::warn!(attempt, error = %e, "{what} failed; retrying in {delay:?}");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(4));
+                attempt += 1;
+            }
+        }
+    }
+}
+
+async fn self_signed_files(
+    secret: &str,
+    dns_names: &[String],
+    cert_dir: &std::path::Path,
+    mutating: &[String],
+    validating: &[String],
+    namespace: &str,
+) -> Result<(PathBuf, PathBuf), StartError> {
+    let failed = |e: &dyn std::fmt::Display| StartError::SelfSigned(e.to_string());
+    let client = with_retry("connecting to the API server", || async {
+        let config = kube::Config::infer().await.map_err(|e| e.to_string())?;
+        kube::Client::try_from(config).map_err(|e| e.to_string())
+    })
+    .await
+    .map_err(|e| failed(&format!("no Kubernetes API server: {e}")))?;
+    let bundle = with_retry("storing the webhook certificate", || {
+        selfsigned::ensure_certificate(&client, namespace, secret, dns_names)
+    })
+    .await
+    .map_err(|e| failed(&e))?;
+    with_retry("patching the webhook CA bundle", || {
+        selfsigned::patch_ca_bundles(&client, &bundle.ca_pem, mutating, validating)
+    })
+    .await
+    .map_err(|e| failed(&e))?;
+    bundle.write(cert_dir).map_err(|e| failed(&e))?;
+    Ok((cert_dir.join(CERT_FILE), cert_dir.join(KEY_FILE)))
+}
+
+#[derive(Clone)]
+struct Health {
+    registry: Registry,
+    ready: Arc<AtomicBool>,
+}
+
+fn health_router(health: Health) -> Router {
+    Router::new()
+        .route(
+            "/metrics",
+            get(|State(h): State<Health>| async move {
+                (
+                    [(
+                        axum::http::header::CONTENT_TYPE,
+                        "text/plain; version=0.0.4; charset=utf-8",
+                    )],
+                    metrics::encode(&h.registry),
+                )
+            }),
+        )
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route(
+            "/readyz",
+            get(|State(h): State<Health>| async move {
+                if h.ready.load(Ordering::Acquire) {
+                    (StatusCode::OK, "ok\n").into_response()
+                } else {
+                    (StatusCode::SERVICE_UNAVAILABLE, "not ready\n").into_response()
+                }
+            }),
+        )
+        .with_state(health)
+}
+
+async fn bind(addr: SocketAddr) -> Result<TcpListener, StartError> {
+    TcpListener::bind(addr).await.map_err(|e| StartError::Bind {
+        addr,
+        reason: e.to_string(),
+    })
+}
+
+/// Runs until `shutdown` resolves: validates the configuration, loads (or creates) the serving
+/// certificate, serves webhooks and health, then drains in-flight requests for up to
+/// `shutdown_timeout`.
+pub async fn run(
+    opts: RunOptions,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), StartError> {
+    let config = Arc::new(load_config(&opts)?);
+    let (cert_path, key_path) = match &opts.certs {
+        CertSource::Files { cert, key } => (cert.clone(), key.clone()),
+        CertSource::SelfSigned {
+            secret,
+            dns_names,
+            cert_dir,
+            mutating,
+            validating,
+        } => {
+            self_signed_files(
+                secret,
+                dns_names,
+                cert_dir,
+                mutating,
+                validating,
+                &opts.namespace,
+            )
+            .await?
+        }
+    };
+    let store = CertStore::load(&cert_path, &key_path)?;
+    let client_ca = opts.client_ca.as_deref().map(tls::load_roots).transpose()?;
+    let tls_config = Arc::new(tls::server_config(store.clone(), client_ca)?);
+
+    let registry = Registry::new();
+    #[cfg(target_os = "linux")]
+    registry.register(Box::new(
+        prometheus::process_collector::ProcessCollector::for_self(),
+    ))?;
+    let webhook_metrics = WebhookMetrics::register(&registry)?;
+    let webhook_listener = bind(opts.webhook_addr).await?;
+    let metrics_listener = bind(opts.metrics_addr).await?;
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        webhook = %webhook_listener.local_addr().map_err(|e| StartError::Bind { addr: opts.webhook_addr, reason: e.to_string() })?,
+        metrics = %metrics_listener.local_addr().map_err(|e| StartError::Bind { addr: opts.metrics_addr, reason: e.to_string() })?,
+        routing_mode = config.routing.mode.as_str(),
+        "sites-operator started"
+    );
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stopped = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|v| *v).await;
+    };
+    let ready = Arc::new(AtomicBool::new(false));
+    let health = Health {
+        registry,
+        ready: ready.clone(),
+    };
+    let health_task = tokio::spawn({
+        let stop = stopped(stop_rx.clone());
+        async move {
+            if let Err(e) = axum::serve(metrics_listener, health_router(health))
+                .with_graceful_shutdown(stop)
+                .await
+            {
+                tracing::error!(error = %e, "metrics server failed");
+            }
+        }
+    });
+    let reload_task = tokio::spawn(
+        store
+            .clone()
+            .watch(opts.cert_reload_interval, stopped(stop_rx.clone())),
+    );
+    let app = server::router(WebhookState {
+        config,
+        metrics: webhook_metrics,
+    });
+    let webhook_task = tokio::spawn(server::serve_tls(
+        webhook_listener,
+        tls_config,
+        app,
+        stopped(stop_rx.clone()),
+        opts.shutdown_timeout,
+    ));
+    ready.store(true, Ordering::Release);
+
+    shutdown.await;
+    tracing::info!("shutting down: draining in-flight requests");
+    ready.store(false, Ordering::Release);
+    let _ = stop_tx.send(true);
+    let _ = webhook_task.await;
+    let _ = reload_task.await;
+    let _ = health_task.await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Resolves on SIGTERM or SIGINT.
+pub async fn termination_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

@@ -1,0 +1,207 @@
+//! Development and self-signed certificates: a CA and a serving certificate for the webhook
+//! Service's DNS names (rcgen, ECDSA P-256).
+
+use std::path::Path;
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose, SanType,
+};
+
+/// File names written by [`Bundle::write`] (the `kubernetes.io/tls` Secret key names, plus the CA).
+pub const CA_FILE: &str = "ca.crt";
+pub const CERT_FILE: &str = "tls.crt";
+pub const KEY_FILE: &str = "tls.key";
+
+/// A CA certificate and a serving certificate + key signed by it, all PEM.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Bundle {
+    pub ca_pem: String,
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+impl std::fmt::Debug for Bundle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bundle").finish_non_exhaustive()
+    }
+}
+
+/// Why certificates could not be generated or written.
+#[derive(Debug, thiserror::Error)]
+pub enum CertError {
+    #[error("cannot generate certificates: {0}")]
+    Generate(#[from] rcgen::Error),
+    #[error("cannot write {path}: {reason}")]
+    Write { path: String, reason: String },
+}
+
+/// The DNS names the API server uses to reach a Service: `<svc>`, `<svc>.<ns>`, `<svc>.<ns>.svc`
+/// and `<svc>.<ns>.svc.cluster.local`.
+pub fn service_dns_names(service: &str, namespace: &str) -> Vec<String> {
+    vec![
+        service.to_string(),
+        format!("{service}.{namespace}"),
+        format!("{service}.{namespace}.svc"),
+        format!("{service}.{namespace}.svc.cluster.local"),
+    ]
+}
+
+/// What the leaf certificate of a [`Bundle`] is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Usage {
+    /// TLS server authentication (the webhook server).
+    Server,
+    /// TLS client authentication (e.g. an API server calling the webhooks with `--client-ca`).
+    Client,
+}
+
+/// Generates a CA and a serving certificate for `names` (DNS names or IP addresses), valid for
+/// `days` days from now.
+pub fn generate(names: &[String], days: u32) -> Result<Bundle, CertError> {
+    generate_for(names, days, Usage::Server)
+}
+
+/// Generates a CA and a leaf certificate for `usage`.
+pub fn generate_for(names: &[String], days: u32, usage: Usage) -> Result<Bundle, CertError> {
+    let now = time_now();
+    let until = now + rcgen_duration(days);
+
+    let ca_key = KeyPair::generate()?;
+    let mut ca = CertificateParams::new(Vec::<String>::new())?;
+    ca.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    ca.distinguished_name
+        .push(DnType::CommonName, "sites-operator webhook CA");
+    ca.not_before = now;
+    ca.not_after = until;
+    let ca_cert = ca.self_signed(&ca_key)?;
+    let issuer = Issuer::from_params(&ca, &ca_key);
+
+    let key = KeyPair::generate()?;
+    let mut leaf = CertificateParams::new(Vec::<String>::new())?;
+    leaf.subject_alt_names = names
+        .iter()
+        .map(|n| match n.parse::<std::net::IpAddr>() {
+            Ok(ip) => Ok(SanType::IpAddress(ip)),
+            Err(_) => n.clone().try_into().map(SanType::DnsName),
+        })
+        .collect::<Result<_, _>>()?;
+    leaf.distinguished_name.push(
+        DnType::CommonName,
+        names
+            .first()
+            .cloned()
+            .unwrap_or_else(|| "sites-operator".into()),
+    );
+    leaf.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    leaf.extended_key_usages = vec![match usage {
+        Usage::Server => ExtendedKeyUsagePurpose::ServerAuth,
+        Usage::Client => ExtendedKeyUsagePurpose::ClientAuth,
+    }];
+    leaf.not_before = now;
+    leaf.not_after = until;
+    let cert = leaf.signed_by(&key, &issuer)?;
+    Ok(Bundle {
+        ca_pem: ca_cert.pem(),
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+    })
+}
+
+fn time_now() -> time::OffsetDateTime {
+    // One minute of slack for clocks that are slightly behind.
+    time::OffsetDateTime::now_utc() - std::time::Duration::from_secs(60)
+}
+
+fn rcgen_duration(days: u32) -> std::time::Duration {
+    std::time::Duration::from_secs(u64::from(days) * 86_400)
+}
+
+impl Bundle {
+    /// Writes `ca.crt`, `tls.crt` and `tls.key` (mode 0600) into `dir`, creating it.
+    pub fn write(&self, dir: &Path) -> Result<(), CertError> {
+        let err = |path: &Path, e: std::io::Error| CertError::Write {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        };
+        std::fs::create_dir_all(dir).map_err(|e| err(dir, e))?;
+        for (name, content, private) in [
+            (CA_FILE, &self.ca_pem, false),
+            (CERT_FILE, &self.cert_pem, false),
+            (KEY_FILE, &self.key_pem, true),
+        ] {
+            let path = dir.join(name);
+            write_file(&path, content.as_bytes(), private).map_err(|e| err(&path, e))?;
+        }
+        Ok(())
+    }
+}
+
+/// Writes a file atomically (temporary file + rename), private files with mode 0600.
+pub fn write_file(path: &Path, content: &[u8], private: bool) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
+    {
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create(true).truncate(true);
+        #[cfg(unix)]
+        if private {
+            use std::os::unix::fs::OpenOptionsExt as _;
+            options.mode(0o600);
+        }
+        let mut f = options.open(&tmp)?;
+        f.write_all(content)?;
+        f.sync_all()?;
+    }
+    let _ = private;
+    std::fs::rename(&tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustls::pki_types::UnixTime;
+
+    #[test]
+    fn generated_bundle_is_a_valid_serving_certificate_for_the_service_names() {
+        let names = service_dns_names("sites-operator-webhook", "sites");
+        assert_eq!(names[3], "sites-operator-webhook.sites.svc.cluster.local");
+        let mut all = names.clone();
+        all.push("127.0.0.1".into());
+        let b = generate(&all, 30).unwrap();
+        let ck = crate::tls::certified_key(
+            Path::new("tls.crt"),
+            b.cert_pem.as_bytes(),
+            Path::new("tls.key"),
+            b.key_pem.as_bytes(),
+            UnixTime::now(),
+        )
+        .expect("key matches and the certificate is valid now");
+        let (_, leaf) = x509_parser::parse_x509_certificate(ck.end_entity_cert().unwrap()).unwrap();
+        let sans = leaf.subject_alternative_name().unwrap().unwrap();
+        let text = format!("{:?}", sans.value.general_names);
+        for n in &names {
+            assert!(text.contains(n), "{n} in {text}");
+        }
+        assert!(text.contains("IPAddress([127, 0, 0, 1])"), "{text}");
+        let roots = {
+            let dir = std::env::temp_dir().join(format!("certs-{}", uuid::Uuid::new_v4()));
+            b.write(&dir).unwrap();
+            let roots = crate::tls::load_roots(&dir.join(CA_FILE)).unwrap();
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::PermissionsExt as _;
+                let mode = std::fs::metadata(dir.join(KEY_FILE))
+                    .unwrap()
+                    .permissions()
+                    .mode();
+                assert_eq!(mode & 0o777, 0o600);
+            }
+            std::fs::remove_dir_all(&dir).unwrap();
+            roots
+        };
+        assert_eq!(roots.len(), 1);
+        assert!(!format!("{b:?}").contains("PRIVATE KEY"));
+    }
+}

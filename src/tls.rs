@@ -1,0 +1,249 @@
+//! TLS for the webhook server: rustls (ring), TLS 1.2 and 1.3 only, ALPN h2 and http/1.1, a
+//! serving certificate read from files and **reloaded without restart**, and optional client
+//! certificate verification.
+//!
+//! The [`CertStore`] re-reads the certificate and key files on an interval and swaps them in
+//! when their bytes change (cert-manager rotates a mounted Secret by swapping a symlink, so the
+//! content, not the mtime, is compared). New handshakes get the new certificate; established
+//! connections keep theirs. Files that do not parse, a key that does not match the certificate,
+//! or a certificate outside its validity period are refused: the old certificate keeps serving
+//! and the error is logged.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
+use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
+use rustls::sign::CertifiedKey;
+use rustls::{RootCertStore, ServerConfig};
+
+/// Why a certificate could not be (re)loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("cannot read {path}: {reason}")]
+    Read { path: String, reason: String },
+    #[error("{path}: {reason}")]
+    Invalid { path: String, reason: String },
+    #[error("TLS configuration: {0}")]
+    Config(String),
+}
+
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
+    std::fs::read(path).map_err(|e| TlsError::Read {
+        path: path.display().to_string(),
+        reason: e.to_string(),
+    })
+}
+
+fn invalid(path: &Path, reason: impl Into<String>) -> TlsError {
+    TlsError::Invalid {
+        path: path.display().to_string(),
+        reason: reason.into(),
+    }
+}
+
+/// Parses a PEM certificate chain and key into a [`CertifiedKey`], refusing a key that does not
+/// match the certificate and a leaf certificate that is not valid at `now`.
+pub fn certified_key(
+    cert_path: &Path,
+    cert_pem: &[u8],
+    key_path: &Path,
+    key_pem: &[u8],
+    now: UnixTime,
+) -> Result<CertifiedKey, TlsError> {
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem)
+        .collect::<Result<_, _>>()
+        .map_err(|e| invalid(cert_path, format!("not a PEM certificate chain: {e}")))?;
+    let Some(leaf) = chain.first() else {
+        return Err(invalid(cert_path, "no certificate found"));
+    };
+    let key = PrivateKeyDer::from_pem_slice(key_pem)
+        .map_err(|e| invalid(key_path, format!("not a PEM private key: {e}")))?;
+    let (_, parsed) = x509_parser::parse_x509_certificate(leaf)
+        .map_err(|e| invalid(cert_path, format!("not an X.509 certificate: {e}")))?;
+    let validity = parsed.validity();
+    let now_secs = now.as_secs() as i64;
+    if now_secs < validity.not_before.timestamp() {
+        return Err(invalid(
+            cert_path,
+            format!("not valid before {}", validity.not_before),
+        ));
+    }
+    if now_secs > validity.not_after.timestamp() {
+        return Err(invalid(
+            cert_path,
+            format!("expired on {}", validity.not_after),
+        ));
+    }
+    CertifiedKey::from_der(chain, key, &provider()).map_err(|e| {
+        invalid(
+            key_path,
+            format!(
+                "does not match the certificate in {}: {e}",
+                cert_path.display()
+            ),
+        )
+    })
+}
+
+/// The serving certificate, reloadable from its files.
+pub struct CertStore {
+    cert_path: PathBuf,
+    key_path: PathBuf,
+    current: RwLock<Arc<CertifiedKey>>,
+    loaded: Mutex<(Vec<u8>, Vec<u8>)>,
+}
+
+impl std::fmt::Debug for CertStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CertStore")
+            .field("cert_path", &self.cert_path)
+            .field("key_path", &self.key_path)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The outcome of one reload check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reload {
+    /// The files did not change.
+    Unchanged,
+    /// New files were loaded and serve new handshakes.
+    Replaced,
+}
+
+impl CertStore {
+    /// Loads the certificate and key; fails when they are unreadable or invalid.
+    pub fn load(cert_path: &Path, key_path: &Path) -> Result<Arc<CertStore>, TlsError> {
+        let cert = read(cert_path)?;
+        let key = read(key_path)?;
+        let ck = certified_key(cert_path, &cert, key_path, &key, UnixTime::now())?;
+        Ok(Arc::new(CertStore {
+            cert_path: cert_path.to_path_buf(),
+            key_path: key_path.to_path_buf(),
+            current: RwLock::new(Arc::new(ck)),
+            loaded: Mutex::new((cert, key)),
+        }))
+    }
+
+    /// Re-reads the files and swaps the certificate in when they changed and are valid. On error
+    /// the current certificate stays in place.
+    pub fn reload(&self) -> Result<Reload, TlsError> {
+        let cert = read(&self.cert_path)?;
+        let key = read(&self.key_path)?;
+        let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
+        if loaded.0 == cert && loaded.1 == key {
+            return Ok(Reload::Unchanged);
+        }
+        let ck = certified_key(
+            &self.cert_path,
+            &cert,
+            &self.key_path,
+            &key,
+            UnixTime::now(),
+        )?;
+        *self.current.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(ck);
+        *loaded = (cert, key);
+        Ok(Reload::Replaced)
+    }
+
+    /// Checks the files every `interval` until `shutdown` resolves; logs replacements at info and
+    /// refused files at error (once per distinct error, so a broken rotation does not flood the
+    /// log).
+    pub async fn watch(
+        self: Arc<Self>,
+        interval: Duration,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) {
+        tokio::pin!(shutdown);
+        let mut last_error: Option<String> = None;
+        let mut tick = tokio::time::interval(interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => return,
+                _ = tick.tick() => {}
+            }
+            let store = self.clone();
+            let result = tokio::task::spawn_blocking(move || store.reload())
+                .await
+                .unwrap_or_else(|e| Err(TlsError::Config(e.to_string())));
+            match result {
+                Ok(Reload::Replaced) => {
+                    last_error = None;
+                    tracing::info!(cert = %self.cert_path.display(), "loaded a new serving certificate");
+                }
+                Ok(Reload::Unchanged) => last_error = None,
+                Err(e) => {
+                    let text = e.to_string();
+                    if last_error.as_deref() != Some(text.as_str()) {
+                        tracing::error!(error = %text, "keeping the current serving certificate");
+                        last_error = Some(text);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The certificate new handshakes get.
+    pub fn current(&self) -> Arc<CertifiedKey> {
+        self.current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+impl ResolvesServerCert for CertStore {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.current())
+    }
+}
+
+/// Reads a PEM bundle of CA certificates (for client certificate verification).
+pub fn load_roots(path: &Path) -> Result<RootCertStore, TlsError> {
+    let pem = read(path)?;
+    let mut roots = RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(&pem) {
+        let cert = cert.map_err(|e| invalid(path, format!("not a PEM certificate: {e}")))?;
+        roots
+            .add(cert)
+            .map_err(|e| invalid(path, format!("not a usable CA certificate: {e}")))?;
+    }
+    if roots.is_empty() {
+        return Err(invalid(path, "no CA certificate found"));
+    }
+    Ok(roots)
+}
+
+/// The server configuration: TLS 1.3 and 1.2 with the ring provider's suites (AEAD only, ECDHE
+/// only), ALPN h2 then http/1.1, the reloadable certificate, and client certificates required
+/// and verified against `client_ca` when given.
+pub fn server_config(
+    certs: Arc<CertStore>,
+    client_ca: Option<RootCertStore>,
+) -> Result<ServerConfig, TlsError> {
+    let provider = provider();
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .map_err(|e| TlsError::Config(e.to_string()))?;
+    let builder = match client_ca {
+        Some(roots) => {
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .map_err(|e| TlsError::Config(e.to_string()))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder.with_cert_resolver(certs);
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(config)
+}

@@ -1,0 +1,388 @@
+//! End to end: the real `sites-operator run --self-signed` binary behind the emulator's admission
+//! chain, driven by the real kubectl. Bad Sites and bad platform configurations are refused with
+//! the field named; `upgrade-request=force` is stamped with a UUID; the operator's certificate is
+//! shared through a Secret and its CA patched into the committed webhook configurations.
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::api::{Api, PostParams};
+use sites_operator::crd::{Site, UPGRADE_REQUEST_ANNOTATION};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::support::{Cluster, eventually, repo_file};
+
+const WAIT: Duration = Duration::from_secs(30);
+const NS: &str = "sites";
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Operator {
+    child: Child,
+    metrics: u16,
+}
+
+impl Operator {
+    fn start(c: &Cluster, webhook_port: u16, cert_dir: &std::path::Path) -> Operator {
+        let metrics = free_port();
+        let child = Command::new(env!("CARGO_BIN_EXE_sites-operator"))
+            .args(["run", "--self-signed", "--namespace", NS, "--config"])
+            .arg(repo_file("manifests/config.yaml"))
+            .args(["--webhook-addr", &format!("127.0.0.1:{webhook_port}")])
+            .args(["--metrics-addr", &format!("127.0.0.1:{metrics}")])
+            .arg("--cert-dir")
+            .arg(cert_dir)
+            .env("KUBECONFIG", c.kubeconfig())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the binary starts");
+        Operator { child, metrics }
+    }
+
+    async fn get(&self, path: &str) -> Option<(u16, String)> {
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", self.metrics))
+            .await
+            .ok()?;
+        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
+            .await
+            .ok()?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.ok()?;
+        let status = out.split_whitespace().nth(1)?.parse().ok()?;
+        Some((status, out))
+    }
+
+    /// SIGTERM, then the exit code and standard error.
+    fn stop(mut self) -> (Option<i32>, String) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let out = std::mem::replace(&mut self.child, Command::new("true").spawn().unwrap())
+            .wait_with_output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn annotation(c: &Cluster, name: &str) -> String {
+    c.kubectl_ok(&[
+        "get",
+        "site",
+        name,
+        "-n",
+        NS,
+        "-o",
+        "jsonpath={.metadata.annotations.sites\\.ecmwf\\.int/upgrade-request}",
+    ])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_edits_go_through_the_operator_webhooks() {
+    let c = Cluster::start(true).await;
+    let namespaces: Api<Namespace> = Api::all(c.client.clone());
+    let ns: Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": NS}})).unwrap();
+    let _ = namespaces.create(&PostParams::default(), &ns).await;
+    c.kubectl_ok(&[
+        "apply",
+        "-f",
+        repo_file("manifests/webhooks.yaml").to_str().unwrap(),
+    ]);
+    let webhook_port = free_port();
+    c.emulator.map_service(
+        NS,
+        "sites-operator-webhook",
+        443,
+        ([127, 0, 0, 1], webhook_port).into(),
+    );
+    let cert_dir = c.dir.join("operator-certs");
+    let op = Operator::start(&c, webhook_port, &cert_dir);
+    eventually("the operator is ready", WAIT, || async {
+        op.get("/readyz").await.filter(|(s, _)| *s == 200)
+    })
+    .await;
+
+    // Self-signed mode: the certificate is in the Secret and the CA in every webhook.
+    let secrets: Api<Secret> = Api::namespaced(c.client.clone(), NS);
+    let stored = secrets
+        .get("sites-operator-webhook-tls")
+        .await
+        .expect("certificate Secret");
+    let ca = stored.data.as_ref().unwrap()["ca.crt"].clone();
+    let configs: Api<ValidatingWebhookConfiguration> = Api::all(c.client.clone());
+    let hooks = configs
+        .get("sites-operator")
+        .await
+        .unwrap()
+        .webhooks
+        .unwrap();
+    assert_eq!(hooks.len(), 2);
+    for h in &hooks {
+        assert_eq!(h.client_config.ca_bundle.as_ref(), Some(&ca), "{}", h.name);
+    }
+
+    // Every invalid example is refused, naming the field its first line names.
+    let dir = repo_file("manifests/examples/invalid");
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("yaml") {
+            continue;
+        }
+        let expected = std::fs::read_to_string(&path)
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap()[2..]
+            .to_string();
+        let out = c.kubectl(&["apply", "-n", NS, "-f", path.to_str().unwrap()]);
+        assert!(!out.status.success(), "{} was accepted", path.display());
+        let err = stderr(&out);
+        assert!(
+            err.contains("admission webhook \"validate-sites.sites.ecmwf.int\" denied the request"),
+            "{}: {err}",
+            path.display()
+        );
+        assert!(
+            err.contains(&expected),
+            "{}: expected {expected:?} in {err}",
+            path.display()
+        );
+    }
+
+    // A valid Site is stored; `force` becomes a UUID, every time.
+    c.kubectl_ok(&[
+        "apply",
+        "-n",
+        NS,
+        "-f",
+        repo_file("manifests/examples/site.yaml").to_str().unwrap(),
+    ]);
+    c.kubectl_ok(&[
+        "annotate",
+        "site",
+        "docs-handbook",
+        "-n",
+        NS,
+        &format!("{UPGRADE_REQUEST_ANNOTATION}=force"),
+    ]);
+    let first = annotation(&c, "docs-handbook");
+    assert!(uuid::Uuid::parse_str(&first).is_ok(), "{first:?}");
+    c.kubectl_ok(&[
+        "annotate",
+        "site",
+        "docs-handbook",
+        "-n",
+        NS,
+        "--overwrite",
+        &format!("{UPGRADE_REQUEST_ANNOTATION}=force"),
+    ]);
+    let second = annotation(&c, "docs-handbook");
+    assert!(
+        uuid::Uuid::parse_str(&second).is_ok() && second != first,
+        "{first} then {second}"
+    );
+    // An unrelated edit keeps the request id; a server-side dry run stores nothing.
+    c.kubectl_ok(&["label", "site", "docs-handbook", "-n", NS, "team=docs"]);
+    assert_eq!(annotation(&c, "docs-handbook"), second);
+    c.kubectl_ok(&[
+        "annotate",
+        "site",
+        "docs-handbook",
+        "-n",
+        NS,
+        "--overwrite",
+        "--dry-run=server",
+        &format!("{UPGRADE_REQUEST_ANNOTATION}=force"),
+    ]);
+    assert_eq!(annotation(&c, "docs-handbook"), second);
+
+    // Quota never shrinks.
+    let out = c.kubectl(&[
+        "patch",
+        "site",
+        "docs-handbook",
+        "-n",
+        NS,
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"configuration":{"quota":"1Gi"}}}"#,
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("spec.configuration.quota: must not decrease (was 2Gi, now 1Gi)"),
+        "{}",
+        stderr(&out)
+    );
+
+    // The platform configuration ConfigMap is validated; other ConfigMaps are not.
+    let bad = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: sites-config\n  namespace: sites\ndata:\n  config.yaml: |\n    routing:\n      mode: mesh\n";
+    let out = c.kubectl_stdin(&["apply", "-f", "-"], Some(bad));
+    assert!(
+        !out.status.success(),
+        "an invalid sites-config was accepted"
+    );
+    assert!(stderr(&out).contains("routing.mode:"), "{}", stderr(&out));
+    let other = bad.replace("name: sites-config", "name: unrelated");
+    c.kubectl_ok_stdin(&["apply", "-f", "-"], &other);
+    let good = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: sites-config\n  namespace: sites\ndata:\n  config.yaml: |\n{}",
+        std::fs::read_to_string(repo_file("manifests/config.yaml"))
+            .unwrap()
+            .lines()
+            .map(|l| format!("    {l}\n"))
+            .collect::<String>()
+    );
+    c.kubectl_ok_stdin(&["apply", "-f", "-"], &good);
+
+    // The status subresource never reaches the webhook: an invalid-looking status write is fine.
+    let sites: Api<Site> = Api::namespaced(c.client.clone(), NS);
+    let status = serde_json::json!({"status": {"phase": "Running"}});
+    sites
+        .patch_status(
+            "docs-handbook",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&status),
+        )
+        .await
+        .expect("status writes bypass the webhooks");
+
+    let (_, metrics) = op.get("/metrics").await.unwrap();
+    assert!(
+        metrics.contains(
+            r#"controller_runtime_webhook_requests_total{code="200",webhook="/validate-sites"}"#
+        ),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(
+            r#"controller_runtime_webhook_requests_total{code="200",webhook="/mutate-sites"}"#
+        ),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(
+            r#"controller_runtime_webhook_requests_total{code="200",webhook="/validate-config"}"#
+        ),
+        "{metrics}"
+    );
+
+    // SIGTERM: drains and exits 0.
+    let (code, log) = op.stop();
+    assert_eq!(code, Some(0), "{log}");
+    assert!(log.contains("stopped"), "{log}");
+
+    // A second start reuses the stored certificate (replicas share it).
+    let op = Operator::start(&c, webhook_port, &cert_dir);
+    eventually("the operator is ready again", WAIT, || async {
+        op.get("/readyz").await.filter(|(s, _)| *s == 200)
+    })
+    .await;
+    let again = secrets.get("sites-operator-webhook-tls").await.unwrap();
+    assert_eq!(again.data.unwrap()["ca.crt"], ca, "the CA did not change");
+    let out = c.kubectl(&[
+        "apply",
+        "-n",
+        NS,
+        "-f",
+        repo_file("manifests/examples/invalid/port.yaml")
+            .to_str()
+            .unwrap(),
+    ]);
+    assert!(!out.status.success());
+    let (code, log) = op.stop();
+    assert_eq!(code, Some(0), "{log}");
+}
+
+#[test]
+fn refuses_to_start_on_bad_input_with_one_line_and_exit_2() {
+    let dir = std::env::temp_dir().join(format!("run-bad-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("bad.yaml"), "routing:\n  mode: mesh\n").unwrap();
+    std::fs::write(dir.join("garbage.pem"), "not a certificate").unwrap();
+    let config = repo_file("manifests/config.yaml");
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            vec![
+                "--config".into(),
+                dir.join("bad.yaml").display().to_string(),
+                "--tls-cert".into(),
+                "x".into(),
+                "--tls-key".into(),
+                "y".into(),
+            ],
+            "invalid configuration: routing.mode:",
+        ),
+        (
+            vec![
+                "--config".into(),
+                config.display().to_string(),
+                "--tls-cert".into(),
+                dir.join("missing.pem").display().to_string(),
+                "--tls-key".into(),
+                "y".into(),
+            ],
+            "TLS: cannot read",
+        ),
+        (
+            vec![
+                "--config".into(),
+                config.display().to_string(),
+                "--tls-cert".into(),
+                dir.join("garbage.pem").display().to_string(),
+                "--tls-key".into(),
+                dir.join("garbage.pem").display().to_string(),
+            ],
+            "TLS:",
+        ),
+        (
+            vec!["--config".into(), config.display().to_string()],
+            "--tls-cert",
+        ),
+    ];
+    for (args, want) in cases {
+        let out = Command::new(env!("CARGO_BIN_EXE_sites-operator"))
+            .arg("run")
+            .args([
+                "--webhook-addr",
+                "127.0.0.1:0",
+                "--metrics-addr",
+                "127.0.0.1:0",
+            ])
+            .args(&args)
+            .env_remove("KUBECONFIG")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        let last = err
+            .lines()
+            .filter(|l| l.starts_with("error:"))
+            .collect::<Vec<_>>();
+        assert_eq!(last.len(), 1, "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: expected {want:?} in {err}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
