@@ -51,6 +51,31 @@ pub struct Inputs<'a> {
     pub pod: PodTemplateInputs<'a>,
 }
 
+impl<'a> Inputs<'a> {
+    /// Inputs for a site rendered for the first time: no stored claim, no retained volume, no
+    /// restart.
+    pub fn new(
+        platform_namespace: &'a str,
+        public_host: Option<&'a str>,
+        session_key: &'a [u8],
+        tokens: &'a SiteTokens,
+        state: &'a Qualifying,
+    ) -> Inputs<'a> {
+        Inputs {
+            platform_namespace,
+            public_host,
+            session_key,
+            tokens,
+            existing_claim: None,
+            retained_volume: None,
+            pod: PodTemplateInputs {
+                state,
+                restarted_at: None,
+            },
+        }
+    }
+}
+
 impl std::fmt::Debug for Inputs<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Inputs")

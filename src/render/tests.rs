@@ -66,22 +66,9 @@ fn tokens() -> SiteTokens {
 fn render_with(site: &Site, cfg: &PlatformConfig) -> Result<Rendered, Error> {
     let state = diff::decide(None, site).state;
     let tokens = tokens();
-    render(
-        site,
-        cfg,
-        &Inputs {
-            platform_namespace: NAMESPACE,
-            public_host: cfg.routing.host.as_deref(),
-            session_key: b"test-session-key",
-            tokens: &tokens,
-            existing_claim: None,
-            retained_volume: None,
-            pod: PodTemplateInputs {
-                state: &state,
-                restarted_at: None,
-            },
-        },
-    )
+    let host = cfg.routing.host.as_deref();
+    let inputs = Inputs::new(NAMESPACE, host, b"test-session-key", &tokens, &state);
+    render(site, cfg, &inputs)
 }
 
 fn objects(site: &Site, cfg: &PlatformConfig) -> Vec<Value> {

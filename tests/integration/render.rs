@@ -14,7 +14,7 @@ use kube::CustomResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use sites_operator::config::{Context, PlatformConfig, RoutingMode};
 use sites_operator::crd::{OPERATOR_BOUND_ANNOTATION, Site};
-use sites_operator::render::{self, Inputs, PodTemplateInputs, Route, SiteTokens};
+use sites_operator::render::{self, Inputs, Route, SiteTokens};
 
 use crate::support::{Cluster, eventually, repo_file};
 
@@ -69,18 +69,8 @@ async fn rendered_objects_are_accepted_and_cascade_with_the_site() {
     let mut rendered = Vec::new();
     for mode in [RoutingMode::Ingress, RoutingMode::Gateway] {
         let cfg = config(mode);
-        let inputs = Inputs {
-            platform_namespace: NS,
-            public_host: cfg.routing.host.as_deref(),
-            session_key: b"integration-session-key",
-            tokens: &tokens,
-            existing_claim: None,
-            retained_volume: None,
-            pod: PodTemplateInputs {
-                state: &state,
-                restarted_at: None,
-            },
-        };
+        let host = cfg.routing.host.as_deref();
+        let inputs = Inputs::new(NS, host, b"integration-session-key", &tokens, &state);
         rendered.push(render::render(&site, &cfg, &inputs).expect("renders"));
     }
     let r = &rendered[0];

@@ -86,19 +86,15 @@ impl Cluster {
 
     /// Runs kubectl with `stdin` and asserts success, returning stdout.
     pub fn kubectl_ok_stdin(&self, args: &[&str], stdin: &str) -> String {
-        let out = self.kubectl_stdin(args, Some(stdin));
-        assert!(
-            out.status.success(),
-            "kubectl {args:?} failed:\n{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
+        Self::succeeded(args, self.kubectl_stdin(args, Some(stdin)))
     }
 
     /// Runs kubectl and asserts success, returning stdout.
     pub fn kubectl_ok(&self, args: &[&str]) -> String {
-        let out = self.kubectl(args);
+        Self::succeeded(args, self.kubectl(args))
+    }
+
+    fn succeeded(args: &[&str], out: Output) -> String {
         assert!(
             out.status.success(),
             "kubectl {args:?} failed:\n{}{}",

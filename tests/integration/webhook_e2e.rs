@@ -323,40 +323,24 @@ fn refuses_to_start_on_bad_input_with_one_line_and_exit_2() {
     std::fs::write(dir.join("bad.yaml"), "routing:\n  mode: mesh\n").unwrap();
     std::fs::write(dir.join("garbage.pem"), "not a certificate").unwrap();
     let config = repo_file("manifests/config.yaml");
+    let args = |config: &std::path::Path, cert: &std::path::Path, key: &std::path::Path| {
+        [
+            ("--config", config),
+            ("--tls-cert", cert),
+            ("--tls-key", key),
+        ]
+        .iter()
+        .flat_map(|(flag, path)| [flag.to_string(), path.display().to_string()])
+        .collect::<Vec<_>>()
+    };
+    let (missing, garbage) = (dir.join("missing.pem"), dir.join("garbage.pem"));
     let cases: Vec<(Vec<String>, &str)> = vec![
         (
-            vec![
-                "--config".into(),
-                dir.join("bad.yaml").display().to_string(),
-                "--tls-cert".into(),
-                "x".into(),
-                "--tls-key".into(),
-                "y".into(),
-            ],
+            args(&dir.join("bad.yaml"), &missing, &missing),
             "invalid configuration: routing.mode:",
         ),
-        (
-            vec![
-                "--config".into(),
-                config.display().to_string(),
-                "--tls-cert".into(),
-                dir.join("missing.pem").display().to_string(),
-                "--tls-key".into(),
-                "y".into(),
-            ],
-            "TLS: cannot read",
-        ),
-        (
-            vec![
-                "--config".into(),
-                config.display().to_string(),
-                "--tls-cert".into(),
-                dir.join("garbage.pem").display().to_string(),
-                "--tls-key".into(),
-                dir.join("garbage.pem").display().to_string(),
-            ],
-            "TLS:",
-        ),
+        (args(&config, &missing, &missing), "TLS: cannot read"),
+        (args(&config, &garbage, &garbage), "TLS:"),
         (
             vec!["--config".into(), config.display().to_string()],
             "--tls-cert",
