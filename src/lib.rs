@@ -11,6 +11,7 @@ pub mod admission;
 pub mod app;
 pub mod certs;
 pub mod config;
+pub mod controller;
 pub mod crd;
 pub mod diff;
 mod error;

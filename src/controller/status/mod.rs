@@ -1,0 +1,270 @@
+//! The Site status as a pure function of the Site, its pods, the reconcile outcome, the stored
+//! status and the time (SPEC 4.4, LIFE-10).
+//!
+//! Pod status mapping follows the lifecycle design's `resolve_pod_status`:
+//! - conditions are ordered by lastTransitionTime; the first failed one wins, otherwise the last
+//!   successful one;
+//! - when the winning condition failed, waiting and terminated containers, and running containers
+//!   that are not ready (kind `running`, reason `NotReady`), are problems; any problem makes the
+//!   phase Pending;
+//! - a disabled site is Disabled whatever the pods say;
+//! - otherwise the pod phase is used (Pending when absent);
+//! - `all_steps_started` only for a Running pod whose deciding condition is successful.
+//!
+//! Over several pods: Failed if one failed, else Pending if one is pending, else Running;
+//! problems are the union; `all_steps_started` when it holds for every pod.
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+use crate::crd::{Phase, Problem, Site, SiteStatus};
+
+/// The `Available` condition type.
+pub const AVAILABLE: &str = "Available";
+/// The `Progressing` condition type.
+pub const PROGRESSING: &str = "Progressing";
+
+/// How the last reconcile of the objects ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Every object is as rendered.
+    Ensured,
+    /// A retryable failure (API error, missing host, ...): Progressing True, TransientError.
+    Transient(String),
+    /// A route of this name belongs to another site: Progressing True, RouteConflict.
+    RouteConflict(String),
+    /// The spec cannot be rendered: Progressing False, InvalidConfiguration; no retries.
+    Terminal(String),
+}
+
+/// The status of one pod.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PodStatus {
+    pub phase: Phase,
+    pub problems: Vec<Problem>,
+    pub all_steps_started: bool,
+}
+
+fn phase_of(pod: &Pod) -> Phase {
+    match pod.status.as_ref().and_then(|s| s.phase.as_deref()) {
+        Some("Running") => Phase::Running,
+        Some("Failed") | Some("Succeeded") => Phase::Failed,
+        _ => Phase::Pending,
+    }
+}
+
+/// `resolve_pod_status` of the lifecycle design, for one pod of an enabled site.
+pub fn resolve_pod(pod: &Pod) -> PodStatus {
+    let status = pod.status.as_ref();
+    let mut conditions: Vec<_> = status
+        .and_then(|s| s.conditions.as_ref())
+        .map(|c| c.iter().collect())
+        .unwrap_or_default();
+    // Stable sort: conditions without a time keep their order, before the timed ones.
+    conditions.sort_by_key(|c| c.last_transition_time.as_ref().map(|t| t.0));
+    let failed = conditions.iter().find(|c| c.status != "True");
+    let deciding = failed.or(conditions.last());
+    let successful = deciding.is_some_and(|c| c.status == "True");
+    let mut problems = Vec::new();
+    if failed.is_some() {
+        for c in status
+            .and_then(|s| s.container_statuses.as_ref())
+            .into_iter()
+            .flatten()
+        {
+            let state = c.state.as_ref();
+            if let Some(w) = state.and_then(|s| s.waiting.as_ref()) {
+                problems.push(Problem {
+                    name: c.name.clone(),
+                    kind: "waiting".into(),
+                    reason: w.reason.clone(),
+                    message: w.message.clone(),
+                });
+            } else if let Some(t) = state.and_then(|s| s.terminated.as_ref()) {
+                problems.push(Problem {
+                    name: c.name.clone(),
+                    kind: "terminated".into(),
+                    reason: t.reason.clone(),
+                    message: t.message.clone(),
+                });
+            } else if state.and_then(|s| s.running.as_ref()).is_some() && !c.ready {
+                problems.push(Problem {
+                    name: c.name.clone(),
+                    kind: "running".into(),
+                    reason: Some("NotReady".into()),
+                    message: None,
+                });
+            }
+        }
+    }
+    let phase = if problems.is_empty() {
+        phase_of(pod)
+    } else {
+        Phase::Pending
+    };
+    PodStatus {
+        all_steps_started: phase == Phase::Running && successful,
+        phase,
+        problems,
+    }
+}
+
+/// Whether the pod is Running with its Ready condition True.
+pub fn pod_ready(pod: &Pod) -> bool {
+    let status = pod.status.as_ref();
+    status.and_then(|s| s.phase.as_deref()) == Some("Running")
+        && status
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Whether the pod is being deleted.
+pub fn terminating(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_some()
+}
+
+/// Phase, problems and `all_steps_started` of the site over its (non-terminating) pods.
+pub fn aggregate(site: &Site, pods: &[&Pod]) -> PodStatus {
+    if !site.spec.configuration.enabled {
+        return PodStatus {
+            phase: Phase::Disabled,
+            problems: Vec::new(),
+            all_steps_started: false,
+        };
+    }
+    let mut pods: Vec<&&Pod> = pods.iter().filter(|p| !terminating(p)).collect();
+    pods.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    if pods.is_empty() {
+        return PodStatus {
+            phase: Phase::Pending,
+            problems: Vec::new(),
+            all_steps_started: false,
+        };
+    }
+    let resolved: Vec<PodStatus> = pods.iter().map(|p| resolve_pod(p)).collect();
+    let phase = if resolved.iter().any(|r| r.phase == Phase::Failed) {
+        Phase::Failed
+    } else if resolved.iter().any(|r| r.phase == Phase::Pending) {
+        Phase::Pending
+    } else {
+        Phase::Running
+    };
+    let mut problems: Vec<Problem> = Vec::new();
+    for r in &resolved {
+        for p in &r.problems {
+            if !problems.contains(p) {
+                problems.push(p.clone());
+            }
+        }
+    }
+    PodStatus {
+        phase,
+        problems,
+        all_steps_started: resolved.iter().all(|r| r.all_steps_started),
+    }
+}
+
+fn condition(
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: String,
+    generation: Option<i64>,
+    previous: Option<&SiteStatus>,
+    now: &Time,
+) -> Condition {
+    let status = if status { "True" } else { "False" }.to_string();
+    let last_transition_time = previous
+        .and_then(|p| p.conditions.iter().find(|c| c.type_ == type_))
+        .filter(|c| c.status == status)
+        .map(|c| c.last_transition_time.clone())
+        .unwrap_or_else(|| now.clone());
+    Condition {
+        type_: type_.into(),
+        status,
+        reason: reason.into(),
+        message,
+        observed_generation: generation,
+        last_transition_time,
+    }
+}
+
+/// The complete status to store for `site`: pod mapping, Available and Progressing, and
+/// `observedGeneration`. Condition transition times are kept from `previous` while a condition's
+/// status does not change, so recomputing an unchanged state gives an equal value (and no write).
+pub fn site_status(
+    site: &Site,
+    pods: &[&Pod],
+    outcome: &Outcome,
+    previous: Option<&SiteStatus>,
+    now: &Time,
+) -> SiteStatus {
+    let generation = site.metadata.generation;
+    let c = &site.spec.configuration;
+    let pod_status = aggregate(site, pods);
+    let live: Vec<&&Pod> = pods.iter().filter(|p| !terminating(p)).collect();
+    let ready = live.iter().filter(|p| pod_ready(p)).count();
+    let want = usize::try_from(c.settings.replicas).unwrap_or(0);
+    let ensured = *outcome == Outcome::Ensured;
+
+    let (available, a_reason, a_message) = if !c.enabled {
+        (
+            false,
+            "Disabled",
+            "the site is archived: scaled to zero, requests redirect to the Hub's 410 page"
+                .to_string(),
+        )
+    } else if want == 0 {
+        (false, "ScaledToZero", "settings.replicas is 0".to_string())
+    } else if !ensured {
+        (
+            false,
+            "ObjectsNotReady",
+            "not every object of the site is up to date yet".to_string(),
+        )
+    } else if ready >= want && pod_status.phase == Phase::Running {
+        (true, "Available", format!("{ready} of {want} pods ready"))
+    } else {
+        (
+            false,
+            "PodsNotReady",
+            format!("{ready} of {want} pods ready"),
+        )
+    };
+    let (progressing, p_reason, p_message) = match outcome {
+        Outcome::Terminal(e) => (false, "InvalidConfiguration", e.clone()),
+        Outcome::Transient(e) => (true, "TransientError", e.clone()),
+        Outcome::RouteConflict(e) => (true, "RouteConflict", e.clone()),
+        Outcome::Ensured if available => (false, "UpToDate", "the site is up to date".to_string()),
+        Outcome::Ensured if !c.enabled => (false, "Disabled", "the site is archived".to_string()),
+        Outcome::Ensured if want == 0 => (false, "ScaledToZero", "no pods requested".to_string()),
+        Outcome::Ensured => (
+            true,
+            "PodsNotReady",
+            format!("waiting for {want} ready pods ({ready} now)"),
+        ),
+    };
+    SiteStatus {
+        phase: Some(pod_status.phase),
+        problems: pod_status.problems,
+        all_steps_started: Some(pod_status.all_steps_started),
+        observed_generation: generation,
+        conditions: vec![
+            condition(
+                AVAILABLE, available, a_reason, a_message, generation, previous, now,
+            ),
+            condition(
+                PROGRESSING,
+                progressing,
+                p_reason,
+                p_message,
+                generation,
+                previous,
+                now,
+            ),
+        ],
+    }
+}
+
+#[cfg(test)]
+mod tests;

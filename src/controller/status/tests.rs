@@ -1,0 +1,406 @@
+use serde_json::{Value, json};
+
+use super::*;
+
+fn pod(name: &str, phase: &str, conditions: Value, containers: Value) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "status": {"phase": phase, "conditions": conditions, "containerStatuses": containers}
+    }))
+    .unwrap()
+}
+
+fn cond(type_: &str, status: &str, at: &str) -> Value {
+    json!({"type": type_, "status": status, "lastTransitionTime": at})
+}
+
+fn running(name: &str, ready: bool) -> Value {
+    json!({"name": name, "ready": ready, "restartCount": 0, "image": "x", "imageID": "",
+           "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}})
+}
+
+fn waiting(name: &str, reason: &str, message: &str) -> Value {
+    json!({"name": name, "ready": false, "restartCount": 3, "image": "x", "imageID": "",
+           "state": {"waiting": {"reason": reason, "message": message}}})
+}
+
+fn terminated(name: &str, reason: &str) -> Value {
+    json!({"name": name, "ready": false, "restartCount": 1, "image": "x", "imageID": "",
+           "state": {"terminated": {"exitCode": 1, "reason": reason}}})
+}
+
+fn all_good() -> Value {
+    json!([
+        cond("PodScheduled", "True", "2026-01-01T00:00:00Z"),
+        cond("Initialized", "True", "2026-01-01T00:00:01Z"),
+        cond("ContainersReady", "True", "2026-01-01T00:00:05Z"),
+        cond("Ready", "True", "2026-01-01T00:00:05Z")
+    ])
+}
+
+fn not_ready() -> Value {
+    json!([
+        cond("PodScheduled", "True", "2026-01-01T00:00:00Z"),
+        cond("Initialized", "True", "2026-01-01T00:00:01Z"),
+        cond("ContainersReady", "False", "2026-01-01T00:00:02Z"),
+        cond("Ready", "False", "2026-01-01T00:00:02Z")
+    ])
+}
+
+fn problem(name: &str, kind: &str, reason: Option<&str>, message: Option<&str>) -> Problem {
+    Problem {
+        name: name.into(),
+        kind: kind.into(),
+        reason: reason.map(Into::into),
+        message: message.map(Into::into),
+    }
+}
+
+#[test]
+fn resolve_pod_status_cases() {
+    // (case, pod, phase, problems, all_steps_started)
+    let cases = vec![
+        (
+            "running and ready",
+            pod("p", "Running", all_good(), json!([running("static", true)])),
+            Phase::Running,
+            vec![],
+            true,
+        ),
+        (
+            "crash loop: waiting container",
+            pod(
+                "p",
+                "Running",
+                not_ready(),
+                json!([
+                    running("static", true),
+                    waiting("app", "CrashLoopBackOff", "back-off 40s")
+                ]),
+            ),
+            Phase::Pending,
+            vec![problem(
+                "app",
+                "waiting",
+                Some("CrashLoopBackOff"),
+                Some("back-off 40s"),
+            )],
+            false,
+        ),
+        (
+            "image pull failure",
+            pod(
+                "p",
+                "Pending",
+                not_ready(),
+                json!([waiting("app", "ImagePullBackOff", "pull access denied")]),
+            ),
+            Phase::Pending,
+            vec![problem(
+                "app",
+                "waiting",
+                Some("ImagePullBackOff"),
+                Some("pull access denied"),
+            )],
+            false,
+        ),
+        (
+            "terminated container",
+            pod(
+                "p",
+                "Running",
+                not_ready(),
+                json!([terminated("app", "Error")]),
+            ),
+            Phase::Pending,
+            vec![problem("app", "terminated", Some("Error"), None)],
+            false,
+        ),
+        (
+            "started but never ready: running with ready false",
+            pod(
+                "p",
+                "Running",
+                not_ready(),
+                json!([running("static", true), running("app", false)]),
+            ),
+            Phase::Pending,
+            vec![problem("app", "running", Some("NotReady"), None)],
+            false,
+        ),
+        (
+            "failed condition without container problems keeps the pod phase",
+            pod(
+                "p",
+                "Pending",
+                json!([cond("PodScheduled", "False", "2026-01-01T00:00:00Z")]),
+                json!([]),
+            ),
+            Phase::Pending,
+            vec![],
+            false,
+        ),
+        (
+            "the first failed condition by time wins over later successful ones",
+            pod(
+                "p",
+                "Running",
+                json!([
+                    cond("Ready", "True", "2026-01-01T00:00:09Z"),
+                    cond("ContainersReady", "False", "2026-01-01T00:00:03Z"),
+                    cond("PodScheduled", "True", "2026-01-01T00:00:00Z")
+                ]),
+                json!([running("app", false)]),
+            ),
+            Phase::Pending,
+            vec![problem("app", "running", Some("NotReady"), None)],
+            false,
+        ),
+        (
+            "successful conditions ignore container states",
+            pod("p", "Running", all_good(), json!([running("app", false)])),
+            Phase::Running,
+            vec![],
+            true,
+        ),
+        (
+            "no status yet",
+            serde_json::from_value(json!({"metadata": {"name": "p"}})).unwrap(),
+            Phase::Pending,
+            vec![],
+            false,
+        ),
+        (
+            "pending pod with successful conditions is not all started",
+            pod(
+                "p",
+                "Pending",
+                json!([cond("PodScheduled", "True", "2026-01-01T00:00:00Z")]),
+                json!([]),
+            ),
+            Phase::Pending,
+            vec![],
+            false,
+        ),
+        (
+            "failed pod",
+            pod("p", "Failed", all_good(), json!([])),
+            Phase::Failed,
+            vec![],
+            false,
+        ),
+    ];
+    for (case, p, phase, problems, started) in cases {
+        let got = resolve_pod(&p);
+        assert_eq!(got.phase, phase, "{case}");
+        assert_eq!(got.problems, problems, "{case}");
+        assert_eq!(got.all_steps_started, started, "{case}");
+    }
+}
+
+fn site(enabled: bool, replicas: i32) -> Site {
+    serde_json::from_value(json!({
+        "apiVersion": "sites.ecmwf.int/v1", "kind": "Site",
+        "metadata": {"name": "docs-handbook", "namespace": "sites", "generation": 4},
+        "spec": {"name": "handbook", "owner": "jdoe", "type": "static", "configuration": {
+            "space": "docs", "enabled": enabled, "applications": [{"name": "static"}],
+            "settings": {"replicas": replicas}
+        }}
+    }))
+    .unwrap()
+}
+
+fn time(s: &str) -> Time {
+    serde_json::from_value(json!(s)).unwrap()
+}
+
+fn get<'a>(s: &'a SiteStatus, type_: &str) -> &'a Condition {
+    s.conditions.iter().find(|c| c.type_ == type_).unwrap()
+}
+
+#[test]
+fn disabled_sites_report_disabled_whatever_the_pods_say() {
+    let p = pod(
+        "p",
+        "Running",
+        not_ready(),
+        json!([waiting("app", "CrashLoopBackOff", "x")]),
+    );
+    let s = site_status(
+        &site(false, 3),
+        &[&p],
+        &Outcome::Ensured,
+        None,
+        &time("2026-11-29T10:00:00Z"),
+    );
+    assert_eq!(s.phase, Some(Phase::Disabled));
+    assert!(s.problems.is_empty());
+    assert_eq!(s.all_steps_started, Some(false));
+    let a = get(&s, AVAILABLE);
+    assert_eq!(
+        (a.status.as_str(), a.reason.as_str()),
+        ("False", "Disabled")
+    );
+    let p = get(&s, PROGRESSING);
+    assert_eq!(
+        (p.status.as_str(), p.reason.as_str()),
+        ("False", "Disabled")
+    );
+}
+
+#[test]
+fn conditions_follow_the_outcome_and_the_pods() {
+    let now = time("2026-11-29T10:00:00Z");
+    let ready = pod(
+        "p-0",
+        "Running",
+        all_good(),
+        json!([running("static", true)]),
+    );
+    let starting = pod(
+        "p-1",
+        "Running",
+        not_ready(),
+        json!([running("static", false)]),
+    );
+    // (case, replicas, pods, outcome, Available, reason, Progressing, reason)
+    type Expect<'a> = (&'a str, &'a str, &'a str, &'a str);
+    let cases: Vec<(&str, i32, Vec<&Pod>, Outcome, Expect)> = vec![
+        (
+            "all ready",
+            1,
+            vec![&ready],
+            Outcome::Ensured,
+            ("True", "Available", "False", "UpToDate"),
+        ),
+        (
+            "one of two ready",
+            2,
+            vec![&ready, &starting],
+            Outcome::Ensured,
+            ("False", "PodsNotReady", "True", "PodsNotReady"),
+        ),
+        (
+            "no pods yet",
+            1,
+            vec![],
+            Outcome::Ensured,
+            ("False", "PodsNotReady", "True", "PodsNotReady"),
+        ),
+        (
+            "transient error",
+            1,
+            vec![&ready],
+            Outcome::Transient("API unreachable".into()),
+            ("False", "ObjectsNotReady", "True", "TransientError"),
+        ),
+        (
+            "terminal error",
+            1,
+            vec![&ready],
+            Outcome::Terminal("unsupported route".into()),
+            ("False", "ObjectsNotReady", "False", "InvalidConfiguration"),
+        ),
+        (
+            "route conflict",
+            1,
+            vec![&ready],
+            Outcome::RouteConflict("owned by site other".into()),
+            ("False", "ObjectsNotReady", "True", "RouteConflict"),
+        ),
+        (
+            "scaled to zero",
+            0,
+            vec![],
+            Outcome::Ensured,
+            ("False", "ScaledToZero", "False", "ScaledToZero"),
+        ),
+    ];
+    for (case, replicas, pods, outcome, (a, ar, p, pr)) in cases {
+        let s = site_status(&site(true, replicas), &pods, &outcome, None, &now);
+        let (ac, pc) = (get(&s, AVAILABLE), get(&s, PROGRESSING));
+        assert_eq!((ac.status.as_str(), ac.reason.as_str()), (a, ar), "{case}");
+        assert_eq!((pc.status.as_str(), pc.reason.as_str()), (p, pr), "{case}");
+        assert_eq!(s.observed_generation, Some(4), "{case}");
+        assert_eq!(ac.observed_generation, Some(4), "{case}");
+        if let Outcome::Transient(m) | Outcome::Terminal(m) | Outcome::RouteConflict(m) = &outcome {
+            assert_eq!(&pc.message, m, "{case}: the message is the error");
+        }
+    }
+}
+
+#[test]
+fn transition_times_are_stable_and_recomputing_is_a_fixed_point() {
+    let t0 = time("2026-11-29T10:00:00Z");
+    let t1 = time("2026-11-29T11:00:00Z");
+    let ready = pod(
+        "p-0",
+        "Running",
+        all_good(),
+        json!([running("static", true)]),
+    );
+    let s = site(true, 1);
+    let first = site_status(&s, &[&ready], &Outcome::Ensured, None, &t0);
+    let again = site_status(&s, &[&ready], &Outcome::Ensured, Some(&first), &t1);
+    assert_eq!(first, again, "same state later: equal status, so no write");
+    let broken = pod(
+        "p-0",
+        "Running",
+        not_ready(),
+        json!([running("static", false)]),
+    );
+    let changed = site_status(&s, &[&broken], &Outcome::Ensured, Some(&first), &t1);
+    assert_eq!(get(&changed, AVAILABLE).last_transition_time, t1);
+    assert_eq!(get(&changed, AVAILABLE).status, "False");
+    // A reason change without a status change keeps the time.
+    let failing = site_status(
+        &s,
+        &[&broken],
+        &Outcome::Transient("x".into()),
+        Some(&changed),
+        &time("2026-11-29T12:00:00Z"),
+    );
+    assert_eq!(get(&failing, PROGRESSING).last_transition_time, t1);
+    assert_eq!(get(&failing, PROGRESSING).reason, "TransientError");
+}
+
+#[test]
+fn pods_aggregate_to_the_worst_phase_and_the_union_of_problems() {
+    let s = site(true, 3);
+    let ready = pod(
+        "p-0",
+        "Running",
+        all_good(),
+        json!([running("static", true)]),
+    );
+    let crash = pod(
+        "p-1",
+        "Running",
+        not_ready(),
+        json!([waiting("app", "CrashLoopBackOff", "x")]),
+    );
+    let crash2 = pod(
+        "p-2",
+        "Running",
+        not_ready(),
+        json!([waiting("app", "CrashLoopBackOff", "x")]),
+    );
+    let agg = aggregate(&s, &[&ready, &crash, &crash2]);
+    assert_eq!(agg.phase, Phase::Pending);
+    assert_eq!(
+        agg.problems.len(),
+        1,
+        "identical problems are reported once"
+    );
+    assert!(!agg.all_steps_started);
+    let failed = pod("p-3", "Failed", json!([]), json!([]));
+    assert_eq!(aggregate(&s, &[&ready, &failed]).phase, Phase::Failed);
+    let mut going: Pod = crash.clone();
+    going.metadata.deletion_timestamp = Some(time("2026-11-29T10:00:00Z"));
+    let agg = aggregate(&s, &[&ready, &going]);
+    assert_eq!(
+        (agg.phase, agg.all_steps_started),
+        (Phase::Running, true),
+        "terminating pods do not count"
+    );
+}
