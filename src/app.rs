@@ -21,6 +21,9 @@ use crate::admission::selfsigned;
 use crate::admission::server::{self, WebhookState};
 use crate::certs::{CERT_FILE, KEY_FILE};
 use crate::config::{ConfigError, Context, PlatformConfig};
+use crate::controller::leader::{Elector, Timing};
+use crate::controller::reconcile::Settings;
+use crate::controller::{self, Controller};
 use crate::metrics::{self, WebhookMetrics};
 use crate::tls::{self, CertStore};
 
@@ -43,6 +46,14 @@ pub enum CertSource {
 #[derive(Clone, Debug)]
 pub struct RunOptions {
     pub config: PathBuf,
+    /// Reconcile workers; None: `sitesConfig.operator.worker_limit`.
+    pub workers: Option<usize>,
+    /// Elect a leader through a Lease (off: this replica always writes).
+    pub leader_election: bool,
+    /// Name of the leader Lease.
+    pub lease_name: String,
+    /// This replica's identity (Lease holder, Event instance).
+    pub identity: String,
     pub namespace: String,
     pub webhook_addr: SocketAddr,
     pub metrics_addr: SocketAddr,
@@ -65,6 +76,8 @@ pub enum StartError {
     Bind { addr: SocketAddr, reason: String },
     #[error("metrics: {0}")]
     Metrics(#[from] prometheus::Error),
+    #[error("cannot reach the Kubernetes API server: {0}")]
+    Api(String),
 }
 
 /// Loads and validates the platform configuration.
@@ -107,7 +120,24 @@ where
     }
 }
 
+/// A client for the cluster (in-cluster config or KUBECONFIG), checked by asking the API server
+/// for its version, with a bounded retry.
+async fn connect() -> Result<kube::Client, StartError> {
+    with_retry("connecting to the API server", || async {
+        let config = kube::Config::infer().await.map_err(|e| e.to_string())?;
+        let client = kube::Client::try_from(config).map_err(|e| e.to_string())?;
+        client
+            .apiserver_version()
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok::<_, String>(client)
+    })
+    .await
+    .map_err(StartError::Api)
+}
+
 async fn self_signed_files(
+    client: &kube::Client,
     secret: &str,
     dns_names: &[String],
     cert_dir: &std::path::Path,
@@ -116,19 +146,13 @@ async fn self_signed_files(
     namespace: &str,
 ) -> Result<(PathBuf, PathBuf), StartError> {
     let failed = |e: &dyn std::fmt::Display| StartError::SelfSigned(e.to_string());
-    let client = with_retry("connecting to the API server", || async {
-        let config = kube::Config::infer().await.map_err(|e| e.to_string())?;
-        kube::Client::try_from(config).map_err(|e| e.to_string())
-    })
-    .await
-    .map_err(|e| failed(&format!("no Kubernetes API server: {e}")))?;
     let bundle = with_retry("storing the webhook certificate", || {
-        selfsigned::ensure_certificate(&client, namespace, secret, dns_names)
+        selfsigned::ensure_certificate(client, namespace, secret, dns_names)
     })
     .await
     .map_err(|e| failed(&e))?;
     with_retry("patching the webhook CA bundle", || {
-        selfsigned::patch_ca_bundles(&client, &bundle.ca_pem, mutating, validating)
+        selfsigned::patch_ca_bundles(client, &bundle.ca_pem, mutating, validating)
     })
     .await
     .map_err(|e| failed(&e))?;
@@ -185,8 +209,13 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), StartError> {
     let config = Arc::new(load_config(&opts)?);
-    let (cert_path, key_path) = match &opts.certs {
-        CertSource::Files { cert, key } => (cert.clone(), key.clone()),
+    // Files are checked before the API server is contacted: a bad certificate path fails fast.
+    let client_ca = opts.client_ca.as_deref().map(tls::load_roots).transpose()?;
+    let (store, client) = match &opts.certs {
+        CertSource::Files { cert, key } => {
+            let store = CertStore::load(cert, key)?;
+            (store, connect().await?)
+        }
         CertSource::SelfSigned {
             secret,
             dns_names,
@@ -194,7 +223,9 @@ pub async fn run(
             mutating,
             validating,
         } => {
-            self_signed_files(
+            let client = connect().await?;
+            let (cert, key) = self_signed_files(
+                &client,
                 secret,
                 dns_names,
                 cert_dir,
@@ -202,11 +233,10 @@ pub async fn run(
                 validating,
                 &opts.namespace,
             )
-            .await?
+            .await?;
+            (CertStore::load(&cert, &key)?, client)
         }
     };
-    let store = CertStore::load(&cert_path, &key_path)?;
-    let client_ca = opts.client_ca.as_deref().map(tls::load_roots).transpose()?;
     let tls_config = Arc::new(tls::server_config(store.clone(), client_ca)?);
 
     let registry = Registry::new();
@@ -231,7 +261,7 @@ pub async fn run(
     };
     let ready = Arc::new(AtomicBool::new(false));
     let health = Health {
-        registry,
+        registry: registry.clone(),
         ready: ready.clone(),
     };
     let health_task = tokio::spawn({
@@ -251,7 +281,7 @@ pub async fn run(
             .watch(opts.cert_reload_interval, stopped(stop_rx.clone())),
     );
     let app = server::router(WebhookState {
-        config,
+        config: config.clone(),
         metrics: webhook_metrics,
     });
     let webhook_task = tokio::spawn(server::serve_tls(
@@ -261,12 +291,47 @@ pub async fn run(
         stopped(stop_rx.clone()),
         opts.shutdown_timeout,
     ));
-    ready.store(true, Ordering::Release);
 
-    shutdown.await;
-    tracing::info!("shutting down: draining in-flight requests");
+    // Reconcile workers: caches first (all replicas keep them warm), writes only when leading.
+    let (leading_tx, leading_rx) = watch::channel(!opts.leader_election);
+    let elector = opts.leader_election.then(|| {
+        let elector = Elector::new(
+            client.clone(),
+            &opts.namespace,
+            &opts.lease_name,
+            opts.identity.clone(),
+            Timing::default(),
+        );
+        tokio::spawn(elector.run(leading_tx, stopped(stop_rx.clone())))
+    });
+    let controller_options = controller::Options {
+        namespace: opts.namespace.clone(),
+        workers: opts
+            .workers
+            .unwrap_or(config.sites.operator.worker_limit as usize),
+        settings: Settings::default(),
+        instance: Some(opts.identity.clone()),
+        drain: opts.shutdown_timeout,
+    };
+    tokio::pin!(shutdown);
+    let controller = tokio::select! {
+        c = Controller::start(client.clone(), config.clone(), &registry, controller_options, leading_rx) => Some(c?),
+        _ = &mut shutdown => None,
+    };
+    if controller.is_some() {
+        ready.store(true, Ordering::Release);
+        tracing::info!("ready");
+        shutdown.await;
+    }
+    tracing::info!("shutting down: draining in-flight requests and reconciles");
     ready.store(false, Ordering::Release);
     let _ = stop_tx.send(true);
+    if let Some(c) = controller {
+        c.shutdown().await;
+    }
+    if let Some(e) = elector {
+        let _ = e.await;
+    }
     let _ = webhook_task.await;
     let _ = reload_task.await;
     let _ = health_task.await;

@@ -62,7 +62,7 @@ enum Command {
     /// Validates the platform configuration first and refuses to start (exit 2, one line) when it
     /// is invalid or the certificate cannot be loaded. The serving certificate is reloaded when
     /// its files change. SIGTERM or Ctrl-C stops accepting, drains in-flight requests and exits 0.
-    /// The reconcile workers are not part of this release yet.
+    /// Reconcile workers run behind leader election; every replica serves the webhooks.
     Run(Box<RunArgs>),
 
     /// Write a development CA and serving certificate (ca.crt, tls.crt, tls.key).
@@ -143,6 +143,19 @@ struct RunArgs {
     /// ValidatingWebhookConfiguration to patch the self-signed CA into (repeatable).
     #[arg(long, default_value = "sites-operator")]
     validating_webhook: Vec<String>,
+    /// Reconcile workers (default: `sitesConfig.operator.worker_limit`).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1000))]
+    workers: Option<u16>,
+    /// Elect a leader through a coordination.k8s.io Lease so only one replica writes.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    leader_elect: bool,
+    /// Name of the leader Lease (in --namespace).
+    #[arg(long, default_value = "sites-operator")]
+    lease_name: String,
+    /// This replica's identity (Lease holder, Event reporter); default: POD_NAME or the host
+    /// name, plus a random suffix.
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
     /// How often the certificate files are checked for changes.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     cert_reload_interval: std::time::Duration,
@@ -193,8 +206,18 @@ fn run(args: RunArgs) -> ExitCode {
             }
         }
     };
+    let identity = args.identity.unwrap_or_else(|| {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_else(|_| "sites-operator".into());
+        format!("{host}-{}", &uuid::Uuid::new_v4().simple().to_string()[..8])
+    });
     let opts = RunOptions {
         config: args.config,
+        workers: args.workers.map(usize::from),
+        leader_election: args.leader_elect,
+        lease_name: args.lease_name,
+        identity,
         namespace: args.namespace,
         webhook_addr: args.webhook_addr,
         metrics_addr: args.metrics_addr,

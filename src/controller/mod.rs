@@ -1,5 +1,420 @@
 //! The reconcile side of the operator: work queue, Site status, reconcile of one Site, and the
 //! controller that wires caches, queue and workers together.
+//!
+//! Caches are kube-runtime reflectors fed by watches of the platform namespace: Sites, the owned
+//! kinds (selected by the `app.kubernetes.io/managed-by` label), and site pods (selected by the id
+//! label, kept only with the operator_bound annotation). Every event maps to the key of its Site
+//! (the id label), which goes into the [`queue::Queue`]; `worker_limit` workers reconcile keys.
+//! Cached objects are stripped of what the reconciler never reads (managed fields, pod specs,
+//! ConfigMap data) to keep memory small.
 
+pub mod ensure;
+pub mod leader;
 pub mod queue;
+pub mod reconcile;
 pub mod status;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use gateway_api::apis::standard::httproutes::HttpRoute;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
+use k8s_openapi::api::networking::v1::Ingress;
+use kube::api::{Api, ListParams};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Resource, ResourceExt};
+use prometheus::{Histogram, HistogramOpts, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
+use tokio::sync::watch;
+
+use crate::config::PlatformConfig;
+use crate::crd::{ID_LABEL, OPERATOR_BOUND_ANNOTATION, Phase, Site};
+use crate::labels::MANAGED_BY;
+use queue::{Backoff, Queue, QueueMetrics};
+use reconcile::{Caches, Context, Next, Settings};
+
+/// The controller name in metrics.
+pub const CONTROLLER: &str = "site";
+
+/// Reconcile metrics (controller-runtime names) and the phase gauge.
+#[derive(Clone, Debug)]
+pub struct ReconcileMetrics {
+    pub total: IntCounterVec,
+    pub errors: IntCounterVec,
+    pub time: Histogram,
+    pub active_workers: IntGauge,
+    pub max_concurrent: IntGauge,
+    pub by_phase: IntGaugeVec,
+}
+
+impl ReconcileMetrics {
+    pub fn register(registry: &Registry) -> prometheus::Result<ReconcileMetrics> {
+        let c = |o: Opts| o.const_label("controller", CONTROLLER);
+        let m = ReconcileMetrics {
+            total: IntCounterVec::new(
+                c(Opts::new(
+                    "controller_runtime_reconcile_total",
+                    "Total number of reconciliations per controller",
+                )),
+                &["result"],
+            )?,
+            errors: IntCounterVec::new(
+                c(Opts::new(
+                    "controller_runtime_reconcile_errors_total",
+                    "Total number of reconciliation errors per controller",
+                )),
+                &[],
+            )?,
+            time: Histogram::with_opts(
+                HistogramOpts::new(
+                    "controller_runtime_reconcile_time_seconds",
+                    "Length of time per reconciliation per controller",
+                )
+                .const_label("controller", CONTROLLER)
+                .buckets(prometheus::exponential_buckets(0.0005, 2.0, 16)?),
+            )?,
+            active_workers: IntGauge::with_opts(c(Opts::new(
+                "controller_runtime_active_workers",
+                "Number of currently used workers per controller",
+            )))?,
+            max_concurrent: IntGauge::with_opts(c(Opts::new(
+                "controller_runtime_max_concurrent_reconciles",
+                "Maximum number of concurrent reconciles per controller",
+            )))?,
+            by_phase: IntGaugeVec::new(
+                Opts::new("sites_by_phase", "Sites by status phase"),
+                &["phase"],
+            )?,
+        };
+        registry.register(Box::new(m.total.clone()))?;
+        registry.register(Box::new(m.errors.clone()))?;
+        registry.register(Box::new(m.time.clone()))?;
+        registry.register(Box::new(m.active_workers.clone()))?;
+        registry.register(Box::new(m.max_concurrent.clone()))?;
+        registry.register(Box::new(m.by_phase.clone()))?;
+        Ok(m)
+    }
+}
+
+/// How the controller runs.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub namespace: String,
+    pub workers: usize,
+    pub settings: Settings,
+    /// Name of this replica (Events' reporting instance).
+    pub instance: Option<String>,
+    /// How long workers may take to finish on shutdown.
+    pub drain: Duration,
+}
+
+/// Strips what the reconciler never reads from cached objects.
+fn strip<K: Resource>(obj: &mut K) {
+    obj.managed_fields_mut().clear();
+}
+
+/// The key (Site name) an owned object or pod belongs to.
+fn key_of<K: Resource>(obj: &K) -> Option<String> {
+    obj.labels().get(ID_LABEL).cloned()
+}
+
+/// Starts a reflector for `api` and feeds the keys of touched objects into the queue.
+fn watch_kind<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    queue: Queue<String>,
+    modify: impl FnMut(&mut K) + Send + 'static,
+    key: impl Fn(&K) -> Option<String> + Send + 'static,
+) -> Store<K>
+where
+    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    let (reader, writer) = reflector::store();
+    let stream = watcher(api, config)
+        .default_backoff()
+        .modify(modify)
+        .reflect(writer)
+        .touched_objects();
+    tokio::spawn(async move {
+        futures::pin_mut!(stream);
+        while let Some(item) = stream.next().await {
+            match item {
+                Ok(obj) => {
+                    if let Some(k) = key(&obj) {
+                        queue.add(k);
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(kind = %K::kind(&K::DynamicType::default()), error = %e, "watch error; retrying")
+                }
+            }
+        }
+    });
+    reader
+}
+
+/// Whether the cluster serves the Gateway API's HTTPRoute.
+pub async fn serves_http_routes(client: &kube::Client, namespace: &str) -> bool {
+    let api: Api<HttpRoute> = Api::namespaced(client.clone(), namespace);
+    api.list(&ListParams::default().limit(1)).await.is_ok()
+}
+
+/// The running controller.
+pub struct Controller {
+    pub context: Arc<Context>,
+    pub queue: Queue<String>,
+    workers: Vec<tokio::task::JoinHandle<()>>,
+    background: Vec<tokio::task::JoinHandle<()>>,
+    drain: Duration,
+}
+
+impl Controller {
+    /// Starts the watches, waits until every cache has synced, then starts the workers, which
+    /// reconcile only while `leading` is true.
+    pub async fn start(
+        client: kube::Client,
+        config: Arc<PlatformConfig>,
+        registry: &Registry,
+        options: Options,
+        leading: watch::Receiver<bool>,
+    ) -> Result<Controller, prometheus::Error> {
+        let ns = options.namespace.clone();
+        let queue: Queue<String> = Queue::new(
+            Backoff::default(),
+            Some(QueueMetrics::register(registry, CONTROLLER)?),
+        );
+        let metrics = ReconcileMetrics::register(registry)?;
+        let owned = || {
+            watcher::Config::default().labels(&format!("app.kubernetes.io/managed-by={MANAGED_BY}"))
+        };
+        let api = |c: &kube::Client| c.clone();
+        let sites = watch_kind(
+            Api::<Site>::namespaced(api(&client), &ns),
+            watcher::Config::default(),
+            queue.clone(),
+            strip,
+            |s: &Site| s.metadata.name.clone(),
+        );
+        let secrets = watch_kind(
+            Api::<Secret>::namespaced(api(&client), &ns),
+            owned(),
+            queue.clone(),
+            strip,
+            key_of,
+        );
+        let configmaps = watch_kind(
+            Api::<ConfigMap>::namespaced(api(&client), &ns),
+            owned(),
+            queue.clone(),
+            |c: &mut ConfigMap| {
+                strip(c);
+                c.data = None;
+                c.binary_data = None;
+            },
+            key_of,
+        );
+        let pvcs = watch_kind(
+            Api::<PersistentVolumeClaim>::namespaced(api(&client), &ns),
+            owned(),
+            queue.clone(),
+            strip,
+            key_of,
+        );
+        let statefulsets = watch_kind(
+            Api::<StatefulSet>::namespaced(api(&client), &ns),
+            owned(),
+            queue.clone(),
+            strip,
+            key_of,
+        );
+        let services = watch_kind(
+            Api::<Service>::namespaced(api(&client), &ns),
+            owned(),
+            queue.clone(),
+            strip,
+            key_of,
+        );
+        // Routes are watched unfiltered: a same-named route of another owner must be seen to be
+        // left alone (RTG-03).
+        let ingresses = watch_kind(
+            Api::<Ingress>::namespaced(api(&client), &ns),
+            watcher::Config::default(),
+            queue.clone(),
+            strip,
+            key_of,
+        );
+        let httproutes = if serves_http_routes(&client, &ns).await {
+            Some(watch_kind(
+                Api::<HttpRoute>::namespaced(api(&client), &ns),
+                watcher::Config::default(),
+                queue.clone(),
+                strip,
+                key_of,
+            ))
+        } else {
+            tracing::info!("the cluster does not serve gateway.networking.k8s.io/v1 HTTPRoutes");
+            None
+        };
+        let pods = watch_kind(
+            Api::<Pod>::namespaced(api(&client), &ns),
+            watcher::Config::default().labels(ID_LABEL),
+            queue.clone(),
+            |p: &mut Pod| {
+                strip(p);
+                p.spec = None;
+            },
+            |p: &Pod| {
+                p.annotations()
+                    .contains_key(OPERATOR_BOUND_ANNOTATION)
+                    .then(|| key_of(p))
+                    .flatten()
+            },
+        );
+        let caches = Caches {
+            sites,
+            secrets,
+            configmaps,
+            pvcs,
+            statefulsets,
+            services,
+            ingresses,
+            httproutes,
+            pods,
+        };
+        wait_synced(&caches).await;
+        tracing::info!(sites = caches.sites.len(), "caches synced");
+
+        let reporter = Reporter {
+            controller: "sites-operator".into(),
+            instance: options.instance.clone(),
+        };
+        let recorder = Recorder::new(client.clone(), reporter);
+        let context = Arc::new(Context::new(
+            client,
+            config,
+            ns,
+            caches,
+            Some(recorder),
+            options.settings.clone(),
+        ));
+
+        let workers = options.workers.max(1);
+        metrics.max_concurrent.set(workers as i64);
+        let mut handles = Vec::new();
+        for _ in 0..workers {
+            handles.push(tokio::spawn(worker(
+                context.clone(),
+                queue.clone(),
+                metrics.clone(),
+                leading.clone(),
+            )));
+        }
+        let background = vec![tokio::spawn(observe(
+            context.clone(),
+            queue.clone(),
+            metrics,
+        ))];
+        Ok(Controller {
+            context,
+            queue,
+            workers: handles,
+            background,
+            drain: options.drain,
+        })
+    }
+
+    /// Stops handing out keys and waits (up to the drain period) for running reconciles.
+    pub async fn shutdown(self) {
+        self.queue.shutdown();
+        let drain = futures::future::join_all(self.workers);
+        if tokio::time::timeout(self.drain, drain).await.is_err() {
+            tracing::warn!(drain = ?self.drain, "reconciles still running after the drain period");
+        }
+        for b in self.background {
+            b.abort();
+        }
+    }
+}
+
+async fn wait_synced(c: &Caches) {
+    let _ = c.sites.wait_until_ready().await;
+    let _ = c.secrets.wait_until_ready().await;
+    let _ = c.configmaps.wait_until_ready().await;
+    let _ = c.pvcs.wait_until_ready().await;
+    let _ = c.statefulsets.wait_until_ready().await;
+    let _ = c.services.wait_until_ready().await;
+    let _ = c.ingresses.wait_until_ready().await;
+    if let Some(h) = &c.httproutes {
+        let _ = h.wait_until_ready().await;
+    }
+    let _ = c.pods.wait_until_ready().await;
+}
+
+async fn worker(
+    ctx: Arc<Context>,
+    queue: Queue<String>,
+    metrics: ReconcileMetrics,
+    mut leading: watch::Receiver<bool>,
+) {
+    while let Some(key) = queue.get().await {
+        if !*leading.borrow() {
+            // Not the leader: hand the key back once leadership comes.
+            queue.done(&key);
+            queue.add_after(key, Duration::from_secs(1));
+            let _ = tokio::time::timeout(Duration::from_secs(1), leading.changed()).await;
+            continue;
+        }
+        metrics.active_workers.inc();
+        let started = Instant::now();
+        let next = reconcile::reconcile(&ctx, &key).await;
+        metrics.time.observe(started.elapsed().as_secs_f64());
+        metrics.active_workers.dec();
+        let result = match next {
+            Next::Done => {
+                queue.forget(&key);
+                "success"
+            }
+            Next::After(delay) => {
+                queue.forget(&key);
+                queue.add_after(key.clone(), delay);
+                "requeue_after"
+            }
+            Next::Backoff => {
+                metrics.errors.with_label_values(&[] as &[&str]).inc();
+                queue.add_rate_limited(key.clone());
+                "error"
+            }
+        };
+        metrics.total.with_label_values(&[result]).inc();
+        queue.done(&key);
+    }
+}
+
+/// Periodic gauges: in-progress work and Sites by phase.
+async fn observe(ctx: Arc<Context>, queue: Queue<String>, metrics: ReconcileMetrics) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        queue.observe_in_progress();
+        let mut counts = [0i64; 4];
+        for s in ctx.caches.sites.state() {
+            let i = match s.status.as_ref().and_then(|st| st.phase) {
+                Some(Phase::Running) => 1,
+                Some(Phase::Disabled) => 2,
+                Some(Phase::Failed) => 3,
+                _ => 0,
+            };
+            counts[i] += 1;
+        }
+        for (phase, n) in ["Pending", "Running", "Disabled", "Failed"]
+            .iter()
+            .zip(counts)
+        {
+            metrics.by_phase.with_label_values(&[phase]).set(n);
+        }
+    }
+}

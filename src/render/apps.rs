@@ -75,7 +75,7 @@ pub fn catalogue_image(entry: &CatalogueApplication, version: &str) -> String {
     format!("{}:{version}", entry.image)
 }
 
-/// Resolves every application of the site, rejecting what cannot become a container: a missing
+/// Resolves every application of the site, in name order, rejecting what cannot become a container: a missing
 /// list, duplicate or invalid names, a custom application without an image, an invalid image
 /// reference, ports out of range or shared by two applications, invalid environment names.
 pub fn resolve<'a>(site: &'a Site, cfg: &'a PlatformConfig) -> Result<Vec<ResolvedApp<'a>>, Error> {
@@ -153,6 +153,9 @@ pub fn resolve<'a>(site: &'a Site, cfg: &'a PlatformConfig) -> Result<Vec<Resolv
             readiness,
         });
     }
+    // Reordering the Site's list is not a change (LIFE-02): everything rendered from the
+    // applications follows their names.
+    out.sort_by(|a, b| a.spec.name.cmp(&b.spec.name));
     if cfg.sites.migration.enabled
         && !names.contains(MIRROR_CONTAINER)
         && cfg.sites.migration.image.is_none()

@@ -298,7 +298,7 @@ pub fn ingress(
             .unwrap_or(&BTreeMap::new()),
         id,
         c.settings.replicas,
-        c.applications.iter().map(|a| &a.annotations),
+        sorted_by_name(&c.applications).map(|a| &a.annotations),
         &cfg.routing.ingress.route_annotations,
         !c.enabled,
     );
@@ -316,6 +316,15 @@ pub fn ingress(
         }),
         ..Default::default()
     })
+}
+
+/// Applications in name order (the order of the Site's list is not significant, LIFE-02).
+fn sorted_by_name(
+    apps: &[crate::crd::Application],
+) -> impl Iterator<Item = &crate::crd::Application> {
+    let mut sorted: Vec<&crate::crd::Application> = apps.iter().collect();
+    sorted.sort_by(|a, b| a.name.cmp(&b.name));
+    sorted.into_iter()
 }
 
 /// The site's HTTPRoute (gateway mode): one parentRef ([`parent_ref`]), the public host, the

@@ -265,6 +265,22 @@ fn service_keeps_not_ready_pods_and_client_affinity() {
 }
 
 #[test]
+fn reordering_applications_renders_the_same_objects() {
+    let spec = base_spec(true, 2, true);
+    let mut reordered = spec.clone();
+    reordered["configuration"]["applications"]
+        .as_array_mut()
+        .unwrap()
+        .reverse();
+    for mode in [RoutingMode::Ingress, RoutingMode::Gateway] {
+        assert_eq!(
+            objects(&site(spec.clone()), &config(mode)),
+            objects(&site(reordered.clone()), &config(mode))
+        );
+    }
+}
+
+#[test]
 fn image_and_port_rules() {
     // LIFE-06: built-in images from the catalogue at the platform version unless the Site
     // records one; custom images kept; custom port 8000 unless set, with a TCP probe.
@@ -356,8 +372,8 @@ fn migration_adds_site_mirror_once() {
         );
     assert_eq!(
         names(listed, &cfg),
-        ["static", "site-mirror"],
-        "a listed site-mirror is kept, not doubled"
+        ["site-mirror", "static"],
+        "a listed site-mirror is kept (in name order with the others), not doubled"
     );
     cfg.sites.migration.enabled = false;
     assert_eq!(names(base_spec(true, 1, false), &cfg), ["static"]);

@@ -7,6 +7,7 @@ mod emulator_admission;
 mod emulator_api;
 mod emulator_controllers;
 mod emulator_kubectl;
+mod reconcile;
 mod render;
 mod support;
 mod webhook_e2e;

@@ -9,6 +9,7 @@ use std::time::Duration;
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{Api, PostParams};
+use sites_operator::certs;
 use sites_operator::crd::{Site, UPGRADE_REQUEST_ANNOTATION};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -346,7 +347,22 @@ fn refuses_to_start_on_bad_input_with_one_line_and_exit_2() {
             "--tls-cert",
         ),
     ];
-    for (args, want) in cases {
+    let valid = certs::generate(&["localhost".to_string()], 1).unwrap();
+    valid.write(&dir).unwrap();
+    // A cluster that does not answer (the kubeconfig points at a closed port).
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let kubeconfig = format!(
+        "apiVersion: v1\nkind: Config\nclusters: [{{name: c, cluster: {{server: \"http://{closed}\"}}}}]\nusers: [{{name: u, user: {{}}}}]\ncontexts: [{{name: x, context: {{cluster: c, user: u}}}}]\ncurrent-context: x\n"
+    );
+    std::fs::write(dir.join("kubeconfig"), kubeconfig).unwrap();
+    let unreachable = (
+        args(&config, &dir.join("tls.crt"), &dir.join("tls.key")),
+        "cannot reach the Kubernetes API server",
+    );
+    for (args, want) in cases.into_iter().chain([unreachable]) {
         let out = Command::new(env!("CARGO_BIN_EXE_sites-operator"))
             .arg("run")
             .args([
@@ -356,7 +372,7 @@ fn refuses_to_start_on_bad_input_with_one_line_and_exit_2() {
                 "127.0.0.1:0",
             ])
             .args(&args)
-            .env_remove("KUBECONFIG")
+            .env("KUBECONFIG", dir.join("kubeconfig"))
             .output()
             .unwrap();
         let err = String::from_utf8_lossy(&out.stderr);

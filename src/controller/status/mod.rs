@@ -164,6 +164,19 @@ pub fn aggregate(site: &Site, pods: &[&Pod]) -> PodStatus {
     }
 }
 
+/// Whether two statuses say the same, apart from the generation they were computed for.
+pub fn same_state(a: &SiteStatus, b: &SiteStatus) -> bool {
+    let without_generation = |s: &SiteStatus| {
+        let mut s = s.clone();
+        s.observed_generation = None;
+        for c in &mut s.conditions {
+            c.observed_generation = None;
+        }
+        s
+    };
+    without_generation(a) == without_generation(b)
+}
+
 fn condition(
     type_: &str,
     status: bool,
