@@ -21,6 +21,7 @@ use crate::admission::selfsigned;
 use crate::admission::server::{self, WebhookState};
 use crate::certs::{CERT_FILE, KEY_FILE};
 use crate::config::{ConfigError, Context, PlatformConfig};
+use crate::controller::accounting::{self, CountLayer};
 use crate::controller::leader::{Elector, Timing};
 use crate::controller::reconcile::Settings;
 use crate::controller::{self, Controller};
@@ -122,10 +123,13 @@ where
 
 /// A client for the cluster (in-cluster config or KUBECONFIG), checked by asking the API server
 /// for its version, with a bounded retry.
-async fn connect() -> Result<kube::Client, StartError> {
+async fn connect(counter: &prometheus::IntCounterVec) -> Result<kube::Client, StartError> {
     with_retry("connecting to the API server", || async {
         let config = kube::Config::infer().await.map_err(|e| e.to_string())?;
-        let client = kube::Client::try_from(config).map_err(|e| e.to_string())?;
+        let client = kube::client::ClientBuilder::try_from(config)
+            .map_err(|e| e.to_string())?
+            .with_layer(&CountLayer::new(counter.clone()))
+            .build();
         client
             .apiserver_version()
             .await
@@ -209,12 +213,18 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), StartError> {
     let config = Arc::new(load_config(&opts)?);
+    let registry = Registry::new();
+    #[cfg(target_os = "linux")]
+    registry.register(Box::new(
+        prometheus::process_collector::ProcessCollector::for_self(),
+    ))?;
+    let api_requests = accounting::register(&registry)?;
     // Files are checked before the API server is contacted: a bad certificate path fails fast.
     let client_ca = opts.client_ca.as_deref().map(tls::load_roots).transpose()?;
     let (store, client) = match &opts.certs {
         CertSource::Files { cert, key } => {
             let store = CertStore::load(cert, key)?;
-            (store, connect().await?)
+            (store, connect(&api_requests).await?)
         }
         CertSource::SelfSigned {
             secret,
@@ -223,7 +233,7 @@ pub async fn run(
             mutating,
             validating,
         } => {
-            let client = connect().await?;
+            let client = connect(&api_requests).await?;
             let (cert, key) = self_signed_files(
                 &client,
                 secret,
@@ -239,11 +249,6 @@ pub async fn run(
     };
     let tls_config = Arc::new(tls::server_config(store.clone(), client_ca)?);
 
-    let registry = Registry::new();
-    #[cfg(target_os = "linux")]
-    registry.register(Box::new(
-        prometheus::process_collector::ProcessCollector::for_self(),
-    ))?;
     let webhook_metrics = WebhookMetrics::register(&registry)?;
     let webhook_listener = bind(opts.webhook_addr).await?;
     let metrics_listener = bind(opts.metrics_addr).await?;

@@ -8,6 +8,8 @@
 //! Cached objects are stripped of what the reconciler never reads (managed fields, pod specs,
 //! ConfigMap data) to keep memory small.
 
+pub mod accounting;
+pub mod changes;
 pub mod ensure;
 pub mod leader;
 pub mod queue;
@@ -133,10 +135,36 @@ where
     K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
 {
+    watch_kind_observed(api, config, queue, modify, key, |_: &K, _: &K| {})
+}
+
+/// [`watch_kind`], calling `changed(old, new)` when a cached object is replaced by a new version.
+fn watch_kind_observed<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    queue: Queue<String>,
+    modify: impl FnMut(&mut K) + Send + 'static,
+    key: impl Fn(&K) -> Option<String> + Send + 'static,
+    changed: impl Fn(&K, &K) + Send + 'static,
+) -> Store<K>
+where
+    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+{
     let (reader, writer) = reflector::store();
+    let before = reader.clone();
     let stream = watcher(api, config)
         .default_backoff()
         .modify(modify)
+        .map(move |event| {
+            // Before the reflector applies it, the store still holds the previous version.
+            if let Ok(watcher::Event::Apply(new)) = &event
+                && let Some(old) = before.get(&reflector::ObjectRef::from(new))
+            {
+                changed(&old, new);
+            }
+            event
+        })
         .reflect(writer)
         .touched_objects();
     tokio::spawn(async move {
@@ -192,12 +220,16 @@ impl Controller {
             watcher::Config::default().labels(&format!("app.kubernetes.io/managed-by={MANAGED_BY}"))
         };
         let api = |c: &kube::Client| c.clone();
-        let sites = watch_kind(
+        let sites = watch_kind_observed(
             Api::<Site>::namespaced(api(&client), &ns),
             watcher::Config::default(),
             queue.clone(),
             strip,
             |s: &Site| s.metadata.name.clone(),
+            |old: &Site, new: &Site| {
+                let view = |s: &Site| serde_json::json!({"metadata": {"annotations": s.metadata.annotations, "labels": s.metadata.labels}, "spec": s.spec});
+                changes::log_site_changes(&new.name_any(), &view(old), &view(new));
+            },
         );
         let secrets = watch_kind(
             Api::<Secret>::namespaced(api(&client), &ns),

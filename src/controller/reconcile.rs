@@ -279,7 +279,14 @@ pub async fn reconcile(ctx: &Context, name: &str) -> Next {
     if site.metadata.deletion_timestamp.is_some() {
         return Next::Done;
     }
-    let ensured = match ensure_objects(ctx, &site).await {
+    let mut created = Vec::new();
+    let result = ensure_objects(ctx, &site, &mut created).await;
+    if !created.is_empty() {
+        // One Event per reconcile, listing what it created.
+        let note = format!("created {}", created.join(", "));
+        ctx.event(&site, EventType::Normal, "Created", note).await;
+    }
+    let ensured = match result {
         Ok(e) => e,
         Err(Failure::Transient(m)) => Ensured {
             outcome: Outcome::Transient(m),
@@ -349,6 +356,7 @@ async fn write_status(ctx: &Context, site: &Site, outcome: &Outcome) -> Result<(
 async fn ensure_one<K>(
     ctx: &Context,
     site: &Site,
+    created: &mut Vec<String>,
     store: &Store<K>,
     mut desired: K,
 ) -> Result<(Written, Option<K>), Failure>
@@ -371,19 +379,17 @@ where
         let kind = K::kind(&K::DynamicType::default()).to_string();
         tracing::info!(site = %site.name_any(), kind = %kind, object = %name, ?written, "wrote object");
         if written == Written::Created {
-            ctx.event(
-                site,
-                EventType::Normal,
-                "Created",
-                format!("created {kind} {name}"),
-            )
-            .await;
+            created.push(format!("{kind} {name}"));
         }
     }
     Ok((written, obj))
 }
 
-async fn ensure_objects(ctx: &Context, site: &Site) -> Result<Ensured, Failure> {
+async fn ensure_objects(
+    ctx: &Context,
+    site: &Site,
+    created: &mut Vec<String>,
+) -> Result<Ensured, Failure> {
     let id = site.name_any();
     let cfg = &ctx.config;
     let c = &ctx.caches;
@@ -447,15 +453,16 @@ async fn ensure_objects(ctx: &Context, site: &Site) -> Result<Ensured, Failure> 
     let rendered = render::render(site, cfg, &inputs).map_err(Failure::render)?;
 
     // LIFE-01 order.
-    ensure_one(ctx, site, &c.secrets, rendered.secret).await?;
-    ensure_one(ctx, site, &c.secrets, rendered.oauth2_secret).await?;
-    ensure_one(ctx, site, &c.configmaps, rendered.env_configmap).await?;
-    ensure_one(ctx, site, &c.configmaps, rendered.files_configmap).await?;
+    ensure_one(ctx, site, created, &c.secrets, rendered.secret).await?;
+    ensure_one(ctx, site, created, &c.secrets, rendered.oauth2_secret).await?;
+    ensure_one(ctx, site, created, &c.configmaps, rendered.env_configmap).await?;
+    ensure_one(ctx, site, created, &c.configmaps, rendered.files_configmap).await?;
     if let Some(pv) = &retained {
         rebind(ctx, site, pv).await?;
     }
-    let (_, claim) = ensure_one(ctx, site, &c.pvcs, rendered.pvc).await?;
-    let (sts_written, _) = ensure_one(ctx, site, &c.statefulsets, rendered.statefulset).await?;
+    let (_, claim) = ensure_one(ctx, site, created, &c.pvcs, rendered.pvc).await?;
+    let (sts_written, _) =
+        ensure_one(ctx, site, created, &c.statefulsets, rendered.statefulset).await?;
     if decision.restart {
         ctx.event(
             site,
@@ -468,8 +475,8 @@ async fn ensure_objects(ctx: &Context, site: &Site) -> Result<Ensured, Failure> 
     if sts_written == Written::Updated && site.spec.configuration.enabled {
         replace_not_ready_pods(ctx, &id).await;
     }
-    ensure_one(ctx, site, &c.services, rendered.service).await?;
-    let mut ensured = routes(ctx, site, rendered.route).await?;
+    ensure_one(ctx, site, created, &c.services, rendered.service).await?;
+    let mut ensured = routes(ctx, site, created, rendered.route).await?;
     label_volume_later(
         ctx,
         &id,
@@ -603,7 +610,12 @@ async fn replace_not_ready_pods(ctx: &Context, id: &str) {
 
 /// Route of the active mode (create, update, or delete when the site has no public path), never
 /// touching a route another site owns; then removal of this site's route of the other mode.
-async fn routes(ctx: &Context, site: &Site, desired: Option<Route>) -> Result<Ensured, Failure> {
+async fn routes(
+    ctx: &Context,
+    site: &Site,
+    created: &mut Vec<String>,
+    desired: Option<Route>,
+) -> Result<Ensured, Failure> {
     let id = site.name_any();
     let c = &ctx.caches;
     let mode = ctx.config.routing.mode;
@@ -640,13 +652,13 @@ async fn routes(ctx: &Context, site: &Site, desired: Option<Route>) -> Result<En
     } else {
         match (desired, mode) {
             (Some(Route::Ingress(i)), _) => {
-                ensure_one(ctx, site, &c.ingresses, i).await?;
+                ensure_one(ctx, site, created, &c.ingresses, i).await?;
             }
             (Some(Route::HttpRoute(r)), _) => {
                 let store = c.httproutes.as_ref().ok_or_else(|| {
                     Failure::Transient("gateway mode, but the cluster does not serve HTTPRoutes (gateway.networking.k8s.io/v1)".into())
                 })?;
-                ensure_one(ctx, site, store, r).await?;
+                ensure_one(ctx, site, created, store, r).await?;
             }
             (None, RoutingMode::Ingress) => {
                 if ctx.cached(&c.ingresses, &id).is_some() {

@@ -19,20 +19,23 @@ use prometheus::Registry;
 use serde_json::{Value, json};
 use sites_emulator::controllers::Behaviour;
 use sites_operator::config::{Context as ConfigContext, PlatformConfig, RoutingMode};
+use sites_operator::controller::accounting;
+use sites_operator::controller::leader::{Elector, Timing};
 use sites_operator::controller::reconcile::Settings;
 use sites_operator::controller::{Controller, Options};
 use sites_operator::crd::{Phase, Site, UPGRADE_REQUEST_ANNOTATION};
 use sites_operator::metrics;
 use tokio::sync::watch;
 
-use crate::support::{Cluster, eventually, repo_file};
+use crate::support::{Cluster, client_config, eventually, repo_file};
 
 pub const NS: &str = "sites";
 const WAIT: Duration = Duration::from_secs(30);
 
 pub struct Operator {
     controller: Option<Controller>,
-    _leading: watch::Sender<bool>,
+    _leading: Option<watch::Sender<bool>>,
+    elector: Option<tokio::task::JoinHandle<()>>,
     registry: Registry,
 }
 
@@ -64,9 +67,27 @@ impl Operator {
     }
 
     pub async fn stop(mut self) {
+        if let Some(e) = self.elector.take() {
+            e.abort();
+        }
         if let Some(c) = self.controller.take() {
             c.shutdown().await;
         }
+    }
+
+    /// Writes (anything but get/list/watch) this operator made, Leases excluded.
+    fn writes(&self) -> f64 {
+        metrics::encode(&self.registry)
+            .lines()
+            .filter(|l| l.starts_with("sites_api_requests_total"))
+            .filter(|l| !l.contains("leases.coordination.k8s.io"))
+            .filter(|l| {
+                !["verb=\"get\"", "verb=\"list\"", "verb=\"watch\""]
+                    .iter()
+                    .any(|v| l.contains(v))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
     }
 }
 
@@ -108,8 +129,55 @@ pub fn config(mode: RoutingMode) -> Arc<PlatformConfig> {
 }
 
 pub async fn operator(c: &Cluster, cfg: Arc<PlatformConfig>) -> Operator {
+    operator_with(c, cfg, true).await
+}
+
+/// An operator with its own counted client (`sites_api_requests_total`), leading or not.
+pub async fn operator_with(c: &Cluster, cfg: Arc<PlatformConfig>, leading: bool) -> Operator {
+    let (leading, rx) = watch::channel(leading);
+    let (client, registry) = counted_client(c).await;
+    start_controller(client, registry, cfg, Some(leading), rx).await
+}
+
+/// An operator that elects its leader through the Lease `sites-operator`.
+async fn elected_operator(c: &Cluster, cfg: Arc<PlatformConfig>, identity: &str) -> Operator {
+    let (client, registry) = counted_client(c).await;
+    let (tx, rx) = watch::channel(false);
+    let timing = Timing {
+        lease_duration: Duration::from_secs(3),
+        renew_deadline: Duration::from_secs(2),
+        retry_period: Duration::from_millis(200),
+    };
+    let elector = Elector::new(
+        client.clone(),
+        NS,
+        "sites-operator",
+        identity.into(),
+        timing,
+    );
+    let handle = tokio::spawn(elector.run(tx, std::future::pending()));
+    let mut op = start_controller(client, registry, cfg, None, rx).await;
+    op.elector = Some(handle);
+    op
+}
+
+async fn counted_client(c: &Cluster) -> (kube::Client, Registry) {
     let registry = Registry::new();
-    let (leading, rx) = watch::channel(true);
+    let counter = accounting::register(&registry).unwrap();
+    let client = kube::client::ClientBuilder::try_from(client_config(&c.emulator).await)
+        .unwrap()
+        .with_layer(&accounting::CountLayer::new(counter))
+        .build();
+    (client, registry)
+}
+
+async fn start_controller(
+    client: kube::Client,
+    registry: Registry,
+    cfg: Arc<PlatformConfig>,
+    leading: Option<watch::Sender<bool>>,
+    rx: watch::Receiver<bool>,
+) -> Operator {
     let options = Options {
         namespace: NS.into(),
         workers: 4,
@@ -119,12 +187,13 @@ pub async fn operator(c: &Cluster, cfg: Arc<PlatformConfig>) -> Operator {
         instance: Some("test".into()),
         drain: Duration::from_secs(10),
     };
-    let controller = Controller::start(c.client.clone(), cfg, &registry, options, rx)
+    let controller = Controller::start(client, cfg, &registry, options, rx)
         .await
         .expect("controller starts");
     Operator {
         controller: Some(controller),
         _leading: leading,
+        elector: None,
         registry,
     }
 }
@@ -284,6 +353,31 @@ async fn a_site_converges_and_an_unchanged_site_costs_no_writes() {
         ingress.spec.unwrap().rules.unwrap()[0].host.as_deref(),
         Some("sites.example.org")
     );
+
+    // Events on the Site say what was created.
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(c.client.clone(), NS);
+    let note = eventually("a Created event", WAIT, || async {
+        let list = events.list(&ListParams::default()).await.ok()?;
+        list.items
+            .into_iter()
+            .filter(|e| {
+                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("docs-handbook")
+            })
+            .filter(|e| e.reason.as_deref() == Some("Created"))
+            .find_map(|e| e.note)
+    })
+    .await;
+    for object in [
+        "Secret docs-handbook",
+        "Secret docs-handbook-oauth2",
+        "ConfigMap docs-handbook-files",
+        "PersistentVolumeClaim docs-handbook",
+        "StatefulSet docs-handbook",
+        "Service docs-handbook",
+        "Ingress docs-handbook",
+    ] {
+        assert!(note.contains(object), "{object} in {note}");
+    }
 
     // Nothing changed: another pass writes nothing (SPEC 4.4 "zero API writes").
     let before = op.reconciles();
@@ -939,5 +1033,218 @@ async fn a_restarted_operator_writes_nothing_for_converged_sites() {
         "{}",
         c.emulator.stats().to_json()
     );
+    // The operator's own accounting agrees: reads only.
+    let exposition = metrics::encode(&op.registry);
+    assert!(exposition.contains("sites_api_requests_total{code=\"200\",resource=\"sites.sites.ecmwf.int\",verb=\"list\"}"), "{exposition}");
+    for verb in ["create", "update", "patch", "delete"] {
+        assert!(
+            !exposition.contains(&format!("verb=\"{verb}\"")),
+            "{verb} in {exposition}"
+        );
+    }
+    op.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_leader_writes_and_a_follower_takes_over() {
+    let c = Cluster::start(false).await;
+    prepare(&c).await;
+    let cfg = config(RoutingMode::Ingress);
+    let a = elected_operator(&c, cfg.clone(), "replica-a").await;
+    let b = elected_operator(&c, cfg.clone(), "replica-b").await;
+    sites(&c)
+        .create(&PostParams::default(), &example("site.yaml"))
+        .await
+        .unwrap();
+    wait_available(&c, "docs-handbook").await;
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(c.client.clone(), NS);
+    let holder = leases
+        .get("sites-operator")
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .holder_identity
+        .unwrap();
+    let (leader, follower) = if holder == "replica-a" {
+        (a, b)
+    } else {
+        (b, a)
+    };
+    assert!(leader.writes() > 0.0);
+    assert_eq!(follower.writes(), 0.0, "the follower wrote");
+
+    // The leader dies without releasing the Lease: the follower takes over after it expires.
+    let started = tokio::time::Instant::now();
+    leader.stop().await;
+    let mut other = example("site.yaml");
+    other.metadata.name = Some("docs-other".into());
+    other.spec.name = "other".into();
+    sites(&c)
+        .create(&PostParams::default(), &other)
+        .await
+        .unwrap();
+    wait_available(&c, "docs-other").await;
+    assert!(follower.writes() > 0.0);
+    let new_holder = leases
+        .get("sites-operator")
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .holder_identity
+        .unwrap();
+    assert_ne!(new_holder, holder);
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "handover took {:?}",
+        started.elapsed()
+    );
+    follower.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sites_converge_through_api_errors_and_dropped_watches() {
+    let c = Cluster::start(false).await;
+    prepare(&c).await;
+    let n = 200;
+    c.emulator.faults().seed(7);
+    c.emulator.faults().add(sites_emulator::faults::FaultRule {
+        verb: None,
+        resource: None,
+        rate: 0.2,
+        codes: vec![500, 503, 409, 429],
+        latency_ms: 0,
+    });
+    c.emulator
+        .faults()
+        .drop_watches_every(Some(Duration::from_secs(2)));
+    let op = operator(&c, config(RoutingMode::Ingress)).await;
+    for i in 0..n {
+        let mut s = example("site.yaml");
+        s.metadata.name = Some(format!("site-{i}"));
+        s.spec.name = format!("site-{i}");
+        // The test's own writes meet the same faults: retry them.
+        eventually("Site created", WAIT, || {
+            let s = s.clone();
+            let api = sites(&c);
+            async move {
+                match api.create(&PostParams::default(), &s).await {
+                    Ok(_) => Some(()),
+                    Err(kube::Error::Api(e)) if e.code == 409 && e.reason == "AlreadyExists" => {
+                        Some(())
+                    }
+                    Err(_) => None,
+                }
+            }
+        })
+        .await;
+    }
+    let all_available = || async {
+        let all = sites(&c).list(&ListParams::default()).await.ok()?;
+        (all.items.len() == n
+            && all
+                .items
+                .iter()
+                .all(|s| condition(s, "Available").is_some_and(|(st, _, _)| st == "True")))
+        .then_some(all.items)
+    };
+    eventually(
+        "every site available despite faults",
+        Duration::from_secs(180),
+        all_available,
+    )
+    .await;
+    assert!(
+        op.metric("workqueue_retries_total") > 0.0,
+        "injected failures were retried"
+    );
+    c.emulator.faults().clear();
+    let items = eventually("every site still available", WAIT, all_available).await;
+    let uids: std::collections::HashSet<String> = items
+        .iter()
+        .filter_map(|s| s.metadata.uid.clone())
+        .collect();
+
+    // Exactly one of each object per site, each owned by its (existing) Site: no duplicates, no orphans.
+    let lp = ListParams::default().labels("app.kubernetes.io/managed-by=sites-operator");
+    let owned_by_a_site =
+        |refs: &Option<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>>| {
+            refs.as_ref()
+                .is_some_and(|r| r.len() == 1 && uids.contains(&r[0].uid))
+        };
+    let secrets = api::<Secret>(&c).list(&lp).await.unwrap().items;
+    assert_eq!(secrets.len(), 2 * n);
+    assert!(
+        secrets
+            .iter()
+            .all(|o| owned_by_a_site(&o.metadata.owner_references))
+    );
+    let cms = api::<ConfigMap>(&c).list(&lp).await.unwrap().items;
+    assert_eq!(cms.len(), 2 * n);
+    assert!(
+        cms.iter()
+            .all(|o| owned_by_a_site(&o.metadata.owner_references))
+    );
+    for (kind, count) in [
+        (
+            "pvc",
+            api::<PersistentVolumeClaim>(&c)
+                .list(&lp)
+                .await
+                .unwrap()
+                .items
+                .iter()
+                .filter(|o| owned_by_a_site(&o.metadata.owner_references))
+                .count(),
+        ),
+        (
+            "sts",
+            api::<StatefulSet>(&c)
+                .list(&lp)
+                .await
+                .unwrap()
+                .items
+                .iter()
+                .filter(|o| owned_by_a_site(&o.metadata.owner_references))
+                .count(),
+        ),
+        (
+            "svc",
+            api::<Service>(&c)
+                .list(&lp)
+                .await
+                .unwrap()
+                .items
+                .iter()
+                .filter(|o| owned_by_a_site(&o.metadata.owner_references))
+                .count(),
+        ),
+        (
+            "ingress",
+            api::<Ingress>(&c)
+                .list(&lp)
+                .await
+                .unwrap()
+                .items
+                .iter()
+                .filter(|o| owned_by_a_site(&o.metadata.owner_references))
+                .count(),
+        ),
+    ] {
+        assert_eq!(count, n, "{kind}");
+    }
+    // Tokens were generated once: every site Secret still has the tokens its pods reference.
+    assert!(secrets.iter().all(|s| {
+        s.data
+            .as_ref()
+            .is_some_and(|d| d.contains_key("api_token") || d.contains_key("cookie_secret"))
+    }));
+    // The queue drains.
+    eventually("queue empty", WAIT, || async {
+        (op.metric("workqueue_depth") == 0.0).then_some(())
+    })
+    .await;
     op.stop().await;
 }

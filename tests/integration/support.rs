@@ -23,6 +23,18 @@ impl Drop for Cluster {
     }
 }
 
+/// A kube client configuration for the emulator, without client-side retries (emulator tests
+/// look at raw responses).
+pub async fn client_config(emulator: &Emulator) -> kube::Config {
+    let kubeconfig = Kubeconfig::from_yaml(&emulator.kubeconfig_yaml()).unwrap();
+    let mut config =
+        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+            .await
+            .expect("kubeconfig is valid");
+    config.default_retry = false;
+    config
+}
+
 impl Cluster {
     /// Starts an emulator (HTTP or HTTPS) with the Site CRD registered.
     pub async fn start(tls: bool) -> Cluster {
@@ -35,14 +47,7 @@ impl Cluster {
         let dir = std::env::temp_dir().join(format!("sites-it-{}", uuid::Uuid::new_v4()));
         std::fs::create_dir_all(&dir).unwrap();
         emulator.write_kubeconfig(&dir.join("kubeconfig")).unwrap();
-        let kubeconfig = Kubeconfig::from_yaml(&emulator.kubeconfig_yaml()).unwrap();
-        let mut config =
-            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-                .await
-                .expect("kubeconfig is valid");
-        // Emulator tests look at raw responses: no client-side retries of 429/503/504.
-        config.default_retry = false;
-        let client = kube::Client::try_from(config).expect("client");
+        let client = kube::Client::try_from(client_config(&emulator).await).expect("client");
         let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
         crds.create(&PostParams::default(), &sites_operator::crd::crd())
             .await
