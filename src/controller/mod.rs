@@ -22,7 +22,9 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use gateway_api::apis::standard::httproutes::HttpRoute;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, PersistentVolume, PersistentVolumeClaim, Pod, Secret, Service,
+};
 use k8s_openapi::api::networking::v1::Ingress;
 use kube::api::{Api, ListParams};
 use kube::runtime::events::{Recorder, Reporter};
@@ -306,7 +308,21 @@ impl Controller {
                     .flatten()
             },
         );
+        let volumes = watch_kind(
+            Api::<PersistentVolume>::all(api(&client)),
+            watcher::Config::default(),
+            queue.clone(),
+            strip,
+            // A volume event matters to the site it is labelled or claimed for.
+            |pv: &PersistentVolume| {
+                key_of(pv).or_else(|| {
+                    let claim = pv.spec.as_ref()?.claim_ref.as_ref()?;
+                    claim.name.clone()
+                })
+            },
+        );
         let caches = Caches {
+            volumes,
             sites,
             secrets,
             configmaps,
@@ -384,6 +400,7 @@ async fn wait_synced(c: &Caches) {
         let _ = h.wait_until_ready().await;
     }
     let _ = c.pods.wait_until_ready().await;
+    let _ = c.volumes.wait_until_ready().await;
 }
 
 async fn worker(

@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::networking::v1::Ingress;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
@@ -47,6 +47,8 @@ pub struct Caches {
     /// None when the cluster does not serve the Gateway API.
     pub httproutes: Option<Store<HttpRoute>>,
     pub pods: Store<Pod>,
+    /// PersistentVolumes (cluster-scoped): retained-volume lookup and the label check.
+    pub volumes: Store<PersistentVolume>,
 }
 
 /// What one reconcile asks of the queue.
@@ -488,23 +490,23 @@ async fn ensure_objects(
     Ok(ensured)
 }
 
-/// The retained volume a new claim re-binds to (LIFE-01 step 4).
+/// The retained volume a new claim re-binds to (LIFE-01 step 4), from the volume cache.
 async fn retained_volume(ctx: &Context, site: &Site) -> Result<Option<PersistentVolume>, Failure> {
-    let api: Api<PersistentVolume> = Api::all(ctx.client.clone());
-    let volumes = match api.list(&ListParams::default()).await {
-        Ok(list) => list.items,
-        // Without permission to list volumes there is nothing to re-bind: carry on.
-        Err(kube::Error::Api(s)) if s.code == 403 => {
-            tracing::warn!(
-                "cannot list PersistentVolumes (403); recreated sites do not re-attach their data"
-            );
-            return Ok(None);
-        }
-        Err(e) => return Err(Failure::api(e)),
-    };
+    let free = ctx.caches.volumes.state_filter(|pv| {
+        matches!(
+            pv.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Released") | Some("Available")
+        )
+    });
     let id = site.name_any();
     let old_names = [id.as_str(), site.spec.owner.as_str()];
-    Ok(volume::find_retained_volume(&volumes, &id, &ctx.namespace, &old_names).cloned())
+    Ok(volume::find_retained_volume(
+        free.iter().map(AsRef::as_ref),
+        &id,
+        &ctx.namespace,
+        &old_names,
+    )
+    .cloned())
 }
 
 async fn rebind(ctx: &Context, site: &Site, pv: &PersistentVolume) -> Result<(), Failure> {
@@ -544,6 +546,11 @@ fn label_volume_later(ctx: &Context, id: &str, claim: Option<&PersistentVolumeCl
         if !done.insert(volume.clone()) {
             return;
         }
+    }
+    // Already labelled (the usual case after a restart): nothing to do, no API call.
+    let cached = ctx.caches.volumes.get(&ObjectRef::new(&volume));
+    if cached.as_deref().is_some_and(|pv| owned_by(pv, id)) {
+        return;
     }
     let (low, high) = ctx.settings.pv_label_delay;
     let spread = high.saturating_sub(low).as_millis() as u64;

@@ -41,13 +41,13 @@ fn reusable(pv: &PersistentVolume, namespace: &str) -> bool {
 /// owner's account) in the site's namespace. Ties go to the volume that sorts first by name, so
 /// the choice is stable.
 pub fn find_retained_volume<'a>(
-    volumes: &'a [PersistentVolume],
+    volumes: impl IntoIterator<Item = &'a PersistentVolume>,
     id: &str,
     namespace: &str,
     old_claim_names: &[&str],
 ) -> Option<&'a PersistentVolume> {
     let mut candidates: Vec<&PersistentVolume> = volumes
-        .iter()
+        .into_iter()
         .filter(|pv| reusable(pv, namespace))
         .collect();
     candidates.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));

@@ -27,7 +27,7 @@ use sites_operator::crd::{Phase, Site, UPGRADE_REQUEST_ANNOTATION};
 use sites_operator::metrics;
 use tokio::sync::watch;
 
-use crate::support::{Cluster, client_config, eventually, repo_file};
+use crate::support::{Cluster, client_config, eventually, eventually_every, repo_file};
 
 pub const NS: &str = "sites";
 const WAIT: Duration = Duration::from_secs(30);
@@ -987,45 +987,60 @@ async fn a_restarted_operator_writes_nothing_for_converged_sites() {
     let c = Cluster::start(false).await;
     prepare(&c).await;
     let op = operator(&c, config(RoutingMode::Ingress)).await;
-    let n = 40;
+    let n = 1000;
     for i in 0..n {
         let mut s = example("site.yaml");
         s.metadata.name = Some(format!("site-{i}"));
         s.spec.name = format!("site-{i}");
         sites(&c).create(&PostParams::default(), &s).await.unwrap();
     }
-    eventually("every site available", Duration::from_secs(60), || async {
-        let all = sites(&c).list(&ListParams::default()).await.ok()?;
-        all.items
-            .iter()
-            .all(|s| condition(s, "Available").is_some_and(|(st, _, _)| st == "True"))
-            .then_some(())
-    })
+    eventually_every(
+        "every site available",
+        Duration::from_secs(240),
+        Duration::from_millis(250),
+        || async {
+            let all = sites(&c).list(&ListParams::default()).await.ok()?;
+            all.items
+                .iter()
+                .all(|s| condition(s, "Available").is_some_and(|(st, _, _)| st == "True"))
+                .then_some(())
+        },
+    )
     .await;
     // Let the background volume labelling finish.
     let pvs: Api<PersistentVolume> = Api::all(c.client.clone());
-    eventually("volumes labelled", WAIT, || async {
-        let all = pvs.list(&ListParams::default()).await.ok()?;
-        (all.items
-            .iter()
-            .filter(|pv| {
-                pv.metadata
-                    .labels
-                    .as_ref()
-                    .is_some_and(|l| l.contains_key("sites.ecmwf.int/id"))
-            })
-            .count()
-            == n)
-            .then_some(())
-    })
+    eventually_every(
+        "volumes labelled",
+        WAIT,
+        Duration::from_millis(250),
+        || async {
+            let all = pvs.list(&ListParams::default()).await.ok()?;
+            (all.items
+                .iter()
+                .filter(|pv| {
+                    pv.metadata
+                        .labels
+                        .as_ref()
+                        .is_some_and(|l| l.contains_key("sites.ecmwf.int/id"))
+                })
+                .count()
+                == n)
+                .then_some(())
+        },
+    )
     .await;
     op.stop().await;
 
     c.emulator.stats().reset();
     let op = operator(&c, config(RoutingMode::Ingress)).await;
-    eventually("every site reconciled", Duration::from_secs(60), || async {
-        (op.metric("controller_runtime_reconcile_total") >= n as f64 && op.idle()).then_some(())
-    })
+    eventually_every(
+        "every site reconciled",
+        Duration::from_secs(240),
+        Duration::from_millis(250),
+        || async {
+            (op.metric("controller_runtime_reconcile_total") >= n as f64 && op.idle()).then_some(())
+        },
+    )
     .await;
     assert_eq!(
         c.emulator.stats().writes(),
@@ -1150,9 +1165,10 @@ async fn sites_converge_through_api_errors_and_dropped_watches() {
                 .all(|s| condition(s, "Available").is_some_and(|(st, _, _)| st == "True")))
         .then_some(all.items)
     };
-    eventually(
+    eventually_every(
         "every site available despite faults",
         Duration::from_secs(180),
+        Duration::from_millis(250),
         all_available,
     )
     .await;
@@ -1161,7 +1177,13 @@ async fn sites_converge_through_api_errors_and_dropped_watches() {
         "injected failures were retried"
     );
     c.emulator.faults().clear();
-    let items = eventually("every site still available", WAIT, all_available).await;
+    let items = eventually_every(
+        "every site still available",
+        WAIT,
+        Duration::from_millis(250),
+        all_available,
+    )
+    .await;
     let uids: std::collections::HashSet<String> = items
         .iter()
         .filter_map(|s| s.metadata.uid.clone())

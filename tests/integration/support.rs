@@ -111,7 +111,21 @@ impl Cluster {
 }
 
 /// Polls `check` until it returns Some, or panics after `timeout`.
-pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    eventually_every(what, timeout, Duration::from_millis(20), check).await
+}
+
+/// [`eventually`] with a polling interval, for checks that are expensive to run.
+pub async fn eventually_every<T, F, Fut>(
+    what: &str,
+    timeout: Duration,
+    interval: Duration,
+    mut check: F,
+) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
@@ -124,7 +138,7 @@ where
         if tokio::time::Instant::now() > deadline {
             panic!("timed out waiting for {what}");
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(interval).await;
     }
 }
 
