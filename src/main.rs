@@ -281,7 +281,25 @@ const EXIT_INVALID: u8 = 2;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let filter = match telemetry::filter(&cli.log_level) {
+    // `run`: `sitesConfig.operator.dependency_log_level` sets the client crates' level (an
+    // unreadable configuration is reported by `run` itself).
+    let directives = match &cli.command {
+        Command::Run(args) => {
+            let ctx = Context {
+                namespace: Some(&args.namespace),
+            };
+            let level = PlatformConfig::load(&args.config, &ctx)
+                .map(|c| c.sites.operator.dependency_log_level)
+                .unwrap_or_default();
+            format!(
+                "{},{}",
+                cli.log_level,
+                telemetry::dependency_directives(level)
+            )
+        }
+        _ => cli.log_level.clone(),
+    };
+    let filter = match telemetry::filter(&directives) {
         Ok(f) => f,
         Err(e) => {
             eprintln!("error: {e}");

@@ -33,6 +33,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use prometheus::{Histogram, HistogramOpts, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 use tokio::sync::watch;
+use tracing::Instrument;
 
 use crate::config::PlatformConfig;
 use crate::crd::{ID_LABEL, OPERATOR_BOUND_ANNOTATION, Phase, Site};
@@ -419,7 +420,9 @@ async fn worker(
         }
         metrics.active_workers.inc();
         let started = Instant::now();
-        let next = reconcile::reconcile(&ctx, &key).await;
+        let next = reconcile::reconcile(&ctx, &key)
+            .instrument(tracing::info_span!("reconcile", site = %key))
+            .await;
         metrics.time.observe(started.elapsed().as_secs_f64());
         metrics.active_workers.dec();
         let result = match next {
