@@ -40,18 +40,18 @@ unit:
 		$(CARGO) test --locked --workspace --no-fail-fast; \
 	fi
 
-## crd: regenerate manifests/crd.yaml from the Rust types.
+## crd: regenerate manifests/base/crd.yaml from the Rust types.
 crd:
-	$(CARGO) run --locked --quiet -- crd > manifests/crd.yaml
+	$(CARGO) run --locked --quiet -- crd > manifests/base/crd.yaml
 
-## crd-check: fail when manifests/crd.yaml differs from the generated CRD.
+## crd-check: fail when manifests/base/crd.yaml differs from the generated CRD.
 crd-check:
-	@$(CARGO) run --locked --quiet -- crd | diff -u manifests/crd.yaml - \
-		|| { echo "manifests/crd.yaml is out of date: run 'make crd'"; exit 1; }
+	@$(CARGO) run --locked --quiet -- crd | diff -u manifests/base/crd.yaml - \
+		|| { echo "manifests/base/crd.yaml is out of date: run 'make crd'"; exit 1; }
 
 ## validate-manifests: validate the manifests against the Kubernetes API schemas.
 validate-manifests: $(VENV)/bin/kubernetes-validate
-	$(VENV)/bin/kubernetes-validate --strict --kubernetes-version $(KUBERNETES_VERSION) manifests/crd.yaml manifests/webhooks.yaml
+	$(VENV)/bin/kubernetes-validate --strict --kubernetes-version $(KUBERNETES_VERSION) manifests/base/crd.yaml manifests/base/webhooks.yaml
 
 ## tools: install the test tools into .tools/ (a Python virtualenv for kubernetes-validate).
 tools: $(VENV)/bin/kubernetes-validate

@@ -2,7 +2,7 @@
 //!
 //! Field names are snake_case, as in the Site documents the Hub writes. Every field carries a doc
 //! comment because the comments become the schema descriptions `kubectl explain` shows.
-//! `manifests/crd.yaml` is the output of [`crd_yaml`]; a test fails when the two drift.
+//! `manifests/base/crd.yaml` is the output of [`crd_yaml`]; a test fails when the two drift.
 
 use std::collections::BTreeMap;
 
@@ -327,7 +327,7 @@ fn reflow_descriptions(schema: &mut JSONSchemaProps) {
     }
 }
 
-/// The Site CustomResourceDefinition as YAML, exactly as committed in `manifests/crd.yaml`.
+/// The Site CustomResourceDefinition as YAML, exactly as committed in `manifests/base/crd.yaml`.
 pub fn crd_yaml() -> String {
     serde_yaml_ng::to_string(&crd()).expect("a CustomResourceDefinition always serialises to YAML")
 }
@@ -344,7 +344,7 @@ mod tests {
     use super::*;
     use serde_json::{Value, json};
 
-    const COMMITTED: &str = include_str!("../manifests/crd.yaml");
+    const COMMITTED: &str = include_str!("../manifests/base/crd.yaml");
 
     fn schema() -> Value {
         let crd = serde_json::to_value(crd()).unwrap();
@@ -355,7 +355,7 @@ mod tests {
     fn committed_crd_matches_the_generated_one() {
         assert!(
             crd_yaml() == COMMITTED,
-            "manifests/crd.yaml is out of date: run `make crd` (sites-operator crd > manifests/crd.yaml) and commit it"
+            "manifests/base/crd.yaml is out of date: run `make crd` (sites-operator crd > manifests/base/crd.yaml) and commit it"
         );
     }
 

@@ -38,9 +38,15 @@ struct Cli {
 enum Command {
     /// Print the Site CustomResourceDefinition as YAML.
     ///
-    /// The output is what `manifests/crd.yaml` holds: `sites-operator crd | kubectl apply -f -`
+    /// The output is what `manifests/base/crd.yaml` holds: `sites-operator crd | kubectl apply -f -`
     /// installs or updates the CRD.
-    Crd,
+    Crd {
+        /// Also print the Gateway API HTTPRoute CRD (standard channel, as this release's
+        /// gateway-api types define it), for development clusters without the Gateway API.
+        /// Production clusters install the upstream Gateway API CRDs.
+        #[arg(long)]
+        with_gateway_api: bool,
+    },
 
     /// Validate a platform configuration file.
     ///
@@ -309,8 +315,18 @@ fn main() -> ExitCode {
     telemetry::init(cli.log_format, filter);
 
     match cli.command {
-        Command::Crd => {
+        Command::Crd { with_gateway_api } => {
             print!("{}", sites_operator::crd::crd_yaml());
+            if with_gateway_api {
+                let crd = <gateway_api::apis::standard::httproutes::HttpRoute as kube::CustomResourceExt>::crd();
+                match serde_yaml_ng::to_string(&crd) {
+                    Ok(yaml) => print!("---\n{yaml}"),
+                    Err(e) => {
+                        eprintln!("error: cannot print the HTTPRoute CRD: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                }
+            }
             ExitCode::SUCCESS
         }
         Command::CheckConfig { file, namespace } => {

@@ -3,7 +3,7 @@ use serde_json::{Value, json};
 use super::*;
 use crate::config::{Context, RoutingMode};
 
-const CONFIG: &str = include_str!("../../manifests/config.yaml");
+const CONFIG: &str = include_str!("../../manifests/base/config.yaml");
 
 fn config(mode: RoutingMode) -> PlatformConfig {
     let mut cfg = PlatformConfig::from_yaml(CONFIG, "config.yaml", &Context::default()).unwrap();

@@ -3,7 +3,7 @@
 
 use super::*;
 
-const EXAMPLE: &str = include_str!("../../manifests/config.yaml");
+const EXAMPLE: &str = include_str!("../../manifests/base/config.yaml");
 
 /// The committed example with `patch` merged in (RFC 7386: null removes a key).
 fn example_with(patch: &str) -> Value {
@@ -46,8 +46,9 @@ fn assert_problems(case: &str, got: &[Problem], expected: &[(&str, &str)]) {
 
 #[test]
 fn the_committed_example_is_valid_and_complete() {
-    let config = PlatformConfig::from_yaml(EXAMPLE, "manifests/config.yaml", &Context::default())
-        .unwrap_or_else(|e| panic!("manifests/config.yaml: {e}"));
+    let config =
+        PlatformConfig::from_yaml(EXAMPLE, "manifests/base/config.yaml", &Context::default())
+            .unwrap_or_else(|e| panic!("manifests/base/config.yaml: {e}"));
     assert_eq!(config.routing.mode, RoutingMode::Ingress);
     assert_eq!(config.routing.host.as_deref(), Some("sites.example.org"));
     assert_eq!(config.sites.version, "2.4.0");

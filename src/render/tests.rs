@@ -9,12 +9,13 @@ use super::*;
 use crate::config::{Context, PlatformConfig, RoutingMode};
 use crate::diff;
 
-const CONFIG: &str = include_str!("../../manifests/config.yaml");
+const CONFIG: &str = include_str!("../../manifests/base/config.yaml");
 const NAMESPACE: &str = "sites";
 
 fn config(mode: RoutingMode) -> PlatformConfig {
-    let mut cfg = PlatformConfig::from_yaml(CONFIG, "manifests/config.yaml", &Context::default())
-        .expect("the example configuration is valid");
+    let mut cfg =
+        PlatformConfig::from_yaml(CONFIG, "manifests/base/config.yaml", &Context::default())
+            .expect("the example configuration is valid");
     cfg.routing.mode = mode;
     cfg
 }

@@ -59,10 +59,10 @@ impl Drop for TempFile {
 fn crd_prints_the_committed_manifest() {
     let out = run(&["crd"]);
     assert!(out.status.success(), "{}", stderr(&out));
-    let committed = std::fs::read_to_string(root().join("manifests/crd.yaml")).unwrap();
+    let committed = std::fs::read_to_string(root().join("manifests/base/crd.yaml")).unwrap();
     assert!(
         stdout(&out) == committed,
-        "`sites-operator crd` differs from manifests/crd.yaml: run `make crd`"
+        "`sites-operator crd` differs from manifests/base/crd.yaml: run `make crd`"
     );
     assert!(
         stdout(&out)
@@ -72,7 +72,7 @@ fn crd_prints_the_committed_manifest() {
 
 #[test]
 fn check_config_accepts_the_example() {
-    let example = root().join("manifests/config.yaml");
+    let example = root().join("manifests/base/config.yaml");
     let out = run(&["check-config", example.to_str().unwrap()]);
     assert_eq!(
         out.status.code(),
@@ -117,7 +117,7 @@ sitesConfig:
 
 #[test]
 fn check_config_reads_a_configmap_manifest_and_stdin() {
-    let example = std::fs::read_to_string(root().join("manifests/config.yaml")).unwrap();
+    let example = std::fs::read_to_string(root().join("manifests/base/config.yaml")).unwrap();
     let indented: String = example.lines().map(|l| format!("    {l}\n")).collect();
     let cm = format!(
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: sites-config\ndata:\n  config.yaml: |\n{indented}"

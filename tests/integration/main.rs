@@ -3,6 +3,7 @@
 //! binary per file.
 
 mod cli;
+mod e2e;
 mod emulator_admission;
 mod emulator_api;
 mod emulator_controllers;

@@ -123,7 +123,7 @@ pub fn config(mode: RoutingMode) -> Arc<PlatformConfig> {
     let ctx = ConfigContext {
         namespace: Some(NS),
     };
-    let mut cfg = PlatformConfig::load(&repo_file("manifests/config.yaml"), &ctx).unwrap();
+    let mut cfg = PlatformConfig::load(&repo_file("manifests/base/config.yaml"), &ctx).unwrap();
     cfg.routing.mode = mode;
     Arc::new(cfg)
 }

@@ -22,8 +22,11 @@ const WAIT: Duration = Duration::from_secs(20);
 const NS: &str = "default";
 
 fn config(mode: RoutingMode) -> PlatformConfig {
-    let mut cfg = PlatformConfig::load(&repo_file("manifests/config.yaml"), &Context::default())
-        .expect("example configuration");
+    let mut cfg = PlatformConfig::load(
+        &repo_file("manifests/base/config.yaml"),
+        &Context::default(),
+    )
+    .expect("example configuration");
     cfg.routing.mode = mode;
     cfg
 }

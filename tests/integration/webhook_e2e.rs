@@ -3,7 +3,7 @@
 //! the field named; `upgrade-request=force` is stamped with a UUID; the operator's certificate is
 //! shared through a Secret and its CA patched into the committed webhook configurations.
 
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
@@ -11,78 +11,11 @@ use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{Api, PostParams};
 use sites_operator::certs;
 use sites_operator::crd::{Site, UPGRADE_REQUEST_ANNOTATION};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::support::{Cluster, eventually, repo_file};
+use crate::support::{Cluster, OperatorProcess, eventually, free_port, repo_file};
 
 const WAIT: Duration = Duration::from_secs(30);
 const NS: &str = "sites";
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-struct Operator {
-    child: Child,
-    metrics: u16,
-}
-
-impl Operator {
-    fn start(c: &Cluster, webhook_port: u16, cert_dir: &std::path::Path) -> Operator {
-        let metrics = free_port();
-        let child = Command::new(env!("CARGO_BIN_EXE_sites-operator"))
-            .args(["run", "--self-signed", "--namespace", NS, "--config"])
-            .arg(repo_file("manifests/config.yaml"))
-            .args(["--webhook-addr", &format!("127.0.0.1:{webhook_port}")])
-            .args(["--metrics-addr", &format!("127.0.0.1:{metrics}")])
-            .arg("--cert-dir")
-            .arg(cert_dir)
-            .env("KUBECONFIG", c.kubeconfig())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("the binary starts");
-        Operator { child, metrics }
-    }
-
-    async fn get(&self, path: &str) -> Option<(u16, String)> {
-        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", self.metrics))
-            .await
-            .ok()?;
-        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
-            .await
-            .ok()?;
-        let mut out = String::new();
-        s.read_to_string(&mut out).await.ok()?;
-        let status = out.split_whitespace().nth(1)?.parse().ok()?;
-        Some((status, out))
-    }
-
-    /// SIGTERM, then the exit code and standard error.
-    fn stop(mut self) -> (Option<i32>, String) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let out = std::mem::replace(&mut self.child, Command::new("true").spawn().unwrap())
-            .wait_with_output()
-            .unwrap();
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    }
-}
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn stderr(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
@@ -110,7 +43,7 @@ async fn kubectl_edits_go_through_the_operator_webhooks() {
     c.kubectl_ok(&[
         "apply",
         "-f",
-        repo_file("manifests/webhooks.yaml").to_str().unwrap(),
+        repo_file("manifests/base/webhooks.yaml").to_str().unwrap(),
     ]);
     let webhook_port = free_port();
     c.emulator.map_service(
@@ -120,7 +53,7 @@ async fn kubectl_edits_go_through_the_operator_webhooks() {
         ([127, 0, 0, 1], webhook_port).into(),
     );
     let cert_dir = c.dir.join("operator-certs");
-    let op = Operator::start(&c, webhook_port, &cert_dir);
+    let op = OperatorProcess::start(&c.kubeconfig(), NS, webhook_port, &cert_dir);
     eventually("the operator is ready", WAIT, || async {
         op.get("/readyz").await.filter(|(s, _)| *s == 200)
     })
@@ -250,7 +183,7 @@ async fn kubectl_edits_go_through_the_operator_webhooks() {
     c.kubectl_ok_stdin(&["apply", "-f", "-"], &other);
     let good = format!(
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: sites-config\n  namespace: sites\ndata:\n  config.yaml: |\n{}",
-        std::fs::read_to_string(repo_file("manifests/config.yaml"))
+        std::fs::read_to_string(repo_file("manifests/base/config.yaml"))
             .unwrap()
             .lines()
             .map(|l| format!("    {l}\n"))
@@ -296,7 +229,7 @@ async fn kubectl_edits_go_through_the_operator_webhooks() {
     assert!(log.contains("stopped"), "{log}");
 
     // A second start reuses the stored certificate (replicas share it).
-    let op = Operator::start(&c, webhook_port, &cert_dir);
+    let op = OperatorProcess::start(&c.kubeconfig(), NS, webhook_port, &cert_dir);
     eventually("the operator is ready again", WAIT, || async {
         op.get("/readyz").await.filter(|(s, _)| *s == 200)
     })
@@ -323,7 +256,7 @@ fn refuses_to_start_on_bad_input_with_one_line_and_exit_2() {
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("bad.yaml"), "routing:\n  mode: mesh\n").unwrap();
     std::fs::write(dir.join("garbage.pem"), "not a certificate").unwrap();
-    let config = repo_file("manifests/config.yaml");
+    let config = repo_file("manifests/base/config.yaml");
     let args = |config: &std::path::Path, cert: &std::path::Path, key: &std::path::Path| {
         [
             ("--config", config),

@@ -53,8 +53,11 @@ async fn start(client_ca: Option<&Bundle>) -> Server {
         tls::load_roots(&dir.join("client-ca.crt")).unwrap()
     });
     let tls_config = Arc::new(tls::server_config(store.clone(), roots).unwrap());
-    let config =
-        PlatformConfig::load(&repo_file("manifests/config.yaml"), &Context::default()).unwrap();
+    let config = PlatformConfig::load(
+        &repo_file("manifests/base/config.yaml"),
+        &Context::default(),
+    )
+    .unwrap();
     let registry = Registry::new();
     let state = WebhookState {
         config: Arc::new(config),

@@ -17,6 +17,21 @@ struct Cli {
     /// Where to write the kubeconfig.
     #[arg(long, default_value = "emulator.kubeconfig")]
     kubeconfig: PathBuf,
+    /// Where an in-cluster Service is served locally, for admission webhooks:
+    /// `NAMESPACE/NAME:PORT=HOST:PORT` (repeatable), e.g.
+    /// `sites/sites-operator-webhook:443=127.0.0.1:9443`.
+    #[arg(long = "service", value_parser = parse_service)]
+    services: Vec<(String, String, u16, std::net::SocketAddr)>,
+}
+
+fn parse_service(s: &str) -> Result<(String, String, u16, std::net::SocketAddr), String> {
+    let bad = || format!("{s:?}: expected NAMESPACE/NAME:PORT=HOST:PORT");
+    let (service, addr) = s.split_once('=').ok_or_else(bad)?;
+    let (ns, rest) = service.split_once('/').ok_or_else(bad)?;
+    let (name, port) = rest.rsplit_once(':').ok_or_else(bad)?;
+    let port: u16 = port.parse().map_err(|_| bad())?;
+    let addr: std::net::SocketAddr = addr.parse().map_err(|_| bad())?;
+    Ok((ns.to_string(), name.to_string(), port, addr))
 }
 
 #[tokio::main]
@@ -39,8 +54,16 @@ async fn main() -> std::process::ExitCode {
         eprintln!("error: cannot write {}: {e}", cli.kubeconfig.display());
         return std::process::ExitCode::from(2);
     }
+    for (ns, name, port, addr) in &cli.services {
+        emulator.map_service(ns, name, *port, *addr);
+    }
     println!("emulator listening on {}", emulator.url());
     println!("kubeconfig: {}", cli.kubeconfig.display());
-    let _ = tokio::signal::ctrl_c().await;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("a SIGTERM handler can be installed");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
     std::process::ExitCode::SUCCESS
 }

@@ -1,0 +1,307 @@
+//! The black-box end-to-end suite: the life of a site, driven only through kubectl.
+//!
+//! By default it runs against the emulator with the real `sites-operator run --self-signed`
+//! binary. With `SITES_E2E_KUBECONFIG` pointing at a cluster where the operator is deployed
+//! (`make kind-e2e` does this), the same steps run against that cluster instead.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use crate::support::{Cluster, OperatorProcess, eventually_every, free_port, repo_file};
+
+const NS: &str = "sites";
+
+/// Where the suite runs: a kubeconfig, and when it is the emulator, the emulator and operator.
+struct Target {
+    kubeconfig: PathBuf,
+    cache: PathBuf,
+    timeout: Duration,
+    _local: Option<(Cluster, OperatorProcess)>,
+}
+
+impl Target {
+    async fn new() -> Target {
+        if let Ok(path) = std::env::var("SITES_E2E_KUBECONFIG") {
+            let cache = std::env::temp_dir().join(format!("sites-e2e-{}", uuid::Uuid::new_v4()));
+            return Target {
+                kubeconfig: PathBuf::from(path),
+                cache,
+                timeout: Duration::from_secs(300),
+                _local: None,
+            };
+        }
+        let c = Cluster::start(true).await;
+        let t = Target {
+            kubeconfig: c.kubeconfig(),
+            cache: c.dir.join("cache"),
+            timeout: Duration::from_secs(60),
+            _local: None,
+        };
+        // What an installation provides: namespace, storage class, session key, webhooks.
+        t.ok(&["create", "namespace", NS]);
+        t.ok(&[
+            "apply",
+            "-f",
+            path("manifests/dev/storageclass-sites-retain.yaml"),
+        ]);
+        t.ok(&[
+            "create",
+            "secret",
+            "generic",
+            "sites-session",
+            "-n",
+            NS,
+            "--from-literal=secret_key=e2e-session-key",
+        ]);
+        t.ok(&["apply", "-f", path("manifests/base/webhooks.yaml")]);
+        let webhook_port = free_port();
+        c.emulator.map_service(
+            NS,
+            "sites-operator-webhook",
+            443,
+            ([127, 0, 0, 1], webhook_port).into(),
+        );
+        let op = OperatorProcess::start(
+            &c.kubeconfig(),
+            NS,
+            webhook_port,
+            &c.dir.join("operator-certs"),
+        );
+        op.ready(t.timeout).await;
+        Target {
+            _local: Some((c, op)),
+            ..t
+        }
+    }
+
+    fn kubectl(&self, args: &[&str]) -> Output {
+        Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .arg("--cache-dir")
+            .arg(&self.cache)
+            .args(args)
+            .output()
+            .expect("kubectl runs")
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.kubectl(args);
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn get(&self, args: &[&str]) -> Option<String> {
+        let out = self.kubectl(args);
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    async fn until(&self, what: &str, check: impl Fn() -> Option<String>) -> String {
+        eventually_every(what, self.timeout, Duration::from_millis(200), || {
+            let v = check();
+            async move { v }
+        })
+        .await
+    }
+}
+
+fn path(p: &str) -> &'static str {
+    Box::leak(repo_file(p).display().to_string().into_boxed_str())
+}
+
+fn restarted_at(t: &Target) -> String {
+    t.get(&[
+        "get",
+        "statefulset",
+        "docs-handbook",
+        "-n",
+        NS,
+        "-o",
+        "jsonpath={.spec.template.metadata.annotations.kubectl\\.kubernetes\\.io/restartedAt}",
+    ])
+    .unwrap_or_default()
+}
+
+fn wait_available(t: &Target) {
+    let timeout = format!("--timeout={}s", t.timeout.as_secs());
+    t.ok(&[
+        "wait",
+        "--for=condition=Available",
+        "site/docs-handbook",
+        "-n",
+        NS,
+        &timeout,
+    ]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_life_of_a_site() {
+    let t = Target::new().await;
+
+    // Create -> Available, with the printer columns.
+    t.ok(&[
+        "apply",
+        "-n",
+        NS,
+        "-f",
+        path("manifests/examples/site.yaml"),
+    ]);
+    wait_available(&t);
+    let row = t.ok(&["get", "site", "docs-handbook", "-n", NS, "--no-headers"]);
+    let cols: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(
+        &cols[1..6],
+        ["docs", "handbook", "Running", "True", "False"],
+        "{row}"
+    );
+    for kind in [
+        "secret/docs-handbook",
+        "secret/docs-handbook-oauth2",
+        "configmap/docs-handbook-files",
+        "pvc/docs-handbook",
+        "service/docs-handbook",
+        "ingress/docs-handbook",
+    ] {
+        t.ok(&["get", kind, "-n", NS]);
+    }
+    assert_eq!(restarted_at(&t), "", "fresh pods are not restarted");
+
+    // Invalid edits are refused by the webhook, naming the field.
+    let out = t.kubectl(&[
+        "patch", "site", "docs-handbook", "-n", NS, "--type=merge", "-p",
+        r#"{"spec":{"configuration":{"applications":[{"name":"static"},{"name":"api","image":"ghcr.io/x/api:1","port":70000}]}}}"#,
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("spec.configuration.applications[1].port: must be between 1 and 65535"),
+        "{err}"
+    );
+    let out = t.kubectl(&[
+        "apply",
+        "-n",
+        NS,
+        "-f",
+        path("manifests/examples/invalid/routing.yaml"),
+    ]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("routing is platform-wide; use the top-level routing values")
+    );
+
+    // Edit -> restart.
+    t.ok(&[
+        "patch",
+        "site",
+        "docs-handbook",
+        "-n",
+        NS,
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"configuration":{"headers":{"X-Frame-Options":"DENY"}}}}"#,
+    ]);
+    let first = t
+        .until("a restart after the edit", || {
+            Some(restarted_at(&t)).filter(|v| !v.is_empty())
+        })
+        .await;
+    wait_available(&t);
+
+    // Forced upgrade -> another restart, the annotation stamped with a UUID.
+    t.ok(&[
+        "annotate",
+        "site",
+        "docs-handbook",
+        "-n",
+        NS,
+        "--overwrite",
+        "sites.ecmwf.int/upgrade-request=force",
+    ]);
+    let stamped = t.ok(&[
+        "get",
+        "site",
+        "docs-handbook",
+        "-n",
+        NS,
+        "-o",
+        "jsonpath={.metadata.annotations.sites\\.ecmwf\\.int/upgrade-request}",
+    ]);
+    assert!(uuid::Uuid::parse_str(&stamped).is_ok(), "{stamped:?}");
+    t.until("a restart after the forced upgrade", || {
+        Some(restarted_at(&t)).filter(|v| !v.is_empty() && *v != first)
+    })
+    .await;
+    wait_available(&t);
+
+    // Archive -> zero replicas, requests redirected to the Hub's 410 page, data kept.
+    t.ok(&[
+        "patch",
+        "site",
+        "docs-handbook",
+        "-n",
+        NS,
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"configuration":{"enabled":false}}}"#,
+    ]);
+    let timeout = format!("--timeout={}s", t.timeout.as_secs());
+    t.ok(&[
+        "wait",
+        "--for=jsonpath={.status.phase}=Disabled",
+        "site/docs-handbook",
+        "-n",
+        NS,
+        &timeout,
+    ]);
+    assert_eq!(
+        t.ok(&[
+            "get",
+            "statefulset",
+            "docs-handbook",
+            "-n",
+            NS,
+            "-o",
+            "jsonpath={.spec.replicas}"
+        ]),
+        "0"
+    );
+    let snippets = t.ok(&[
+        "get",
+        "ingress",
+        "docs-handbook",
+        "-n",
+        NS,
+        "-o",
+        "jsonpath={.metadata.annotations.nginx\\.org/location-snippets}",
+    ]);
+    assert!(
+        snippets.contains("return 302 /hub/error/page/410/;"),
+        "{snippets}"
+    );
+    t.ok(&["get", "pvc", "docs-handbook", "-n", NS]);
+
+    // Delete -> everything goes with it.
+    t.ok(&["delete", "site", "docs-handbook", "-n", NS, "--wait=true"]);
+    t.until("owned objects collected", || {
+        let left = t.ok(&[
+            "get",
+            "secret,configmap,pvc,statefulset,service,ingress",
+            "-n",
+            NS,
+            "-l",
+            "sites.ecmwf.int/id=docs-handbook",
+            "-o",
+            "name",
+        ]);
+        left.trim().is_empty().then_some(left)
+    })
+    .await;
+}
