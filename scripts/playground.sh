@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Local playground: the Kubernetes API emulator, sites-operator (self-signed webhooks) and a few
+# example Sites, on a machine without a cluster. Ctrl-C stops everything.
+#
+#   make run                     # ingress mode
+#   MODE=gateway make run        # gateway mode (HTTPRoutes)
+#
+# Environment: MODE (ingress|gateway), PLAYGROUND_DIR (.playground), WEBHOOK_PORT (9443),
+# METRICS_PORT (8080), PROFILE (debug|release, default debug).
+set -euo pipefail
+
+MODE=${MODE:-ingress}
+DIR=${PLAYGROUND_DIR:-.playground}
+WEBHOOK_PORT=${WEBHOOK_PORT:-9443}
+METRICS_PORT=${METRICS_PORT:-8080}
+PROFILE=${PROFILE:-debug}
+NS=sites
+
+case "$MODE" in
+  ingress|gateway) ;;
+  *) echo "error: MODE must be ingress or gateway, not '$MODE'" >&2; exit 2 ;;
+esac
+
+cd "$(dirname "$0")/.."
+release_flag=""
+[ "$PROFILE" = release ] && release_flag="--release"
+echo "building sites-operator and sites-emulator ($PROFILE)..."
+cargo build --locked --quiet $release_flag -p sites-operator -p sites-emulator
+BIN=target/$PROFILE
+
+rm -rf "$DIR"
+mkdir -p "$DIR"
+DIR=$(cd "$DIR" && pwd)
+KUBECONFIG_FILE=$DIR/kubeconfig
+export KUBECONFIG=$KUBECONFIG_FILE
+k() { kubectl --cache-dir "$DIR/kubectl-cache" "$@"; }
+
+pids=()
+cleanup() {
+  trap - EXIT INT TERM
+  echo
+  echo "stopping..."
+  # The operator first (it drains and releases its Lease), then the emulator.
+  for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
+    kill -TERM "${pids[i]}" 2>/dev/null || true
+    wait "${pids[i]}" 2>/dev/null || true
+  done
+  echo "stopped (logs in $DIR/)"
+}
+trap cleanup EXIT INT TERM
+
+"$BIN/sites-emulator" --tls --kubeconfig "$KUBECONFIG_FILE" \
+  --service "$NS/sites-operator-webhook:443=127.0.0.1:$WEBHOOK_PORT" >"$DIR/emulator.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 1 100); do
+  [ -s "$KUBECONFIG_FILE" ] && k get --raw /version >/dev/null 2>&1 && break
+  sleep 0.1
+done
+k get --raw /version >/dev/null || { echo "error: the emulator did not start (see $DIR/emulator.log)" >&2; exit 1; }
+
+# What an installation provides: CRDs, namespace, storage class, session key, configuration,
+# webhook configurations.
+if [ "$MODE" = gateway ]; then
+  "$BIN/sites-operator" crd --with-gateway-api | k apply -f - >/dev/null
+else
+  "$BIN/sites-operator" crd | k apply -f - >/dev/null
+fi
+k create namespace "$NS" >/dev/null
+k apply -f manifests/dev/storageclass-sites-retain.yaml >/dev/null
+k create secret generic sites-session -n "$NS" --from-literal=secret_key="$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')" >/dev/null
+sed "s/^  mode: ingress /  mode: $MODE /" manifests/base/config.yaml >"$DIR/config.yaml"
+k create configmap sites-config -n "$NS" --from-file=config.yaml="$DIR/config.yaml" >/dev/null
+k apply -f manifests/base/webhooks.yaml >/dev/null
+
+"$BIN/sites-operator" run --self-signed --namespace "$NS" --config "$DIR/config.yaml" \
+  --webhook-addr "127.0.0.1:$WEBHOOK_PORT" --metrics-addr "127.0.0.1:$METRICS_PORT" \
+  --cert-dir "$DIR/certs" >"$DIR/operator.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 1 300); do
+  curl -fs "http://127.0.0.1:$METRICS_PORT/readyz" >/dev/null 2>&1 && break
+  sleep 0.1
+done
+curl -fs "http://127.0.0.1:$METRICS_PORT/readyz" >/dev/null || { echo "error: the operator did not become ready (see $DIR/operator.log)" >&2; exit 1; }
+
+for f in site.yaml site-custom-app.yaml site-archived.yaml; do
+  k apply -n "$NS" -f "manifests/examples/$f" >/dev/null
+done
+k wait --for=condition=Available site/docs-handbook -n "$NS" --timeout=60s >/dev/null || true
+
+cat <<EOT
+
+sites-operator playground ($MODE mode) is running.
+
+  export KUBECONFIG=$KUBECONFIG_FILE
+
+  kubectl get sites -n $NS
+  kubectl wait --for=condition=Available site/research-dashboard -n $NS
+  kubectl get statefulsets,services,ingresses,pods -n $NS
+  kubectl apply -n $NS -f manifests/examples/invalid/port.yaml        # refused by the webhook
+  kubectl annotate site docs-handbook -n $NS --overwrite sites.ecmwf.int/upgrade-request=force
+  kubectl patch site docs-handbook -n $NS --type=merge -p '{"spec":{"configuration":{"enabled":false}}}'
+  kubectl describe site docs-handbook -n $NS
+  curl -s http://127.0.0.1:$METRICS_PORT/metrics | grep -E '^(workqueue|controller_runtime|sites_)'
+
+Logs: $DIR/operator.log, $DIR/emulator.log. Ctrl-C stops everything.
+EOT
+
+wait -n "${pids[@]}" || true
