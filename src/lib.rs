@@ -22,6 +22,7 @@ pub mod quantity;
 pub mod render;
 pub mod telemetry;
 pub mod tls;
+pub mod upgrade;
 pub mod validation;
 
 pub use error::{Error, Result};

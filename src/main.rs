@@ -71,6 +71,40 @@ enum Command {
     /// Reconcile workers run behind leader election; every replica serves the webhooks.
     Run(Box<RunArgs>),
 
+    /// Upgrade Sites to the platform version (the Hub's "Upgrade" flow).
+    ///
+    /// Rewrites every built-in application's image to the catalogue image at
+    /// `sitesConfig.version` and keeps custom images; the operator then re-renders and restarts
+    /// the site. `--force` also requests a forced upgrade (a new
+    /// `sites.ecmwf.int/upgrade-request` UUID), so up-to-date sites restart too. Archived sites
+    /// are upgraded and stay at zero replicas. Prints one line per site; exit 1 when a site could
+    /// not be upgraded.
+    Upgrade {
+        /// The Site to upgrade (its name); or use --all.
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        site: Option<String>,
+        /// Upgrade every Site in the namespace.
+        #[arg(long)]
+        all: bool,
+        /// Request a forced upgrade even when the images are current.
+        #[arg(long)]
+        force: bool,
+        /// Show what would change; the API server checks the change (server-side dry run) but
+        /// stores nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Namespace of the Sites.
+        #[arg(long, env = "POD_NAMESPACE", default_value = "sites")]
+        namespace: String,
+        /// Platform configuration file (for the catalogue and the platform version).
+        #[arg(
+            long,
+            env = "SITES_OPERATOR_CONFIG",
+            default_value = "/etc/sites-operator/config.yaml"
+        )]
+        config: PathBuf,
+    },
+
     /// Write a development CA and serving certificate (ca.crt, tls.crt, tls.key).
     ///
     /// For local runs: `sites-operator certs --out certs/` then
@@ -252,6 +286,81 @@ fn run(args: RunArgs) -> ExitCode {
     }
 }
 
+fn upgrade(
+    site: Option<String>,
+    force: bool,
+    dry_run: bool,
+    namespace: &str,
+    config: &std::path::Path,
+) -> ExitCode {
+    let ctx = Context {
+        namespace: Some(namespace),
+    };
+    let cfg = match PlatformConfig::load(config, &ctx) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: invalid configuration: {e}");
+            return ExitCode::from(EXIT_INVALID);
+        }
+    };
+    let target = match site {
+        Some(s) => sites_operator::upgrade::Target::One(s),
+        None => sites_operator::upgrade::Target::All,
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async {
+        let client = match kube::Client::try_default().await {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("error: cannot reach the Kubernetes API server: {e}");
+                return ExitCode::from(EXIT_INVALID);
+            }
+        };
+        match sites_operator::upgrade::upgrade(&client, namespace, &cfg, &target, force, dry_run)
+            .await
+        {
+            Ok(outcomes) => {
+                let failed = outcomes.iter().any(|o| o.error.is_some());
+                for o in &outcomes {
+                    println!(
+                        "{o}{}",
+                        if dry_run && o.written {
+                            " (dry run)"
+                        } else {
+                            ""
+                        }
+                    );
+                }
+                if failed {
+                    ExitCode::FAILURE
+                } else {
+                    ExitCode::SUCCESS
+                }
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => {
+                eprintln!(
+                    "error: no such Site in namespace {namespace}: {}",
+                    s.message
+                );
+                ExitCode::from(EXIT_INVALID)
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        }
+    })
+}
+
 fn write_certs(
     out: &std::path::Path,
     service: &str,
@@ -351,6 +460,14 @@ fn main() -> ExitCode {
             }
         }
         Command::Run(args) => run(*args),
+        Command::Upgrade {
+            site,
+            all: _,
+            force,
+            dry_run,
+            namespace,
+            config,
+        } => upgrade(site, force, dry_run, &namespace, &config),
         Command::Certs {
             out,
             service,

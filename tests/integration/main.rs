@@ -11,5 +11,6 @@ mod emulator_kubectl;
 mod reconcile;
 mod render;
 mod support;
+mod upgrade;
 mod webhook_e2e;
 mod webhook_server;

@@ -1,0 +1,139 @@
+//! `sites-operator upgrade` against the emulator (LIFE-06, LIFE-09): built-in images move to the
+//! platform version, custom images stay, --force stamps a new request, archived sites stay
+//! archived, --dry-run stores nothing.
+
+use std::process::{Command, Output};
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, PostParams};
+use serde_json::json;
+use sites_operator::crd::{Site, UPGRADE_REQUEST_ANNOTATION};
+
+use crate::support::{Cluster, repo_file};
+
+const NS: &str = "sites";
+
+fn run(c: &Cluster, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sites-operator"))
+        .arg("upgrade")
+        .args(args)
+        .args(["--namespace", NS, "--config"])
+        .arg(repo_file("manifests/base/config.yaml"))
+        .env("KUBECONFIG", c.kubeconfig())
+        .output()
+        .unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn site(name: &str, enabled: bool, apps: serde_json::Value) -> Site {
+    serde_json::from_value(json!({
+        "apiVersion": "sites.ecmwf.int/v1", "kind": "Site",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"name": name, "owner": "jdoe", "type": "static", "configuration": {
+            "space": "docs", "enabled": enabled, "applications": apps
+        }}
+    }))
+    .unwrap()
+}
+
+fn images(s: &Site) -> Vec<Option<String>> {
+    s.spec
+        .configuration
+        .applications
+        .iter()
+        .map(|a| a.image.clone())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upgrade_rewrites_builtin_images_and_force_requests_a_restart() {
+    let c = Cluster::start(false).await;
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NS}})).unwrap();
+    Api::<Namespace>::all(c.client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+    let api: Api<Site> = Api::namespaced(c.client.clone(), NS);
+    let old = "registry.example.org/sites/static:2.3.0";
+    let new = "registry.example.org/sites/static:2.4.0";
+    for s in [
+        site("pinned", true, json!([{"name": "static", "image": old}])),
+        site(
+            "custom",
+            true,
+            json!([{"name": "static", "image": old}, {"name": "app", "image": "ghcr.io/x/app:7"}]),
+        ),
+        site("archived", false, json!([{"name": "static", "image": old}])),
+        site("current", true, json!([{"name": "static", "image": new}])),
+    ] {
+        api.create(&PostParams::default(), &s).await.unwrap();
+    }
+
+    // Dry run: reports, stores nothing.
+    let out = run(&c, &["--all", "--dry-run"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains(&format!("pinned: static: {old} -> {new} (dry run)")),
+        "{}",
+        text(&out)
+    );
+    assert!(text(&out).contains("current: up to date"), "{}", text(&out));
+    assert_eq!(
+        images(&api.get("pinned").await.unwrap()),
+        [Some(old.to_string())]
+    );
+
+    // One site.
+    let out = run(&c, &["pinned"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(
+        images(&api.get("pinned").await.unwrap()),
+        [Some(new.to_string())]
+    );
+    assert_eq!(
+        images(&api.get("custom").await.unwrap())[0],
+        Some(old.to_string()),
+        "only the named site"
+    );
+    let out = run(&c, &["pinned"]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "pinned: up to date"
+    );
+
+    // All, forced: built-in images current, custom kept, archived stays archived, new requests.
+    let out = run(&c, &["--all", "--force"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let custom = api.get("custom").await.unwrap();
+    assert_eq!(
+        images(&custom),
+        [Some(new.to_string()), Some("ghcr.io/x/app:7".to_string())]
+    );
+    let archived = api.get("archived").await.unwrap();
+    assert!(!archived.spec.configuration.enabled);
+    assert_eq!(images(&archived), [Some(new.to_string())]);
+    let mut requests = Vec::new();
+    for name in ["pinned", "custom", "archived", "current"] {
+        let s = api.get(name).await.unwrap();
+        let r = s.metadata.annotations.unwrap()[UPGRADE_REQUEST_ANNOTATION].clone();
+        assert!(uuid::Uuid::parse_str(&r).is_ok(), "{name}: {r}");
+        requests.push(r);
+    }
+    requests.sort();
+    requests.dedup();
+    assert_eq!(requests.len(), 4, "a new request per site");
+
+    // Bad input.
+    let out = run(&c, &["missing"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out).contains("no such Site"), "{}", text(&out));
+    let out = run(&c, &[]);
+    assert_eq!(out.status.code(), Some(2), "neither a site nor --all");
+}
