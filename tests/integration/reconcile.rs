@@ -697,8 +697,14 @@ async fn deleting_a_site_cascades_and_recreating_it_rebinds_its_volume() {
         claim.spec.unwrap().volume_name.as_deref(),
         Some(volume.as_str())
     );
-    let pv = pvs.get(&volume).await.unwrap();
-    assert_eq!(pv.status.unwrap().phase.as_deref(), Some("Bound"));
+    // The volume binder finishes on its own schedule: Available does not wait for it.
+    let pv = eventually("the retained volume bound again", WAIT, || async {
+        let pv = pvs.get(&volume).await.ok()?;
+        (pv.status.as_ref()?.phase.as_deref() == Some("Bound")).then_some(pv)
+    })
+    .await;
+    let claim_ref = pv.spec.unwrap().claim_ref.unwrap();
+    assert_eq!(claim_ref.name.as_deref(), Some("docs-handbook"));
     op.stop().await;
 }
 
