@@ -9,7 +9,7 @@ KUBERNETES_VALIDATE_VERSION := 1.37.0
 # Kubernetes version the manifests are validated against (the emulator's and kubectl's).
 KUBERNETES_VERSION := 1.32.0
 
-.PHONY: all build run test lint fmt fmt-check clippy unit crd crd-check validate-manifests kind-e2e-check image kind-e2e tools clean
+.PHONY: prometheus-tools all build run test lint fmt fmt-check clippy unit crd crd-check validate-manifests kind-e2e-check image kind-e2e tools clean
 
 all: build
 
@@ -37,7 +37,7 @@ clippy:
 	$(CARGO) clippy --locked --workspace --all-targets -- -D warnings
 
 ## unit: all Rust tests (cargo-nextest when installed, else cargo test).
-unit:
+unit: prometheus-tools
 	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
 		$(CARGO) nextest run --locked --workspace --no-fail-fast; \
 	else \
@@ -86,8 +86,15 @@ kind-e2e-check:
 	grep -q 'cargo build --locked --release -p sites-operator' Dockerfile
 	$(MAKE) -n kind-e2e >/dev/null
 
-## tools: install the test tools into .tools/ (a Python virtualenv for kubernetes-validate).
-tools: $(VENV)/bin/kubernetes-validate
+## tools: install the test tools: kubernetes-validate into .tools/venv, and Prometheus (promtool
+## and the server, Debian package `prometheus`) when missing.
+tools: $(VENV)/bin/kubernetes-validate prometheus-tools
+
+prometheus-tools:
+	@command -v promtool >/dev/null && command -v prometheus >/dev/null || { \
+		SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+		$$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
 
 $(VENV)/bin/kubernetes-validate:
 	$(PYTHON) -m venv $(VENV)

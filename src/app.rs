@@ -317,6 +317,7 @@ pub async fn run(
         settings: Settings::default(),
         instance: Some(opts.identity.clone()),
         drain: opts.shutdown_timeout,
+        retention_interval: Some(Duration::from_secs(3600)),
     };
     tokio::pin!(shutdown);
     let controller = tokio::select! {

@@ -20,6 +20,7 @@ pub mod metrics;
 pub mod policy;
 pub mod quantity;
 pub mod render;
+pub mod retention;
 pub mod telemetry;
 pub mod tls;
 pub mod upgrade;

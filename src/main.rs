@@ -105,6 +105,30 @@ enum Command {
         config: PathBuf,
     },
 
+    /// Apply the retention policy once (the operator also runs it hourly).
+    ///
+    /// Sites past `retention_date` + `sitesConfig.retention.archive_after_days` are archived
+    /// (`enabled: false`); archived sites are deleted `delete_after_days` after archiving. Sites
+    /// without a retention date are never touched. Prints one line per site acted on.
+    Retention {
+        /// Decide and print, write nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// The date to apply the policy for (YYYY-MM-DD); default today (UTC).
+        #[arg(long)]
+        today: Option<String>,
+        /// Namespace of the Sites.
+        #[arg(long, env = "POD_NAMESPACE", default_value = "sites")]
+        namespace: String,
+        /// Platform configuration file (for the retention settings).
+        #[arg(
+            long,
+            env = "SITES_OPERATOR_CONFIG",
+            default_value = "/etc/sites-operator/config.yaml"
+        )]
+        config: PathBuf,
+    },
+
     /// Write a development CA and serving certificate (ca.crt, tls.crt, tls.key).
     ///
     /// For local runs: `sites-operator certs --out certs/` then
@@ -286,6 +310,75 @@ fn run(args: RunArgs) -> ExitCode {
     }
 }
 
+fn retention(
+    dry_run: bool,
+    today: Option<&str>,
+    namespace: &str,
+    config: &std::path::Path,
+) -> ExitCode {
+    let ctx = Context {
+        namespace: Some(namespace),
+    };
+    let cfg = match PlatformConfig::load(config, &ctx) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: invalid configuration: {e}");
+            return ExitCode::from(EXIT_INVALID);
+        }
+    };
+    let today = match today {
+        None => sites_operator::retention::today(),
+        Some(d) => match d.parse() {
+            Ok(d) => d,
+            Err(_) => {
+                eprintln!("error: --today: {d:?} is not a date (YYYY-MM-DD)");
+                return ExitCode::from(EXIT_INVALID);
+            }
+        },
+    };
+    let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
+        eprintln!("error: cannot start the async runtime");
+        return ExitCode::FAILURE;
+    };
+    runtime.block_on(async {
+        let client = match kube::Client::try_default().await {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("error: cannot reach the Kubernetes API server: {e}");
+                return ExitCode::from(EXIT_INVALID);
+            }
+        };
+        match sites_operator::retention::run_once(
+            &client,
+            namespace,
+            &cfg.sites.retention,
+            today,
+            dry_run,
+        )
+        .await
+        {
+            Ok(acted) => {
+                for (site, action) in acted {
+                    let what = match action {
+                        sites_operator::retention::Action::Archive => "archived",
+                        sites_operator::retention::Action::Delete => "deleted",
+                        sites_operator::retention::Action::Keep => "kept",
+                    };
+                    println!("{site}: {what}{}", if dry_run { " (dry run)" } else { "" });
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        }
+    })
+}
+
 fn upgrade(
     site: Option<String>,
     force: bool,
@@ -460,6 +553,12 @@ fn main() -> ExitCode {
             }
         }
         Command::Run(args) => run(*args),
+        Command::Retention {
+            dry_run,
+            today,
+            namespace,
+            config,
+        } => retention(dry_run, today.as_deref(), &namespace, &config),
         Command::Upgrade {
             site,
             all: _,

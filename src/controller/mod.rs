@@ -100,6 +100,15 @@ impl ReconcileMetrics {
         registry.register(Box::new(m.active_workers.clone()))?;
         registry.register(Box::new(m.max_concurrent.clone()))?;
         registry.register(Box::new(m.by_phase.clone()))?;
+        // Series exist from the start, as controller-runtime does, so rates and alerts work
+        // before the first occurrence.
+        for result in ["success", "error", "requeue", "requeue_after"] {
+            m.total.with_label_values(&[result]);
+        }
+        m.errors.with_label_values(&[] as &[&str]);
+        for phase in ["Pending", "Running", "Disabled", "Failed"] {
+            m.by_phase.with_label_values(&[phase]);
+        }
         Ok(m)
     }
 }
@@ -114,6 +123,8 @@ pub struct Options {
     pub instance: Option<String>,
     /// How long workers may take to finish on shutdown.
     pub drain: Duration,
+    /// How often the retention policy runs (leader only); None: never.
+    pub retention_interval: Option<Duration>,
 }
 
 /// Strips what the reconciler never reads from cached objects.
@@ -362,11 +373,18 @@ impl Controller {
                 leading.clone(),
             )));
         }
-        let background = vec![tokio::spawn(observe(
+        let mut background = vec![tokio::spawn(observe(
             context.clone(),
             queue.clone(),
             metrics,
         ))];
+        if let Some(every) = options.retention_interval {
+            background.push(tokio::spawn(retention_loop(
+                context.clone(),
+                every,
+                leading.clone(),
+            )));
+        }
         Ok(Controller {
             context,
             queue,
@@ -443,6 +461,30 @@ async fn worker(
         };
         metrics.total.with_label_values(&[result]).inc();
         queue.done(&key);
+    }
+}
+
+/// Runs the retention policy every `every` while leading.
+async fn retention_loop(ctx: Arc<Context>, every: Duration, leading: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if !*leading.borrow() {
+            continue;
+        }
+        let retention = &ctx.config.sites.retention;
+        let today = crate::retention::today();
+        match crate::retention::run_once(&ctx.client, &ctx.namespace, retention, today, false).await
+        {
+            Ok(acted) if !acted.is_empty() => {
+                tracing::info!(sites = acted.len(), "retention policy applied")
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "retention policy run failed; next run in {every:?}")
+            }
+        }
     }
 }
 

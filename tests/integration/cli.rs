@@ -209,7 +209,15 @@ fn help_lists_only_working_commands() {
         .collect();
     assert_eq!(
         commands,
-        ["crd", "check-config", "run", "upgrade", "certs", "help"],
+        [
+            "crd",
+            "check-config",
+            "run",
+            "upgrade",
+            "retention",
+            "certs",
+            "help"
+        ],
         "{help}"
     );
     assert!(help.contains("--log-format"));

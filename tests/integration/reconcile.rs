@@ -186,6 +186,7 @@ async fn start_controller(
         },
         instance: Some("test".into()),
         drain: Duration::from_secs(10),
+        retention_interval: None,
     };
     let controller = Controller::start(client, cfg, &registry, options, rx)
         .await

@@ -137,3 +137,100 @@ async fn upgrade_rewrites_builtin_images_and_force_requests_a_restart() {
     let out = run(&c, &[]);
     assert_eq!(out.status.code(), Some(2), "neither a site nor --all");
 }
+
+fn retention(c: &Cluster, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sites-operator"))
+        .arg("retention")
+        .args(args)
+        .args(["--namespace", NS, "--config"])
+        .arg(repo_file("manifests/base/config.yaml"))
+        .env("KUBECONFIG", c.kubeconfig())
+        .output()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_archives_then_deletes_and_touches_nothing_else() {
+    let c = Cluster::start(false).await;
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NS}})).unwrap();
+    Api::<Namespace>::all(c.client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+    let api: Api<Site> = Api::namespaced(c.client.clone(), NS);
+    let with = |name: &str, enabled: bool, date: Option<&str>, archived_at: Option<&str>| {
+        let mut s = site(name, enabled, json!([{"name": "static"}]));
+        s.spec.configuration.retention_date = date.map(str::to_string);
+        if let Some(a) = archived_at {
+            s.metadata.annotations =
+                Some([("sites.ecmwf.int/archived-at".to_string(), a.to_string())].into());
+        }
+        s
+    };
+    for s in [
+        with("expired", true, Some("2027-06-30"), None),
+        with(
+            "long-archived",
+            false,
+            Some("2027-01-01"),
+            Some("2027-01-02"),
+        ),
+        with("no-date", true, None, None),
+        with("future", true, Some("2030-01-01"), None),
+        with("hand-archived", false, Some("2027-06-30"), None),
+    ] {
+        api.create(&PostParams::default(), &s).await.unwrap();
+    }
+    let versions = |names: &[&str]| {
+        let api = api.clone();
+        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        async move {
+            let mut v = Vec::new();
+            for n in names {
+                v.push(api.get(&n).await.unwrap().metadata.resource_version);
+            }
+            v
+        }
+    };
+    let untouched = ["no-date", "future", "hand-archived"];
+    let before = versions(&untouched).await;
+
+    let out = retention(&c, &["--today", "2027-07-01", "--dry-run"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let printed = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        printed.contains("expired: archived (dry run)")
+            && printed.contains("long-archived: deleted (dry run)"),
+        "{printed}"
+    );
+    assert!(
+        api.get("expired").await.unwrap().spec.configuration.enabled,
+        "dry run wrote"
+    );
+    assert!(api.get_opt("long-archived").await.unwrap().is_some());
+
+    let out = retention(&c, &["--today", "2027-07-01"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let expired = api.get("expired").await.unwrap();
+    assert!(!expired.spec.configuration.enabled);
+    assert_eq!(
+        expired.metadata.annotations.unwrap()["sites.ecmwf.int/archived-at"],
+        "2027-07-01"
+    );
+    assert!(api.get_opt("long-archived").await.unwrap().is_none());
+    assert_eq!(versions(&untouched).await, before, "nothing else touched");
+
+    // The same day again: nothing to do.
+    let out = retention(&c, &["--today", "2027-07-01"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "");
+
+    // 91 days after archiving: the archived sites go; the others stay.
+    let out = retention(&c, &["--today", "2027-09-30"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(api.get_opt("expired").await.unwrap().is_none());
+    assert!(api.get_opt("hand-archived").await.unwrap().is_none());
+    assert_eq!(versions(&["no-date", "future"]).await, before[..2].to_vec());
+
+    let out = retention(&c, &["--today", "30/09/2027"]);
+    assert_eq!(out.status.code(), Some(2));
+}

@@ -1,0 +1,231 @@
+//! Retention (the lifecycle design's retention job): a site past its `retention_date` plus
+//! `archive_after_days` is archived (the same toggle as the Hub's "Archive Site": `enabled:
+//! false`, recorded in [`ARCHIVED_AT_ANNOTATION`]); an archived site is deleted
+//! `delete_after_days` after it was archived. Sites without a retention date are never touched.
+//! The decision is a pure function of the Site, the date and the configuration; the runner is
+//! used by the operator (daily, leader only) and by `sites-operator retention`.
+
+use k8s_openapi::jiff::civil::Date;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use serde_json::json;
+
+use crate::config::Retention;
+use crate::crd::Site;
+
+/// When the retention job archived the site (a date, `YYYY-MM-DD`).
+pub const ARCHIVED_AT_ANNOTATION: &str = "sites.ecmwf.int/archived-at";
+
+/// What the retention policy does with one Site.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    Keep,
+    Archive,
+    Delete,
+}
+
+fn date(s: &str) -> Option<Date> {
+    s.trim().parse::<Date>().ok()
+}
+
+fn plus_days(d: Date, days: u32) -> Option<Date> {
+    d.checked_add(k8s_openapi::jiff::Span::new().days(i64::from(days)))
+        .ok()
+}
+
+/// The retention decision for `site` on `today`.
+pub fn decide(site: &Site, today: Date, retention: &Retention) -> Action {
+    let c = &site.spec.configuration;
+    let Some(retained_until) = c.retention_date.as_deref().and_then(date) else {
+        return Action::Keep;
+    };
+    let Some(archive_after) = plus_days(retained_until, retention.archive_after_days) else {
+        return Action::Keep;
+    };
+    if c.enabled {
+        return if today > archive_after {
+            Action::Archive
+        } else {
+            Action::Keep
+        };
+    }
+    // Archived: count from the day the job archived it, or (archived by hand) from the day the
+    // policy would have.
+    let archived_on = site
+        .annotations()
+        .get(ARCHIVED_AT_ANNOTATION)
+        .and_then(|d| date(d))
+        .map_or(archive_after, |d| d.max(archive_after));
+    match plus_days(archived_on, retention.delete_after_days) {
+        Some(delete_after) if today > delete_after => Action::Delete,
+        _ => Action::Keep,
+    }
+}
+
+/// Applies the policy to every Site in `namespace`; returns the Sites acted on. A dry run
+/// decides and reports but writes nothing.
+pub async fn run_once(
+    client: &kube::Client,
+    namespace: &str,
+    retention: &Retention,
+    today: Date,
+    dry_run: bool,
+) -> Result<Vec<(String, Action)>, kube::Error> {
+    let api: Api<Site> = Api::namespaced(client.clone(), namespace);
+    let mut acted = Vec::new();
+    for site in api.list(&ListParams::default()).await? {
+        let name = site.name_any();
+        let action = decide(&site, today, retention);
+        if action == Action::Keep {
+            continue;
+        }
+        if !dry_run {
+            match action {
+                Action::Archive => {
+                    let patch = json!({
+                        "metadata": {"annotations": {ARCHIVED_AT_ANNOTATION: today.to_string()}},
+                        "spec": {"configuration": {"enabled": false}}
+                    });
+                    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await?;
+                    tracing::info!(site = %name, "retention: archived");
+                }
+                Action::Delete => {
+                    match api.delete(&name, &DeleteParams::default()).await {
+                        Ok(_) => {}
+                        Err(kube::Error::Api(s)) if s.code == 404 => {}
+                        Err(e) => return Err(e),
+                    }
+                    tracing::info!(site = %name, "retention: deleted");
+                }
+                Action::Keep => {}
+            }
+        }
+        acted.push((name, action));
+    }
+    Ok(acted)
+}
+
+/// Today's date in UTC.
+pub fn today() -> Date {
+    k8s_openapi::jiff::Timestamp::now()
+        .to_zoned(k8s_openapi::jiff::tz::TimeZone::UTC)
+        .date()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn site(retention: Option<&str>, enabled: bool, archived_at: Option<&str>) -> Site {
+        let mut v = json!({
+            "apiVersion": "sites.ecmwf.int/v1", "kind": "Site",
+            "metadata": {"name": "s"},
+            "spec": {"name": "s", "owner": "o", "type": "t", "configuration": {
+                "space": "x", "enabled": enabled, "retention_date": retention
+            }}
+        });
+        if let Some(a) = archived_at {
+            v["metadata"]["annotations"] = json!({ARCHIVED_AT_ANNOTATION: a});
+        }
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn retention_decisions() {
+        let r = Retention {
+            archive_after_days: 0,
+            delete_after_days: 90,
+        };
+        let d = |s: &str| s.parse::<Date>().unwrap();
+        // (case, site, today, action)
+        let cases = [
+            (
+                "no retention date",
+                site(None, true, None),
+                "2030-01-01",
+                Action::Keep,
+            ),
+            (
+                "unparsable date",
+                site(Some("someday"), true, None),
+                "2030-01-01",
+                Action::Keep,
+            ),
+            (
+                "on the retention date",
+                site(Some("2027-06-30"), true, None),
+                "2027-06-30",
+                Action::Keep,
+            ),
+            (
+                "the day after",
+                site(Some("2027-06-30"), true, None),
+                "2027-07-01",
+                Action::Archive,
+            ),
+            (
+                "archived 90 days ago",
+                site(Some("2027-06-30"), false, Some("2027-07-01")),
+                "2027-09-29",
+                Action::Keep,
+            ),
+            (
+                "archived 91 days ago",
+                site(Some("2027-06-30"), false, Some("2027-07-01")),
+                "2027-09-30",
+                Action::Delete,
+            ),
+            (
+                "archived by hand before the date",
+                site(Some("2027-06-30"), false, None),
+                "2027-08-01",
+                Action::Keep,
+            ),
+            (
+                "archived by hand, counted from the policy date",
+                site(Some("2027-06-30"), false, None),
+                "2027-09-29",
+                Action::Delete,
+            ),
+            (
+                "disabled without a retention date",
+                site(None, false, None),
+                "2040-01-01",
+                Action::Keep,
+            ),
+        ];
+        for (case, s, today, want) in cases {
+            assert_eq!(decide(&s, d(today), &r), want, "{case}");
+        }
+        let later = Retention {
+            archive_after_days: 30,
+            delete_after_days: 0,
+        };
+        assert_eq!(
+            decide(
+                &site(Some("2027-06-30"), true, None),
+                d("2027-07-30"),
+                &later
+            ),
+            Action::Keep
+        );
+        assert_eq!(
+            decide(
+                &site(Some("2027-06-30"), true, None),
+                d("2027-07-31"),
+                &later
+            ),
+            Action::Archive
+        );
+        assert_eq!(
+            decide(
+                &site(Some("2027-06-30"), false, Some("2027-07-31")),
+                d("2027-08-01"),
+                &later
+            ),
+            Action::Delete
+        );
+    }
+}
