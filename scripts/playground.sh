@@ -6,7 +6,8 @@
 #   MODE=gateway make run        # gateway mode (HTTPRoutes)
 #
 # Environment: MODE (ingress|gateway), PLAYGROUND_DIR (.playground), WEBHOOK_PORT (9443),
-# METRICS_PORT (8080), PROFILE (debug|release, default debug).
+# METRICS_PORT (8080), PROFILE (debug|release, default debug), PLAYGROUND_BIN (a directory with
+# prebuilt sites-operator and sites-emulator binaries: skips the build).
 set -euo pipefail
 
 MODE=${MODE:-ingress}
@@ -22,11 +23,16 @@ case "$MODE" in
 esac
 
 cd "$(dirname "$0")/.."
-release_flag=""
-[ "$PROFILE" = release ] && release_flag="--release"
-echo "building sites-operator and sites-emulator ($PROFILE)..."
-cargo build --locked --quiet $release_flag -p sites-operator -p sites-emulator
-BIN=target/$PROFILE
+if [ -n "${PLAYGROUND_BIN:-}" ]; then
+  # Prebuilt binaries (the tests use this).
+  BIN=$PLAYGROUND_BIN
+else
+  release_flag=""
+  [ "$PROFILE" = release ] && release_flag="--release"
+  echo "building sites-operator and sites-emulator ($PROFILE)..."
+  cargo build --locked --quiet $release_flag -p sites-operator -p sites-emulator
+  BIN=target/$PROFILE
+fi
 
 rm -rf "$DIR"
 mkdir -p "$DIR"

@@ -8,6 +8,7 @@ mod emulator_admission;
 mod emulator_api;
 mod emulator_controllers;
 mod emulator_kubectl;
+mod playground;
 mod prometheus;
 mod reconcile;
 mod render;
