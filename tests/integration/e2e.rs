@@ -62,11 +62,13 @@ impl Target {
             443,
             ([127, 0, 0, 1], webhook_port).into(),
         );
-        let op = OperatorProcess::start(
+        // Debug logging: the suite checks that no secret reaches the log.
+        let op = OperatorProcess::start_with(
             &c.kubeconfig(),
             NS,
             webhook_port,
             &c.dir.join("operator-certs"),
+            &["--log-level", "debug"],
         );
         op.ready(t.timeout).await;
         Target {
@@ -288,6 +290,33 @@ async fn the_life_of_a_site() {
     );
     t.ok(&["get", "pvc", "docs-handbook", "-n", NS]);
 
+    // The generated secrets, to look for in the log later.
+    let secret_values: Vec<String> = ["docs-handbook", "docs-handbook-oauth2"]
+        .iter()
+        .flat_map(|name| {
+            let data = t.ok(&["get", "secret", name, "-n", NS, "-o", "json"]);
+            let v: serde_json::Value = serde_json::from_str(&data).unwrap();
+            v["data"]
+                .as_object()
+                .unwrap()
+                .values()
+                .map(|b| {
+                    use base64::Engine as _;
+                    let raw = base64::engine::general_purpose::STANDARD
+                        .decode(b.as_str().unwrap())
+                        .unwrap();
+                    String::from_utf8(raw).unwrap()
+                })
+                .collect::<Vec<_>>()
+        })
+        .chain(["e2e-session-key".to_string()])
+        .collect();
+    assert_eq!(
+        secret_values.len(),
+        4,
+        "api_token, secret_key, cookie_secret, session key"
+    );
+
     // Delete -> everything goes with it.
     t.ok(&["delete", "site", "docs-handbook", "-n", NS, "--wait=true"]);
     t.until("owned objects collected", || {
@@ -304,4 +333,80 @@ async fn the_life_of_a_site() {
         left.trim().is_empty().then_some(left)
     })
     .await;
+
+    if let Some((_, op)) = &t._local {
+        // Secrets never appear in the (debug-level) log of the whole lifecycle.
+        let log = op.log();
+        assert!(log.contains("DEBUG"), "the operator logged at debug level");
+        for secret in &secret_values {
+            assert!(
+                !log.contains(secret.as_str()),
+                "a secret value appears in the operator log"
+            );
+        }
+        // Least privilege: every API call the operator made is granted by the shipped RBAC.
+        let (_, metrics) = op.get("/metrics").await.unwrap();
+        let granted = granted_rules();
+        let mut used = Vec::new();
+        for line in metrics
+            .lines()
+            .filter(|l| l.starts_with("sites_api_requests_total{"))
+        {
+            let label = |name: &str| {
+                let start = line.find(&format!("{name}=\"")).unwrap() + name.len() + 2;
+                line[start..].split('"').next().unwrap().to_string()
+            };
+            used.push((label("verb"), label("resource")));
+        }
+        assert!(
+            used.iter()
+                .any(|(v, r)| v == "patch" && r == "sites.sites.ecmwf.int/status"),
+            "{used:?}"
+        );
+        // Non-resource URLs (/version) are open to every authenticated user (system:discovery).
+        for (verb, resource) in used.iter().filter(|(_, r)| r != "other") {
+            assert!(
+                granted.iter().any(|(v, r)| v == verb && r == resource),
+                "the operator used {verb} {resource}, which manifests/ do not grant"
+            );
+        }
+    }
+}
+
+/// (verb, resource) pairs the shipped Roles and ClusterRoles grant, with the resource spelled as
+/// the request accounting spells it (`<plural>[.<group>][/<subresource>]`).
+fn granted_rules() -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for file in [
+        "manifests/base/rbac.yaml",
+        "manifests/overlays/self-signed/rbac.yaml",
+    ] {
+        let text = std::fs::read_to_string(repo_file(file)).unwrap();
+        for doc in serde_yaml_ng::Deserializer::from_str(&text) {
+            let v: serde_json::Value = serde::Deserialize::deserialize(doc).unwrap();
+            for rule in v["rules"].as_array().into_iter().flatten() {
+                for group in rule["apiGroups"].as_array().unwrap() {
+                    for resource in rule["resources"].as_array().unwrap() {
+                        let (plural, sub) = match resource.as_str().unwrap().split_once('/') {
+                            Some((p, s)) => (p.to_string(), Some(s.to_string())),
+                            None => (resource.as_str().unwrap().to_string(), None),
+                        };
+                        let group = group.as_str().unwrap();
+                        let mut name = if group.is_empty() {
+                            plural
+                        } else {
+                            format!("{plural}.{group}")
+                        };
+                        if let Some(sub) = sub {
+                            name = format!("{name}/{sub}");
+                        }
+                        for verb in rule["verbs"].as_array().unwrap() {
+                            out.push((verb.as_str().unwrap().to_string(), name.clone()));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
 }

@@ -190,6 +190,17 @@ impl OperatorProcess {
         webhook_port: u16,
         cert_dir: &std::path::Path,
     ) -> OperatorProcess {
+        Self::start_with(kubeconfig, namespace, webhook_port, cert_dir, &[])
+    }
+
+    /// [`OperatorProcess::start`] with extra arguments for `run`.
+    pub fn start_with(
+        kubeconfig: &std::path::Path,
+        namespace: &str,
+        webhook_port: u16,
+        cert_dir: &std::path::Path,
+        extra: &[&str],
+    ) -> OperatorProcess {
         let metrics = free_port();
         let log = cert_dir.with_extension(format!("{metrics}.log"));
         let file = std::fs::File::create(&log).expect("log file");
@@ -200,6 +211,7 @@ impl OperatorProcess {
             .args(["--metrics-addr", &format!("127.0.0.1:{metrics}")])
             .arg("--cert-dir")
             .arg(cert_dir)
+            .args(extra)
             .env("KUBECONFIG", kubeconfig)
             .stdout(std::process::Stdio::null())
             .stderr(file)
