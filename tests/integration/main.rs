@@ -2,6 +2,7 @@
 //! `kube::Client` and the real kubectl. One test binary with modules: faster to link than one
 //! binary per file.
 
+mod chaos;
 mod cli;
 mod e2e;
 mod emulator_admission;

@@ -252,6 +252,12 @@ impl OperatorProcess {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// SIGKILL: no drain, no Lease release (a crash).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// SIGTERM, then the exit code and the log.
     pub fn stop(mut self) -> (Option<i32>, String) {
         let _ = Command::new("kill")
