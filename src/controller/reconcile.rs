@@ -294,15 +294,29 @@ pub async fn reconcile(ctx: &Context, name: &str) -> Next {
             outcome: Outcome::Transient(m),
             next: Next::Backoff,
         },
-        Err(Failure::Terminal(m)) => {
-            ctx.event(&site, EventType::Warning, "InvalidConfiguration", m.clone())
-                .await;
-            Ensured {
-                outcome: Outcome::Terminal(m),
-                next: Next::Done,
-            }
-        }
+        Err(Failure::Terminal(m)) => Ensured {
+            outcome: Outcome::Terminal(m),
+            next: Next::Done,
+        },
     };
+    // Warnings are recorded once per distinct problem, not on every reconcile (pod events keep
+    // reconciling a site whose spec is invalid or whose route is taken).
+    let warning = match &ensured.outcome {
+        Outcome::Terminal(m) => Some(("InvalidConfiguration", m)),
+        Outcome::RouteConflict(m) => Some(("RouteConflict", m)),
+        _ => None,
+    };
+    if let Some((reason, message)) = warning {
+        let known = site
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.iter().find(|c| c.type_ == status::PROGRESSING))
+            .is_some_and(|c| c.reason == reason && &c.message == message);
+        if !known {
+            ctx.event(&site, EventType::Warning, reason, message.clone())
+                .await;
+        }
+    }
     if let Outcome::Transient(m) | Outcome::Terminal(m) | Outcome::RouteConflict(m) =
         &ensured.outcome
     {
@@ -652,8 +666,6 @@ async fn routes(
             },
             ROUTE_CONFLICT_RETRY.as_secs()
         );
-        ctx.event(site, EventType::Warning, "RouteConflict", message.clone())
-            .await;
         outcome = Outcome::RouteConflict(message);
         next = Next::After(ROUTE_CONFLICT_RETRY);
     } else {

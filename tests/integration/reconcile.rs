@@ -757,6 +757,24 @@ async fn a_foreign_route_is_never_taken() {
             .unwrap()
             .is_some()
     );
+
+    // A site stuck on a conflict costs no writes when reconciled again (no repeated Event or
+    // status write).
+    let before = op.reconciles();
+    c.emulator.stats().reset();
+    merge(
+        &c,
+        "docs-handbook",
+        json!({"metadata": {"labels": {"touch": "1"}}}),
+    )
+    .await;
+    op.settled_after(before).await;
+    assert_eq!(
+        operator_writes(&c, 1),
+        0,
+        "{}",
+        c.emulator.stats().to_json()
+    );
     op.stop().await;
 }
 
