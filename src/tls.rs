@@ -247,3 +247,66 @@ pub fn server_config(
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(config)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn at(offset_days: i64) -> UnixTime {
+        let now = UnixTime::now().as_secs() as i64;
+        UnixTime::since_unix_epoch(Duration::from_secs((now + offset_days * 86_400) as u64))
+    }
+
+    #[test]
+    fn certificates_are_checked_for_validity_and_key_match() {
+        let b = crate::certs::generate(&["localhost".to_string()], 30).unwrap();
+        let other = crate::certs::generate(&["localhost".to_string()], 30).unwrap();
+        let (c, k) = (Path::new("tls.crt"), Path::new("tls.key"));
+        // (case, cert, key, time, error fragment or None)
+        let cases = [
+            ("valid now", &b.cert_pem, &b.key_pem, at(0), None),
+            (
+                "expired",
+                &b.cert_pem,
+                &b.key_pem,
+                at(31),
+                Some("expired on"),
+            ),
+            (
+                "not yet valid",
+                &b.cert_pem,
+                &b.key_pem,
+                at(-2),
+                Some("not valid before"),
+            ),
+            (
+                "key of another certificate",
+                &b.cert_pem,
+                &other.key_pem,
+                at(0),
+                Some("does not match"),
+            ),
+            (
+                "not PEM",
+                &"garbage".to_string(),
+                &b.key_pem,
+                at(0),
+                Some("no certificate found"),
+            ),
+        ];
+        for (case, cert, key, time, want) in cases {
+            let got = certified_key(c, cert.as_bytes(), k, key.as_bytes(), time);
+            match want {
+                None => assert!(got.is_ok(), "{case}: {:?}", got.err()),
+                Some(fragment) => {
+                    let e = got
+                        .err()
+                        .unwrap_or_else(|| panic!("{case}: accepted"))
+                        .to_string();
+                    assert!(e.contains(fragment), "{case}: {e}");
+                }
+            }
+        }
+    }
+}
