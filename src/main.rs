@@ -310,21 +310,54 @@ fn run(args: RunArgs) -> ExitCode {
     }
 }
 
+/// Loads the platform configuration for a one-shot command; an invalid one is one `error:` line
+/// and exit 2.
+fn load_config(config: &std::path::Path, namespace: &str) -> Result<PlatformConfig, ExitCode> {
+    let ctx = Context {
+        namespace: Some(namespace),
+    };
+    PlatformConfig::load(config, &ctx).map_err(|e| {
+        eprintln!("error: invalid configuration: {e}");
+        ExitCode::from(EXIT_INVALID)
+    })
+}
+
+/// Runs a one-shot command with a Kubernetes client (KUBECONFIG or in-cluster).
+fn with_client<F, Fut>(command: F) -> ExitCode
+where
+    F: FnOnce(kube::Client) -> Fut,
+    Fut: std::future::Future<Output = ExitCode>,
+{
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async {
+        match kube::Client::try_default().await {
+            Ok(client) => command(client).await,
+            Err(e) => {
+                eprintln!("error: cannot reach the Kubernetes API server: {e}");
+                ExitCode::from(EXIT_INVALID)
+            }
+        }
+    })
+}
+
 fn retention(
     dry_run: bool,
     today: Option<&str>,
     namespace: &str,
     config: &std::path::Path,
 ) -> ExitCode {
-    let ctx = Context {
-        namespace: Some(namespace),
-    };
-    let cfg = match PlatformConfig::load(config, &ctx) {
+    let cfg = match load_config(config, namespace) {
         Ok(c) => c,
-        Err(e) => {
-            eprintln!("error: invalid configuration: {e}");
-            return ExitCode::from(EXIT_INVALID);
-        }
+        Err(code) => return code,
     };
     let today = match today {
         None => sites_operator::retention::today(),
@@ -336,21 +369,7 @@ fn retention(
             }
         },
     };
-    let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    else {
-        eprintln!("error: cannot start the async runtime");
-        return ExitCode::FAILURE;
-    };
-    runtime.block_on(async {
-        let client = match kube::Client::try_default().await {
-            Ok(c) => c,
-            Err(e) => {
-                eprintln!("error: cannot reach the Kubernetes API server: {e}");
-                return ExitCode::from(EXIT_INVALID);
-            }
-        };
+    with_client(|client| async move {
         match sites_operator::retention::run_once(
             &client,
             namespace,
@@ -386,38 +405,15 @@ fn upgrade(
     namespace: &str,
     config: &std::path::Path,
 ) -> ExitCode {
-    let ctx = Context {
-        namespace: Some(namespace),
-    };
-    let cfg = match PlatformConfig::load(config, &ctx) {
+    let cfg = match load_config(config, namespace) {
         Ok(c) => c,
-        Err(e) => {
-            eprintln!("error: invalid configuration: {e}");
-            return ExitCode::from(EXIT_INVALID);
-        }
+        Err(code) => return code,
     };
     let target = match site {
         Some(s) => sites_operator::upgrade::Target::One(s),
         None => sites_operator::upgrade::Target::All,
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    runtime.block_on(async {
-        let client = match kube::Client::try_default().await {
-            Ok(c) => c,
-            Err(e) => {
-                eprintln!("error: cannot reach the Kubernetes API server: {e}");
-                return ExitCode::from(EXIT_INVALID);
-            }
-        };
+    with_client(|client| async move {
         match sites_operator::upgrade::upgrade(&client, namespace, &cfg, &target, force, dry_run)
             .await
         {

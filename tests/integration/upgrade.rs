@@ -43,6 +43,16 @@ fn site(name: &str, enabled: bool, apps: serde_json::Value) -> Site {
     .unwrap()
 }
 
+async fn cluster_with_namespace() -> Cluster {
+    let c = Cluster::start(false).await;
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NS}})).unwrap();
+    Api::<Namespace>::all(c.client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+    c
+}
+
 fn images(s: &Site) -> Vec<Option<String>> {
     s.spec
         .configuration
@@ -54,12 +64,7 @@ fn images(s: &Site) -> Vec<Option<String>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upgrade_rewrites_builtin_images_and_force_requests_a_restart() {
-    let c = Cluster::start(false).await;
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NS}})).unwrap();
-    Api::<Namespace>::all(c.client.clone())
-        .create(&PostParams::default(), &ns)
-        .await
-        .unwrap();
+    let c = cluster_with_namespace().await;
     let api: Api<Site> = Api::namespaced(c.client.clone(), NS);
     let old = "registry.example.org/sites/static:2.3.0";
     let new = "registry.example.org/sites/static:2.4.0";
@@ -151,12 +156,7 @@ fn retention(c: &Cluster, args: &[&str]) -> Output {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retention_archives_then_deletes_and_touches_nothing_else() {
-    let c = Cluster::start(false).await;
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NS}})).unwrap();
-    Api::<Namespace>::all(c.client.clone())
-        .create(&PostParams::default(), &ns)
-        .await
-        .unwrap();
+    let c = cluster_with_namespace().await;
     let api: Api<Site> = Api::namespaced(c.client.clone(), NS);
     let with = |name: &str, enabled: bool, date: Option<&str>, archived_at: Option<&str>| {
         let mut s = site(name, enabled, json!([{"name": "static"}]));
