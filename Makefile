@@ -38,6 +38,7 @@ clippy:
 
 ## unit: all Rust tests (cargo-nextest when installed, else cargo test).
 unit: prometheus-tools
+	$(CARGO) build --locked --workspace --bins
 	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
 		$(CARGO) nextest run --locked --workspace --no-fail-fast; \
 	else \
