@@ -266,6 +266,13 @@ fn owned_by(obj: &impl Resource, id: &str) -> bool {
     obj.labels().get(ID_LABEL).map(String::as_str) == Some(id)
 }
 
+/// What a reconcile wrote: the objects it created (for the Event) and whether it updated any.
+#[derive(Default)]
+struct Writes {
+    created: Vec<String>,
+    updated: bool,
+}
+
 /// The result of ensuring the objects.
 struct Ensured {
     outcome: Outcome,
@@ -281,11 +288,11 @@ pub async fn reconcile(ctx: &Context, name: &str) -> Next {
     if site.metadata.deletion_timestamp.is_some() {
         return Next::Done;
     }
-    let mut created = Vec::new();
+    let mut created = Writes::default();
     let result = ensure_objects(ctx, &site, &mut created).await;
-    if !created.is_empty() {
+    if !created.created.is_empty() {
         // One Event per reconcile, listing what it created.
-        let note = format!("created {}", created.join(", "));
+        let note = format!("created {}", created.created.join(", "));
         ctx.event(&site, EventType::Normal, "Created", note).await;
     }
     let ensured = match result {
@@ -322,7 +329,10 @@ pub async fn reconcile(ctx: &Context, name: &str) -> Next {
     {
         tracing::warn!(site = name, error = %m, "reconcile incomplete");
     }
-    match write_status(ctx, &site, &ensured.outcome).await {
+    // Objects written: the spec change mattered, so the status records the new generation even
+    // when nothing else in it changes. Without writes (an audit-only edit) nothing is written.
+    let objects_written = !created.created.is_empty() || created.updated;
+    match write_status(ctx, &site, &ensured.outcome, objects_written).await {
         Ok(()) => ensured.next,
         Err(e) => {
             tracing::warn!(site = name, error = %e, "cannot write the status");
@@ -331,13 +341,20 @@ pub async fn reconcile(ctx: &Context, name: &str) -> Next {
     }
 }
 
-async fn write_status(ctx: &Context, site: &Site, outcome: &Outcome) -> Result<(), kube::Error> {
+async fn write_status(
+    ctx: &Context,
+    site: &Site,
+    outcome: &Outcome,
+    objects_written: bool,
+) -> Result<(), kube::Error> {
     let id = site.name_any();
     let pods = site_pods(ctx, &id);
     let pods: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();
     let previous = site.status.as_ref();
     let new = status::site_status(site, &pods, outcome, previous, &(ctx.now)());
-    if previous.is_some_and(|p| status::same_state(p, &new)) {
+    if previous == Some(&new)
+        || (!objects_written && previous.is_some_and(|p| status::same_state(p, &new)))
+    {
         // Only observedGeneration would change (an audit or other non-qualifying edit): no
         // write (SPEC 4.2: such edits cause no writes at all).
         return Ok(());
@@ -372,7 +389,7 @@ async fn write_status(ctx: &Context, site: &Site, outcome: &Outcome) -> Result<(
 async fn ensure_one<K>(
     ctx: &Context,
     site: &Site,
-    created: &mut Vec<String>,
+    created: &mut Writes,
     store: &Store<K>,
     mut desired: K,
 ) -> Result<(Written, Option<K>), Failure>
@@ -394,8 +411,9 @@ where
     if written != Written::Unchanged {
         let kind = K::kind(&K::DynamicType::default()).to_string();
         tracing::info!(site = %site.name_any(), kind = %kind, object = %name, ?written, "wrote object");
-        if written == Written::Created {
-            created.push(format!("{kind} {name}"));
+        match written {
+            Written::Created => created.created.push(format!("{kind} {name}")),
+            _ => created.updated = true,
         }
     }
     Ok((written, obj))
@@ -404,7 +422,7 @@ where
 async fn ensure_objects(
     ctx: &Context,
     site: &Site,
-    created: &mut Vec<String>,
+    created: &mut Writes,
 ) -> Result<Ensured, Failure> {
     let id = site.name_any();
     let cfg = &ctx.config;
@@ -634,7 +652,7 @@ async fn replace_not_ready_pods(ctx: &Context, id: &str) {
 async fn routes(
     ctx: &Context,
     site: &Site,
-    created: &mut Vec<String>,
+    created: &mut Writes,
     desired: Option<Route>,
 ) -> Result<Ensured, Failure> {
     let id = site.name_any();

@@ -409,14 +409,27 @@ fn pvc_pins_a_retained_volume_and_keeps_stored_immutable_fields() {
     let spec = fresh.spec.as_ref().unwrap();
     assert_eq!(spec.volume_name.as_deref(), Some("pv-old"));
     assert_eq!(spec.storage_class_name.as_deref(), Some("sites-retain"));
-    let mut stored = fresh.clone();
-    let stored_spec = stored.spec.as_mut().unwrap();
-    stored_spec.volume_name = Some("pv-bound".into());
-    stored_spec.storage_class_name = Some("standard".into());
-    let again = workload::pvc(&s, &cfg, None, Some(&stored)).unwrap();
-    let spec = again.spec.unwrap();
-    assert_eq!(spec.volume_name.as_deref(), Some("pv-bound"));
+    // Stored as pinned: the pin stays in every later rendering.
+    let again = workload::pvc(&s, &cfg, None, Some(&fresh)).unwrap();
+    assert_eq!(again, fresh);
+    // Bound by the binder (not pinned), in a class the configuration no longer names: the
+    // rendering leaves the volume to the binder and keeps the class (it cannot change).
+    let mut bound = workload::pvc(&s, &cfg, None, None).unwrap();
+    let bound_spec = bound.spec.as_mut().unwrap();
+    bound_spec.volume_name = Some("pvc-1234".into());
+    bound_spec.storage_class_name = Some("standard".into());
+    let desired = workload::pvc(&s, &cfg, None, Some(&bound)).unwrap();
+    let spec = desired.spec.unwrap();
+    assert_eq!(spec.volume_name, None);
     assert_eq!(spec.storage_class_name.as_deref(), Some("standard"));
+    // The binder filling in the volume does not change the rendering.
+    let unbound = workload::pvc(&s, &cfg, None, None).unwrap();
+    let mut filled = unbound.clone();
+    filled.spec.as_mut().unwrap().volume_name = Some("pvc-1".into());
+    assert_eq!(
+        workload::pvc(&s, &cfg, None, Some(&filled)).unwrap(),
+        unbound
+    );
 }
 
 #[test]

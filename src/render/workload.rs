@@ -24,6 +24,8 @@ use crate::render::apps::{MIRROR_CONTAINER, Readiness, ResolvedApp};
 use crate::render::configmap::{DATA_MOUNT, FILES_MOUNT};
 use crate::render::secret::{API_TOKEN_KEY, COOKIE_SECRET_KEY, SECRET_KEY_KEY};
 
+/// Annotation of a claim the operator pinned to a retained volume.
+pub const PINNED_VOLUME_ANNOTATION: &str = "sites.ecmwf.int/pinned-volume";
 /// The pod-template annotation whose change rolls the pods (what `kubectl rollout restart` sets).
 pub const RESTARTED_AT_ANNOTATION: &str = "kubectl.kubernetes.io/restartedAt";
 
@@ -79,8 +81,8 @@ pub fn storage_request(
 
 /// PVC `<id>`: ReadWriteOnce, storage class from the configuration, storage per
 /// [`storage_request`]. `retained_volume` pins `volumeName` to a retained volume the caller
-/// found ([`crate::render::volume::find_retained_volume`]); for an existing claim the fields
-/// Kubernetes does not allow to change (volume name, class, access modes) keep their stored value.
+/// found ([`crate::render::volume::find_retained_volume`]); the pin is kept on later renderings
+/// (annotation [`PINNED_VOLUME_ANNOTATION`]); an existing claim keeps its storage class.
 pub fn pvc(
     site: &Site,
     cfg: &PlatformConfig,
@@ -95,28 +97,39 @@ pub fn pvc(
         .and_then(|r| r.get("storage"))
         .map(|q| q.0.as_str());
     let storage = storage_request(site, cfg, stored_request)?;
+    // Only what the operator decides goes into the desired claim, so the binder's and the API
+    // server's fields (the bound volume, a default class) never look like a difference. A volume
+    // the operator pinned is remembered in an annotation and stays in every later rendering.
+    let pinned = retained_volume.map(str::to_string).or_else(|| {
+        existing
+            .and_then(|c| c.metadata.annotations.as_ref())
+            .and_then(|a| a.get(PINNED_VOLUME_ANNOTATION).cloned())
+    });
+    let class = cfg.sites.kubernetes.storage_class.clone();
+    let storage_class_name = match stored.map(|s| s.storage_class_name.clone()) {
+        // The class of an existing claim cannot change: keep it when the configuration moved on.
+        Some(current @ Some(_)) if class.is_some() && current != class => current,
+        _ => class,
+    };
     let spec = PersistentVolumeClaimSpec {
-        access_modes: Some(
-            stored
-                .and_then(|s| s.access_modes.clone())
-                .unwrap_or_else(|| vec!["ReadWriteOnce".into()]),
-        ),
-        storage_class_name: match stored {
-            Some(s) => s.storage_class_name.clone(),
-            None => cfg.sites.kubernetes.storage_class.clone(),
-        },
-        volume_name: match stored {
-            Some(s) => s.volume_name.clone().filter(|v| !v.is_empty()),
-            None => retained_volume.map(str::to_string),
-        },
+        access_modes: Some(vec!["ReadWriteOnce".into()]),
+        storage_class_name,
+        volume_name: pinned.clone(),
         resources: Some(VolumeResourceRequirements {
             requests: Some(BTreeMap::from([("storage".into(), Quantity(storage))])),
             ..Default::default()
         }),
         ..Default::default()
     };
+    let mut metadata = labels::object_meta(site, id)?;
+    if let Some(volume) = pinned {
+        metadata.annotations = Some(BTreeMap::from([(
+            PINNED_VOLUME_ANNOTATION.to_string(),
+            volume,
+        )]));
+    }
     Ok(PersistentVolumeClaim {
-        metadata: labels::object_meta(site, id)?,
+        metadata,
         spec: Some(spec),
         ..Default::default()
     })

@@ -543,6 +543,12 @@ async fn qualifying_changes_restart_once_and_upgrade_requests_restart() {
         files.data.unwrap()["nginx.conf"].contains("add_header X-Frame-Options \"DENY\" always;")
     );
     wait_available(&c, "docs-handbook").await;
+    // A qualifying change is recorded as observed (observedGeneration follows the generation).
+    eventually("observedGeneration current", WAIT, || async {
+        let s = sites(&c).get("docs-handbook").await.ok()?;
+        (s.status?.observed_generation == s.metadata.generation).then_some(())
+    })
+    .await;
     // Another reconcile of the same spec: no second restart.
     let before = op.reconciles();
     merge(
