@@ -1,6 +1,6 @@
-//! `sites-operator run`: the process. Today it serves the admission webhooks (HTTPS) and the
-//! metrics and health endpoints (plain HTTP, separate port); the reconcile workers join it with
-//! the reconciler.
+//! `sites-operator run`: the process. It serves the admission webhooks (HTTPS) and the metrics
+//! and health endpoints (plain HTTP, separate port), and runs the reconcile workers behind
+//! leader election.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -206,8 +206,9 @@ async fn bind(addr: SocketAddr) -> Result<TcpListener, StartError> {
 }
 
 /// Runs until `shutdown` resolves: validates the configuration, loads (or creates) the serving
-/// certificate, serves webhooks and health, then drains in-flight requests for up to
-/// `shutdown_timeout`.
+/// certificate, connects to the cluster, serves webhooks and health, starts the controller
+/// (ready once its caches synced), then drains in-flight requests and reconciles for up to
+/// `shutdown_timeout` and releases the Lease.
 pub async fn run(
     opts: RunOptions,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
