@@ -93,16 +93,8 @@ enum Command {
         /// stores nothing.
         #[arg(long)]
         dry_run: bool,
-        /// Namespace of the Sites.
-        #[arg(long, env = "POD_NAMESPACE", default_value = "sites")]
-        namespace: String,
-        /// Platform configuration file (for the catalogue and the platform version).
-        #[arg(
-            long,
-            env = "SITES_OPERATOR_CONFIG",
-            default_value = "/etc/sites-operator/config.yaml"
-        )]
-        config: PathBuf,
+        #[command(flatten)]
+        target: SitesArgs,
     },
 
     /// Apply the retention policy once (the operator also runs it hourly).
@@ -117,16 +109,8 @@ enum Command {
         /// The date to apply the policy for (YYYY-MM-DD); default today (UTC).
         #[arg(long)]
         today: Option<String>,
-        /// Namespace of the Sites.
-        #[arg(long, env = "POD_NAMESPACE", default_value = "sites")]
-        namespace: String,
-        /// Platform configuration file (for the retention settings).
-        #[arg(
-            long,
-            env = "SITES_OPERATOR_CONFIG",
-            default_value = "/etc/sites-operator/config.yaml"
-        )]
-        config: PathBuf,
+        #[command(flatten)]
+        target: SitesArgs,
     },
 
     /// Write a development CA and serving certificate (ca.crt, tls.crt, tls.key).
@@ -150,6 +134,21 @@ enum Command {
         #[arg(long, default_value_t = 365, value_parser = clap::value_parser!(u32).range(1..=3650))]
         days: u32,
     },
+}
+
+/// Where the one-shot commands find the Sites and the platform configuration.
+#[derive(clap::Args, Debug)]
+struct SitesArgs {
+    /// Namespace of the Sites.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "sites")]
+    namespace: String,
+    /// Platform configuration file (catalogue, platform version, retention settings).
+    #[arg(
+        long,
+        env = "SITES_OPERATOR_CONFIG",
+        default_value = "/etc/sites-operator/config.yaml"
+    )]
+    config: PathBuf,
 }
 
 #[derive(clap::Args, Debug)]
@@ -552,17 +551,15 @@ fn main() -> ExitCode {
         Command::Retention {
             dry_run,
             today,
-            namespace,
-            config,
-        } => retention(dry_run, today.as_deref(), &namespace, &config),
+            target,
+        } => retention(dry_run, today.as_deref(), &target.namespace, &target.config),
         Command::Upgrade {
             site,
             all: _,
             force,
             dry_run,
-            namespace,
-            config,
-        } => upgrade(site, force, dry_run, &namespace, &config),
+            target,
+        } => upgrade(site, force, dry_run, &target.namespace, &target.config),
         Command::Certs {
             out,
             service,

@@ -765,7 +765,22 @@ async fn a_foreign_route_is_never_taken() {
     );
 
     // A site stuck on a conflict costs no writes when reconciled again (no repeated Event or
-    // status write).
+    // status write). First let what legitimately still changes settle: the pods becoming ready
+    // (status) and the background labelling of the bound volume.
+    let pvs: Api<PersistentVolume> = Api::all(c.client.clone());
+    eventually("pods running and the volume labelled", WAIT, || async {
+        let s = sites(&c).get("docs-handbook").await.ok()?;
+        let running = s.status?.phase == Some(Phase::Running);
+        let claim = api::<PersistentVolumeClaim>(&c)
+            .get("docs-handbook")
+            .await
+            .ok()?;
+        let pv = pvs.get(claim.spec?.volume_name.as_deref()?).await.ok()?;
+        let labelled = pv.metadata.labels?.contains_key("sites.ecmwf.int/id");
+        (running && labelled).then_some(())
+    })
+    .await;
+    op.settled_after(op.reconciles() - 1.0).await;
     let before = op.reconciles();
     c.emulator.stats().reset();
     merge(

@@ -14,8 +14,13 @@ use crate::support::{Cluster, repo_file};
 const NS: &str = "sites";
 
 fn run(c: &Cluster, args: &[&str]) -> Output {
+    command(c, "upgrade", args)
+}
+
+/// A one-shot subcommand against the emulator, with the namespace and the example configuration.
+fn command(c: &Cluster, subcommand: &str, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_sites-operator"))
-        .arg("upgrade")
+        .arg(subcommand)
         .args(args)
         .args(["--namespace", NS, "--config"])
         .arg(repo_file("manifests/base/config.yaml"))
@@ -144,14 +149,7 @@ async fn upgrade_rewrites_builtin_images_and_force_requests_a_restart() {
 }
 
 fn retention(c: &Cluster, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_sites-operator"))
-        .arg("retention")
-        .args(args)
-        .args(["--namespace", NS, "--config"])
-        .arg(repo_file("manifests/base/config.yaml"))
-        .env("KUBECONFIG", c.kubeconfig())
-        .output()
-        .unwrap()
+    command(c, "retention", args)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
