@@ -9,7 +9,7 @@ KUBERNETES_VALIDATE_VERSION := 1.37.0
 # Kubernetes version the manifests are validated against (the emulator's and kubectl's).
 KUBERNETES_VERSION := 1.32.0
 
-.PHONY: prometheus-tools all build run test lint fmt fmt-check clippy unit crd crd-check validate-manifests kind-e2e-check image kind-e2e tools clean
+.PHONY: bench bench-full prometheus-tools all build run test lint fmt fmt-check clippy unit crd crd-check validate-manifests kind-e2e-check image kind-e2e fuzz tools clean
 
 all: build
 
@@ -63,6 +63,28 @@ validate-manifests: $(VENV)/bin/kubernetes-validate
 	done
 	$(VENV)/bin/kubernetes-validate --strict --kubernetes-version $(KUBERNETES_VERSION) \
 		manifests/dev/*.yaml $(TOOLS)/rendered/*.yaml
+
+## bench: the quick benchmarks: reconcile scale at 1,000 Sites and 10 s of webhook load.
+bench:
+	SCALE_SITES=1000 $(CARGO) bench --locked --bench scale
+	WEBHOOK_QUICK=1 WEBHOOK_SECONDS=5 $(CARGO) bench --locked --bench webhook
+
+## bench-full: every benchmark at the sizes BENCHMARKS.md records (about 25 minutes).
+bench-full:
+	$(CARGO) bench --locked --bench admission
+	$(CARGO) bench --locked --bench webhook
+	SCALE_SITES=1000 $(CARGO) bench --locked --bench scale
+	SCALE_SITES=10000 $(CARGO) bench --locked --bench scale
+	$(CARGO) bench --locked -p sites-emulator --bench api
+
+## fuzz: the short fuzzing run: every cargo-fuzz target for FUZZ_SECONDS seconds, built
+## unoptimised and without AddressSanitizer to keep the build short (scripts/fuzz.sh, which
+## installs cargo-fuzz into .tools/; docs/fuzzing.md for long runs).
+FUZZ_SECONDS ?= 20
+FUZZ_PROFILE ?= dev
+FUZZ_SANITIZER ?= none
+fuzz:
+	FUZZ_PROFILE=$(FUZZ_PROFILE) FUZZ_SANITIZER=$(FUZZ_SANITIZER) scripts/fuzz.sh $(FUZZ_SECONDS)
 
 ## image: build the container image (needs a container engine).
 IMAGE ?= sites-operator:dev

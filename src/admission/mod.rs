@@ -11,17 +11,23 @@ pub mod server;
 
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 use kube::core::response::{StatusCause, StatusDetails};
+use std::borrow::Cow;
+
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Resource;
 use kube::core::{DynamicObject, Status};
+use serde::Deserialize;
 use serde_json::Value;
 
 use crate::config::{self, PlatformConfig};
-use crate::crd::{Site, UPGRADE_REQUEST_ANNOTATION};
+use crate::crd::{Site, SiteSpec, SiteStatus, UPGRADE_REQUEST_ANNOTATION};
 
 pub use rules::Violation;
 
 /// Denies with code 403, reason Forbidden, one message naming every violation, and the
 /// violations as status causes.
-pub fn deny(req: &AdmissionRequest<DynamicObject>, violations: &[Violation]) -> AdmissionResponse {
+pub fn deny<K: Resource>(req: &AdmissionRequest<K>, violations: &[Violation]) -> AdmissionResponse {
     let message = violations
         .iter()
         .map(ToString::to_string)
@@ -49,11 +55,159 @@ pub fn deny(req: &AdmissionRequest<DynamicObject>, violations: &[Violation]) -> 
     response
 }
 
+/// A Site as an admission request carries it, decoded straight from the request body (no
+/// generic JSON tree): the webhook server's fast path. `apiVersion` and `kind` are kept so that
+/// an object of another kind is still refused.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SiteObject {
+    #[serde(default)]
+    pub api_version: Option<String>,
+    #[serde(default)]
+    pub kind: Option<String>,
+    #[serde(default, deserialize_with = "admission_meta")]
+    pub metadata: ObjectMeta,
+    pub spec: SiteSpec,
+    #[serde(default)]
+    pub status: Option<SiteStatus>,
+}
+
+/// The metadata the admission handlers read: names and this operator's own annotations. The
+/// rest (managed fields, the `kubectl apply` annotation holding a copy of the whole object) is
+/// skipped unread, without allocating.
+fn admission_meta<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Meta {
+        #[serde(default)]
+        name: Option<String>,
+        #[serde(default)]
+        generate_name: Option<String>,
+        #[serde(default)]
+        namespace: Option<String>,
+        #[serde(default)]
+        uid: Option<String>,
+        #[serde(default, deserialize_with = "own_annotations")]
+        annotations: Option<std::collections::BTreeMap<String, String>>,
+    }
+    let meta = Option::<Meta>::deserialize(d)?;
+    Ok(meta.map_or_else(ObjectMeta::default, |m| ObjectMeta {
+        name: m.name,
+        generate_name: m.generate_name,
+        namespace: m.namespace,
+        uid: m.uid,
+        annotations: m.annotations,
+        ..ObjectMeta::default()
+    }))
+}
+
+/// The `sites.ecmwf.int/` annotations; other values are skipped.
+fn own_annotations<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<std::collections::BTreeMap<String, String>>, D::Error> {
+    struct Own;
+    impl<'de> serde::de::Visitor<'de> for Own {
+        type Value = Option<std::collections::BTreeMap<String, String>>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a map of strings")
+        }
+
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_none<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_some<D2: serde::Deserializer<'de>>(self, d: D2) -> Result<Self::Value, D2::Error> {
+            d.deserialize_map(self)
+        }
+
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut map: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut out = std::collections::BTreeMap::new();
+            while let Some(key) = map.next_key::<String>()? {
+                if key.starts_with("sites.ecmwf.int/") {
+                    let value = map.next_value::<String>()?;
+                    out.insert(key, value);
+                } else {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+            Ok(Some(out))
+        }
+    }
+    d.deserialize_option(Own)
+}
+
+impl Resource for SiteObject {
+    type DynamicType = ();
+    type Scope = NamespaceResourceScope;
+
+    fn kind(dt: &()) -> Cow<'_, str> {
+        Site::kind(dt)
+    }
+
+    fn group(dt: &()) -> Cow<'_, str> {
+        Site::group(dt)
+    }
+
+    fn version(dt: &()) -> Cow<'_, str> {
+        Site::version(dt)
+    }
+
+    fn plural(dt: &()) -> Cow<'_, str> {
+        Site::plural(dt)
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+impl SiteObject {
+    /// The Site, unless the object declares another kind.
+    fn into_site(self, field: &str) -> Result<Site, Violation> {
+        if let (Some(api_version), Some(kind)) = (&self.api_version, &self.kind) {
+            check_site_type(api_version, kind, field)?;
+        }
+        Ok(Site {
+            metadata: self.metadata,
+            spec: self.spec,
+            status: self.status,
+        })
+    }
+}
+
+/// Refuses an object whose `apiVersion`/`kind` is not a Site's.
+fn check_site_type(api_version: &str, kind: &str, field: &str) -> Result<(), Violation> {
+    if api_version == Site::api_version(&()) && kind == Site::kind(&()) {
+        return Ok(());
+    }
+    Err(Violation {
+        field: field.into(),
+        message: format!(
+            "kind {kind:?} of apiVersion {api_version:?} is not a Site (sites.ecmwf.int/v1)"
+        ),
+    })
+}
+
 /// The object of the request as a Site, or the violation explaining why it is not one.
 fn typed_site(object: Option<&DynamicObject>, field: &str) -> Result<Option<Site>, Violation> {
     let Some(object) = object else {
         return Ok(None);
     };
+    if let Some(types) = &object.types {
+        check_site_type(&types.api_version, &types.kind, field)?;
+    }
     let value = serde_json::to_value(object).map_err(|e| Violation {
         field: field.into(),
         message: e.to_string(),
@@ -66,9 +220,9 @@ fn typed_site(object: Option<&DynamicObject>, field: &str) -> Result<Option<Site
         })
 }
 
-fn upgrade_request(object: Option<&DynamicObject>) -> Option<&str> {
+fn upgrade_request<K: Resource>(object: Option<&K>) -> Option<&str> {
     object?
-        .metadata
+        .meta()
         .annotations
         .as_ref()?
         .get(UPGRADE_REQUEST_ANNOTATION)
@@ -80,8 +234,8 @@ fn upgrade_request(object: Option<&DynamicObject>) -> Option<&str> {
 /// --overwrite` always forces exactly one upgrade. A UUID is kept (a new one is the Hub's forced
 /// upgrade; an unchanged one is what every unrelated update carries). Removing the annotation
 /// stamps nothing. The response is a JSONPatch, absent when nothing changes.
-pub fn mutate_site(
-    req: &AdmissionRequest<DynamicObject>,
+pub fn mutate_site<K: Resource>(
+    req: &AdmissionRequest<K>,
     fresh: impl FnOnce() -> uuid::Uuid,
 ) -> AdmissionResponse {
     let response = AdmissionResponse::from(req);
@@ -117,7 +271,38 @@ pub fn validate_site(
     if !matches!(req.operation, Operation::Create | Operation::Update) {
         return AdmissionResponse::from(req);
     }
-    let site = match typed_site(req.object.as_ref(), "object") {
+    let site = typed_site(req.object.as_ref(), "object");
+    // A stored object that no longer decodes (e.g. written before a schema change) only loses
+    // the comparisons with it.
+    let old = typed_site(req.old_object.as_ref(), "oldObject")
+        .ok()
+        .flatten();
+    judge(req, site, old.as_ref(), cfg)
+}
+
+/// [`validate_site`] on a request decoded with typed objects (the same answers).
+pub fn validate_site_object(
+    mut req: AdmissionRequest<SiteObject>,
+    cfg: &PlatformConfig,
+) -> AdmissionResponse {
+    if !matches!(req.operation, Operation::Create | Operation::Update) {
+        return AdmissionResponse::from(&req);
+    }
+    let site = req.object.take().map(|o| o.into_site("object")).transpose();
+    let old = req
+        .old_object
+        .take()
+        .and_then(|o| o.into_site("oldObject").ok());
+    judge(&req, site, old.as_ref(), cfg)
+}
+
+fn judge<K: Resource>(
+    req: &AdmissionRequest<K>,
+    site: Result<Option<Site>, Violation>,
+    old: Option<&Site>,
+    cfg: &PlatformConfig,
+) -> AdmissionResponse {
+    let site = match site {
         Ok(Some(site)) => site,
         Ok(None) => {
             return deny(
@@ -130,12 +315,7 @@ pub fn validate_site(
         }
         Err(v) => return deny(req, &[v]),
     };
-    // A stored object that no longer decodes (e.g. written before a schema change) only loses
-    // the comparisons with it.
-    let old = typed_site(req.old_object.as_ref(), "oldObject")
-        .ok()
-        .flatten();
-    let violations = rules::site_violations(&site, old.as_ref(), cfg);
+    let violations = rules::site_violations(&site, old, cfg);
     if !violations.is_empty() {
         return deny(req, &violations);
     }

@@ -43,12 +43,19 @@ impl Violations {
         }
     }
 
-    /// Records a renderer error (which already names its field) as a violation.
+    /// Records a renderer error (which already names its field) as a violation. The field is
+    /// taken from the error, not parsed from its text: a quoted map key may itself hold ": ".
     fn error(&mut self, e: crate::Error) {
-        let text = e.to_string();
-        match text.split_once(": ") {
-            Some((field, message)) => self.add(field, message),
-            None => self.add("spec", text),
+        match e {
+            crate::Error::UnsafeValue { field, reason }
+            | crate::Error::InvalidSpec { field, reason } => self.add(field, reason),
+            other => {
+                let text = other.to_string();
+                match text.split_once(": ") {
+                    Some((field, message)) => self.add(field, message),
+                    None => self.add("spec", text),
+                }
+            }
         }
     }
 }
@@ -189,7 +196,12 @@ pub fn site_violations(site: &Site, old: Option<&Site>, cfg: &PlatformConfig) ->
             );
         }
         for (j, p) in app.paths.iter().enumerate() {
-            if let Err(e) = route::check_path(&field(&format!(".paths[{j}].path")), &p.path) {
+            let path_field = field(&format!(".paths[{j}].path"));
+            if let Err(e) = route::check_path(&path_field, &p.path) {
+                v.error(e);
+            } else if cfg.routing.mode == RoutingMode::Gateway
+                && let Err(e) = route::check_gateway_path(&path_field, &p.path)
+            {
                 v.error(e);
             }
             let supported: &[&str] = match cfg.routing.mode {
@@ -208,6 +220,16 @@ pub fn site_violations(site: &Site, old: Option<&Site>, cfg: &PlatformConfig) ->
                 );
             }
         }
+    }
+
+    // One HTTPRoute holds at most 16 rules (gateway mode); counted only when the rest converts.
+    if cfg.routing.mode == RoutingMode::Gateway
+        && let Ok(resolved) = apps::resolve(site, cfg)
+        && let Ok(paths) = apps::route_paths(site, &resolved, "site")
+        && let Ok(rules) = route::http_route_rules(&paths, !c.enabled, cfg.routing.scheme)
+        && let Err(e) = route::check_rule_count(rules.len())
+    {
+        v.error(e);
     }
 
     // Headers, quantities, dates, settings.

@@ -45,6 +45,27 @@ fn request(
     review.try_into().unwrap()
 }
 
+/// Every Site validation of these tables runs both ways: generic (`DynamicObject`) and typed
+/// (`SiteObject`, the server's path whenever the object decodes as a Site); the answers must be
+/// the same.
+fn validate_site(req: &AdmissionRequest<DynamicObject>, cfg: &PlatformConfig) -> AdmissionResponse {
+    let generic = super::validate_site(req, cfg);
+    let body = serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": req
+    }))
+    .unwrap();
+    if let Ok(typed_req) = server::decode_as::<SiteObject>(&body) {
+        let typed = validate_site_object(typed_req, cfg);
+        assert_eq!(
+            serde_json::to_value(typed.into_review()).unwrap(),
+            serde_json::to_value(generic.clone().into_review()).unwrap(),
+            "typed and generic validation differ for {}",
+            String::from_utf8_lossy(&body)
+        );
+    }
+    generic
+}
+
 fn messages(r: &AdmissionResponse) -> Vec<String> {
     r.result
         .details
@@ -979,4 +1000,710 @@ fn valid_edge_cases_table() {
         let r = validate_site(&request(op, Some(with(&edits)), old), &config(mode));
         assert!(r.allowed, "{case}: {}", r.result.message);
     }
+}
+
+/// Every limit a Site field has, exactly at the limit (allowed) and one past it (denied naming
+/// the exact field path). Limits whose two sides are already in `valid_edge_cases_table` and
+/// `invalid_sites_table` (id 52/53, name 63/64, application name 63/64, ports 1/65535 and
+/// 0/65536) are not repeated.
+#[test]
+fn limits_at_and_past_table() {
+    let long = |n: usize| "a".repeat(n);
+    let ing = RoutingMode::Ingress;
+    let gw = RoutingMode::Gateway;
+    // A DNS-1123 subdomain of `n` characters (labels of 63, joined by dots).
+    let subdomain = |n: usize| {
+        let mut out = String::new();
+        while out.len() < n {
+            if !out.is_empty() {
+                out.push('.');
+            }
+            let take = (n - out.len()).min(63);
+            out.push_str(&"a".repeat(take));
+        }
+        out
+    };
+    // Paths for the custom application: `plain` of one HTTPRoute rule each, `slashed` of two.
+    let paths = |plain: usize, slashed: usize| {
+        let paths: Vec<Value> = (0..plain + slashed)
+            .map(|i| {
+                let slash = if i < slashed { "/" } else { "" };
+                json!({"path": format!("/docs/handbook/p{i}{slash}"), "path_type": "Prefix"})
+            })
+            .collect();
+        custom(json!({ "paths": paths }))
+    };
+    let image = |s: String| custom(json!({ "image": s }));
+    let ann = |key: String| custom(json!({"annotations": {key: "x"}}));
+    let path = |p: String| custom(json!({"paths": [{"path": "/docs/handbook/api"}, {"path": p}]}));
+    let header = |name: String, value: String| json!({ name: value });
+    // (case, edits at the limit, edits one past it, mode, expected "field: message" prefix)
+    let cases: Vec<(&str, Edits, Edits, RoutingMode, String)> = vec![
+        (
+            "generateName: 47 + 5 random characters",
+            vec![("/metadata/name", Value::Null), ("/metadata/generateName", json!(format!("{}-", long(46))))],
+            vec![("/metadata/name", Value::Null), ("/metadata/generateName", json!(format!("{}-", long(47))))],
+            ing,
+            "metadata.generateName: must be at most 52 characters (is 53)".into(),
+        ),
+        (
+            "space of 63 characters",
+            vec![("/spec/configuration/space", json!(long(63)))],
+            vec![("/spec/configuration/space", json!(long(64)))],
+            ing,
+            "spec.configuration.space: must be at most 63 characters (is 64)".into(),
+        ),
+        (
+            "image tag of 128 characters",
+            vec![(APPS, image(format!("ghcr.io/x/app:{}", long(128))))],
+            vec![(APPS, image(format!("ghcr.io/x/app:{}", long(129))))],
+            ing,
+            format!("spec.configuration.applications[1].image: \"ghcr.io/x/app:{}\" is not a valid image reference: bad tag", long(129)),
+        ),
+        (
+            "image repository of 255 characters",
+            vec![(APPS, image(format!("{}:1", long(255))))],
+            vec![(APPS, image(format!("{}:1", long(256))))],
+            ing,
+            format!("spec.configuration.applications[1].image: \"{}:1\" is not a valid image reference: repository is longer than 255 characters", long(256)),
+        ),
+        (
+            "image reference of 463 characters",
+            vec![(APPS, image(format!("a@sha256:{}", "0".repeat(454))))],
+            vec![(APPS, image(format!("a@sha256:{}", "0".repeat(455))))],
+            ing,
+            "spec.configuration.applications[1].image: ".to_string(),
+        ),
+        (
+            "env name: printable ASCII up to '~', not DEL",
+            vec![(APPS, custom(json!({"env": {"!~": "x"}})))],
+            vec![(APPS, custom(json!({"env": {"!~\u{7f}": "x"}})))],
+            ing,
+            "spec.configuration.applications[1].env[\"!~\\u{7f}\"]: \"!~\\u{7f}\" contains '\\u{7f}'".into(),
+        ),
+        (
+            "annotation name of 63 characters after the prefix",
+            vec![(APPS, ann(format!("example.org/{}", long(63))))],
+            vec![(APPS, ann(format!("example.org/{}", long(64))))],
+            ing,
+            format!("spec.configuration.applications[1].annotations[\"example.org/{}\"]: must be a qualified name", long(64)),
+        ),
+        (
+            "annotation prefix of 253 characters",
+            vec![(APPS, ann(format!("{}/x", subdomain(253))))],
+            vec![(APPS, ann(format!("{}/x", subdomain(254))))],
+            ing,
+            format!("spec.configuration.applications[1].annotations[\"{}/x\"]: prefix must be at most 253 characters (is 254)", subdomain(254)),
+        ),
+        (
+            "annotation prefix label of 63 characters",
+            vec![(APPS, ann(format!("{}.org/x", long(63))))],
+            vec![(APPS, ann(format!("{}.org/x", long(64))))],
+            ing,
+            format!("spec.configuration.applications[1].annotations[\"{}.org/x\"]: prefix must be a DNS-1123 subdomain", long(64)),
+        ),
+        (
+            "path of 1024 characters",
+            vec![(APPS, path(format!("/{}", long(1023))))],
+            vec![(APPS, path(format!("/{}", long(1024))))],
+            ing,
+            "spec.configuration.applications[1].paths[1].path: must be at most 1024 characters (is 1025)".into(),
+        ),
+        (
+            "path of 1024 characters in gateway mode",
+            vec![(APPS, path(format!("/{}", long(1023))))],
+            vec![(APPS, path(format!("/{}", long(1024))))],
+            gw,
+            "spec.configuration.applications[1].paths[1].path: must be at most 1024 characters (is 1025)".into(),
+        ),
+        (
+            "16 HTTPRoute rules: the site path and 15 paths",
+            vec![(APPS, paths(15, 0))],
+            vec![(APPS, paths(16, 0))],
+            gw,
+            "spec.configuration.applications: the site's paths need 17 HTTPRoute rules; the Gateway API allows at most 16".into(),
+        ),
+        (
+            "16 HTTPRoute rules: slashed Prefix paths need two",
+            vec![(APPS, paths(1, 7))],
+            vec![(APPS, paths(0, 8))],
+            gw,
+            "spec.configuration.applications: the site's paths need 17 HTTPRoute rules".into(),
+        ),
+        (
+            "16 HTTPRoute rules of a disabled site",
+            vec![("/spec/configuration/enabled", json!(false)), (APPS, paths(15, 0))],
+            vec![("/spec/configuration/enabled", json!(false)), (APPS, paths(16, 0))],
+            gw,
+            "spec.configuration.applications: the site's paths need 17 HTTPRoute rules".into(),
+        ),
+        (
+            "header name of 256 characters",
+            vec![("/spec/configuration/headers", header(long(256), "v".into()))],
+            vec![("/spec/configuration/headers", header(long(257), "v".into()))],
+            ing,
+            format!("spec.configuration.headers[\"{}\"]: header names are 1 to 256 characters", long(257)),
+        ),
+        (
+            "header value of 4000 bytes",
+            vec![("/spec/configuration/headers", header("X-A".into(), long(4000)))],
+            vec![("/spec/configuration/headers", header("X-A".into(), long(4001)))],
+            ing,
+            "spec.configuration.headers[\"X-A\"]: the value must be at most 4000 bytes (is 4001)".into(),
+        ),
+        (
+            "header value of 4000 bytes, counted in bytes not characters",
+            vec![("/spec/configuration/headers", header("X-A".into(), "é".repeat(2000)))],
+            vec![("/spec/configuration/headers", header("X-A".into(), format!("{}a", "é".repeat(2000))))],
+            ing,
+            "spec.configuration.headers[\"X-A\"]: the value must be at most 4000 bytes (is 4001)".into(),
+        ),
+        (
+            "quota of 2^63-1",
+            vec![("/spec/configuration/quota", json!("9223372036854775807"))],
+            vec![("/spec/configuration/quota", json!("9223372036854775808"))],
+            ing,
+            "spec.configuration.quota: \"9223372036854775808\" is too large (the limit is 2^63-1)".into(),
+        ),
+        (
+            "quota of 7Ei (8Ei is 2^63)",
+            vec![("/spec/configuration/quota", json!("7Ei"))],
+            vec![("/spec/configuration/quota", json!("8Ei"))],
+            ing,
+            "spec.configuration.quota: \"8Ei\" is too large".into(),
+        ),
+        (
+            "smallest quota: 1n",
+            vec![("/spec/configuration/quota", json!("1n"))],
+            vec![("/spec/configuration/quota", json!("0n"))],
+            ing,
+            "spec.configuration.quota: \"0n\" must be greater than zero".into(),
+        ),
+        (
+            "memory limit 1Ei",
+            vec![("/spec/configuration/settings/resource_limits", json!({"memory": "7Ei"}))],
+            vec![("/spec/configuration/settings/resource_limits", json!({"memory": "8Ei"}))],
+            ing,
+            "spec.configuration.settings.resource_limits.memory: \"8Ei\" is too large".into(),
+        ),
+        (
+            "replicas from 0, not -1",
+            vec![("/spec/configuration/settings/replicas", json!(0))],
+            vec![("/spec/configuration/settings/replicas", json!(-1))],
+            ing,
+            "spec.configuration.settings.replicas: must not be negative".into(),
+        ),
+        (
+            "replicas up to i32::MAX",
+            vec![("/spec/configuration/settings/replicas", json!(i32::MAX))],
+            vec![("/spec/configuration/settings/replicas", json!(i64::from(i32::MAX) + 1))],
+            ing,
+            "object: not a valid Site: invalid value: integer `2147483648`, expected i32".into(),
+        ),
+        (
+            "retention date up to 9999-12-31",
+            vec![("/spec/configuration/retention_date", json!("9999-12-31"))],
+            vec![("/spec/configuration/retention_date", json!("10000-01-01"))],
+            ing,
+            "spec.configuration.retention_date: \"10000-01-01\" is not an ISO 8601 date (YYYY-MM-DD)".into(),
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (case, at, past, mode, want) in cases {
+        let r = validate_site(&request("CREATE", Some(with(&at)), None), &config(mode));
+        if !r.allowed {
+            failures.push(format!("{case}: at the limit denied: {}", r.result.message));
+        }
+        let r = validate_site(&request("CREATE", Some(with(&past)), None), &config(mode));
+        let msgs = messages(&r);
+        if r.allowed || r.result.code != 403 || !msgs.iter().any(|m| m.starts_with(&want)) {
+            failures.push(format!(
+                "{case}: past the limit\n  want: {want}\n  got:  {msgs:?}"
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+
+    // Ingress mode has no rule limit: the paths that are one too many for an HTTPRoute pass.
+    let r = validate_site(
+        &request("CREATE", Some(with(&[(APPS, paths(0, 16))])), None),
+        &config(ing),
+    );
+    assert!(r.allowed, "{}", r.result.message);
+}
+
+/// Injection attempts: values trying to leave their nginx directive, to add YAML, or carrying
+/// control characters, are denied naming the field. Values legal by design are in
+/// `legal_values_that_look_like_injections_are_allowed` (and the render test proving they stay
+/// inside their directive).
+#[test]
+fn injection_attempts_are_denied_naming_the_field() {
+    let ing = RoutingMode::Ingress;
+    let gw = RoutingMode::Gateway;
+    let headers = |name: &str, value: &str| ("/spec/configuration/headers", json!({ name: value }));
+    let path = |p: &str| (APPS, custom(json!({"paths": [{"path": p}]})));
+    let header_field = |name: &str| format!("spec.configuration.headers[{name:?}]: ");
+    let path_field = "spec.configuration.applications[1].paths[0].path: ";
+    // (edits, mode, expected "field: message" prefix)
+    let mut cases: Vec<(Edits, RoutingMode, String)> = Vec::new();
+    // Header names: only letters, digits, '-' and '_'.
+    for name in [
+        "X-A;",
+        "X-A}",
+        "X-A{",
+        "X-A\n",
+        "X-A$x",
+        "X\"A",
+        "X\\A",
+        "X'A",
+        "X#A",
+        "include /etc/passwd;",
+        "X: A",
+        "X-A\r\nX-B",
+        "X-A\u{0}",
+        "X\u{202e}A",
+        "X-Ä",
+        "\n  key: value",
+        "!!python/object",
+    ] {
+        cases.push((
+            vec![headers(name, "v")],
+            ing,
+            format!("{}the header name contains", header_field(name)),
+        ));
+    }
+    // Header values: no control characters, no '"', '\' or '$'.
+    for value in [
+        "a\" always; include /etc/passwd; add_header X \"b",
+        "a\nadd_header X-Injected b;",
+        "a\r\nSet-Cookie: session=x",
+        "$request_uri",
+        "${host}",
+        "a\\\" always; return 200 \\\"",
+        "a\\",
+        "\n  key: value",
+        "a\n---\n!!python/object:os.system ls",
+        "\u{0}",
+        "\u{1b}[31mred",
+        "a\u{7f}",
+        "a\u{85}b",
+        "a\tb",
+    ] {
+        cases.push((
+            vec![headers("X-A", value)],
+            ing,
+            format!("{}the value contains", header_field("X-A")),
+        ));
+    }
+    // Paths: absolute, no whitespace, control characters or nginx syntax, nothing the API
+    // server refuses in a route.
+    for (p, reason) in [
+        ("/a;include /etc/passwd;", "contains ';'"),
+        ("/a}", "contains '}'"),
+        ("/a{", "contains '{'"),
+        ("/a\n", "contains '\\n'"),
+        ("/a\r\n  key: value", "contains '\\r'"),
+        ("/a\"", "contains '\"'"),
+        ("/a'", "contains '\\''"),
+        ("/a\\", "contains '\\\\'"),
+        ("/a$uri", "contains '$'"),
+        ("/a#frag", "contains '#'"),
+        ("/a\u{0}", "contains '\\0'"),
+        ("/a\u{1b}", "contains '\\u{1b}'"),
+        ("/a\u{a0}b", "contains '\\u{a0}'"),
+        ("a/b", "must start with '/'"),
+        ("", "must start with '/'"),
+        ("---", "must start with '/'"),
+        ("!!python/object", "must start with '/'"),
+        ("/a//b", "contains \"//\""),
+        ("/a/./b", "contains \"/./\""),
+        ("/a/../etc/passwd", "contains \"/../\""),
+        ("/a%2fb", "contains \"%2f\""),
+        ("/a%2Fb", "contains \"%2F\""),
+        ("/a/..", "ends with \"/..\""),
+        ("/a/.", "ends with \"/.\""),
+    ] {
+        cases.push((vec![path(p)], ing, format!("{path_field}{p:?} {reason}")));
+    }
+    // Gateway mode: only what an HTTPRoute path match can hold.
+    for (p, c) in [
+        ("/café", "'é'"),
+        ("/a<b>", "'<'"),
+        ("/a|b", "'|'"),
+        ("/a^b", "'^'"),
+        ("/a`b", "'`'"),
+        ("/a[0]", "'['"),
+        ("/a?x=1", "'?'"),
+        ("/a%zz", "'%'"),
+        ("/a%2", "'%'"),
+        ("/a\u{202e}", "'\\u{202e}'"),
+    ] {
+        cases.push((
+            vec![path(p)],
+            gw,
+            format!("{path_field}{p:?} contains {c}, which an HTTPRoute path cannot hold"),
+        ));
+    }
+    // Names.
+    for (pointer, value, field) in [
+        (
+            "/metadata/name",
+            "a;b",
+            "metadata.name: must be a DNS-1035 label",
+        ),
+        (
+            "/metadata/name",
+            "a\n  key: value",
+            "metadata.name: must be a DNS-1035 label",
+        ),
+        (
+            "/spec/name",
+            "handbook;include",
+            "spec.name: must be a DNS-1123 label",
+        ),
+        (
+            "/spec/name",
+            "x\n  key: value",
+            "spec.name: must be a DNS-1123 label",
+        ),
+        ("/spec/name", "---", "spec.name: must be a DNS-1123 label"),
+        (
+            "/spec/configuration/space",
+            "docs}",
+            "spec.configuration.space: must be a DNS-1123 label",
+        ),
+        (
+            "/spec/configuration/space",
+            "docs/../x",
+            "spec.configuration.space: must be a DNS-1123 label",
+        ),
+        (
+            "/spec/configuration/space",
+            "\u{0}",
+            "spec.configuration.space: must be a DNS-1123 label",
+        ),
+        (
+            "/spec/configuration/space",
+            "!!python/object",
+            "spec.configuration.space: must be a DNS-1123 label",
+        ),
+        ("/spec/owner", "\n\t ", "spec.owner: must not be empty"),
+    ] {
+        cases.push((vec![(pointer, json!(value))], ing, field.to_string()));
+    }
+    cases.push((
+        vec![(APPS, json!([{"name": "static;include", "image": "x:1"}]))],
+        ing,
+        "spec.configuration.applications[0].name: must be a DNS-1123 label".into(),
+    ));
+    // Environment names, annotation keys, images.
+    for (key, c) in [
+        ("A\nB", "'\\n'"),
+        ("A=B;", "'='"),
+        ("A B", "' '"),
+        ("\u{0}", "'\\0'"),
+        ("Ä", "'Ä'"),
+    ] {
+        cases.push((
+            vec![(APPS, custom(json!({"env": {key: "x"}})))],
+            ing,
+            format!("spec.configuration.applications[1].env[{key:?}]: {key:?} contains {c}"),
+        ));
+    }
+    for key in [
+        "nginx.org/location-snippets\n",
+        "a;b",
+        "example.org/x\n  key: value",
+        "---",
+    ] {
+        cases.push((
+            vec![(APPS, custom(json!({"annotations": {key: "x"}})))],
+            ing,
+            format!("spec.configuration.applications[1].annotations[{key:?}]: "),
+        ));
+    }
+    for image in [
+        "ghcr.io/x/app:1\n  key: value",
+        "ghcr.io/x/app:1;rm -rf /",
+        "ghcr.io/x/app:$TAG",
+        "ghcr.io/x/app:1\u{0}",
+    ] {
+        cases.push((
+            vec![(APPS, custom(json!({ "image": image })))],
+            ing,
+            format!(
+                "spec.configuration.applications[1].image: {image:?} is not a valid image reference"
+            ),
+        ));
+    }
+    // Error handling (which error pages nginx serves), quantities, dates.
+    for value in [
+        "site; include /etc/passwd;",
+        "platform\n",
+        "platform }",
+        "site\n---\nkey: value",
+        "$site",
+    ] {
+        cases.push((
+            vec![("/spec/configuration/settings/error_handling", json!(value))],
+            ing,
+            format!("spec.configuration.settings.error_handling: {value:?} is not one of \"platform\", \"site\""),
+        ));
+    }
+    for (pointer, value, field) in [
+        (
+            "/spec/configuration/quota",
+            "1Gi;",
+            "spec.configuration.quota: \"1Gi;\" is not a quantity",
+        ),
+        (
+            "/spec/configuration/quota",
+            "1Gi\n---",
+            "spec.configuration.quota: \"1Gi\\n---\" is not a quantity",
+        ),
+        (
+            "/spec/configuration/settings/resource_limits/cpu",
+            "1; include",
+            "spec.configuration.settings.resource_limits.cpu: \"1; include\" is not a quantity",
+        ),
+        (
+            "/spec/configuration/retention_date",
+            "2027-01-01\n",
+            "spec.configuration.retention_date: \"2027-01-01\\n\" is not an ISO 8601 date",
+        ),
+        (
+            "/spec/configuration/retention_date",
+            "2027-01-01; drop",
+            "spec.configuration.retention_date: \"2027-01-01; drop\" is not an ISO 8601 date",
+        ),
+    ] {
+        cases.push((vec![(pointer, json!(value))], ing, field.to_string()));
+    }
+    assert!(cases.len() >= 90, "{} cases", cases.len());
+    let mut failures = Vec::new();
+    for (edits, mode, want) in cases {
+        let r = validate_site(&request("CREATE", Some(with(&edits)), None), &config(mode));
+        let msgs = messages(&r);
+        if r.allowed || r.result.code != 403 || !msgs.iter().any(|m| m.starts_with(&want)) {
+            failures.push(format!("{edits:?}\n  want: {want}\n  got:  {msgs:?}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Values that look like injections but are legal by design: a header value is written inside
+/// double quotes, so ';', '{', '}', '#' and quotes of the other kind stay part of the string
+/// (CSP needs ';' and '\''); environment values, owners and descriptions never reach nginx or a
+/// YAML text. The render tests show what they become.
+#[test]
+fn legal_values_that_look_like_injections_are_allowed() {
+    let ing = RoutingMode::Ingress;
+    let cases: Vec<(&str, Edits)> = vec![
+        (
+            "CSP header",
+            vec![(
+                "/spec/configuration/headers",
+                json!({"Content-Security-Policy": "default-src 'self'; script-src 'none'"}),
+            )],
+        ),
+        (
+            "braces and a hash in a header",
+            vec![(
+                "/spec/configuration/headers",
+                json!({"X-A": "} include /etc/passwd; { # x"}),
+            )],
+        ),
+        (
+            "YAML-looking header value",
+            vec![(
+                "/spec/configuration/headers",
+                json!({"X-A": "--- !!python/object:os.system key: value"}),
+            )],
+        ),
+        (
+            "non-ASCII header value",
+            vec![(
+                "/spec/configuration/headers",
+                json!({"X-A": "ünïcödé \u{2028}"}),
+            )],
+        ),
+        (
+            "env value with nginx and YAML syntax",
+            vec![(
+                APPS,
+                custom(
+                    json!({"env": {"A": "x\"; } include /etc/passwd; $host \\\n  key: value\n---\n!!python/object:os.system"}}),
+                ),
+            )],
+        ),
+        (
+            "owner with YAML",
+            vec![("/spec/owner", json!("jdoe\nSITE_ID: other\n---"))],
+        ),
+        (
+            "description with control characters",
+            vec![("/spec/description", json!("a\u{0}b\u{1b}[31m"))],
+        ),
+        (
+            "annotation value with a snippet",
+            vec![(
+                APPS,
+                custom(json!({"annotations": {"example.org/x": "a; }\n---"}})),
+            )],
+        ),
+        (
+            "ingress path with non-ASCII",
+            vec![(APPS, custom(json!({"paths": [{"path": "/docs/café"}]})))],
+        ),
+        (
+            "percent escapes",
+            vec![(APPS, custom(json!({"paths": [{"path": "/docs/a%20b"}]})))],
+        ),
+    ];
+    for (case, edits) in cases {
+        let r = validate_site(&request("CREATE", Some(with(&edits)), None), &config(ing));
+        assert!(r.allowed, "{case}: {}", r.result.message);
+    }
+    // The percent escape is legal in gateway mode too.
+    let edits = vec![(APPS, custom(json!({"paths": [{"path": "/docs/a%20b"}]})))];
+    let r = validate_site(
+        &request("CREATE", Some(with(&edits)), None),
+        &config(RoutingMode::Gateway),
+    );
+    assert!(r.allowed, "{}", r.result.message);
+}
+
+/// A header name holding ": " keeps its whole quoted key as the field path.
+#[test]
+fn field_paths_of_keys_holding_a_colon_stay_whole() {
+    let edits = vec![(
+        "/spec/configuration/headers",
+        json!({"X-Frame-Options: DENY": "v"}),
+    )];
+    let r = validate_site(
+        &request("CREATE", Some(with(&edits)), None),
+        &config(RoutingMode::Ingress),
+    );
+    let causes = r.result.details.unwrap().causes;
+    assert_eq!(causes.len(), 1, "{causes:?}");
+    assert_eq!(
+        causes[0].field,
+        "spec.configuration.headers[\"X-Frame-Options: DENY\"]"
+    );
+    assert!(
+        causes[0]
+            .message
+            .starts_with("the header name contains ':'"),
+        "{}",
+        causes[0].message
+    );
+}
+
+/// The configuration that breaks every rule it can at once, through the webhook: denied with
+/// one cause per problem, each naming its key, and every key in the message.
+#[test]
+fn a_configuration_breaking_every_rule_is_denied_listing_every_key() {
+    let text = include_str!("../config/testdata/every-rejection.yaml");
+    let r = validate_config(&configmap_request(
+        "sites-config",
+        json!({ "config.yaml": text }),
+    ));
+    assert!(!r.allowed);
+    assert_eq!(
+        (r.result.code, r.result.reason.as_str()),
+        (403, "Forbidden")
+    );
+    let causes = r.result.details.clone().unwrap().causes;
+    let direct = match config::validate_configmap_data(
+        Some(&[("config.yaml".to_string(), text.to_string())].into()),
+        &Context {
+            namespace: Some("sites"),
+        },
+    ) {
+        Err(config::ConfigError::Invalid(problems)) => problems,
+        other => panic!("{other:?}"),
+    };
+    assert!(causes.len() >= 60, "{} causes", causes.len());
+    let fields: Vec<&str> = causes.iter().map(|c| c.field.as_str()).collect();
+    let keys: Vec<&str> = direct.iter().map(|p| p.key.as_str()).collect();
+    assert_eq!(fields, keys);
+    for problem in &direct {
+        assert!(
+            r.result.message.contains(&problem.to_string()),
+            "{problem} missing from {}",
+            r.result.message
+        );
+    }
+}
+
+/// An object whose apiVersion or kind says it is not a Site is denied as such, even when its
+/// shape would decode as a Site.
+#[test]
+fn objects_of_another_kind_are_denied_naming_the_object() {
+    for (api_version, kind) in [
+        ("v1", "ConfigMap"),
+        ("sites.ecmwf.int/v2", "Site"),
+        ("sites.ecmwf.int/v1", "Sites"),
+    ] {
+        let object = site_json(|s| {
+            s["apiVersion"] = json!(api_version);
+            s["kind"] = json!(kind);
+        });
+        let r = validate_site(
+            &request("CREATE", Some(object), None),
+            &config(RoutingMode::Ingress),
+        );
+        assert!(!r.allowed, "{api_version} {kind}");
+        assert_eq!(
+            messages(&r),
+            [format!(
+                "object: kind {kind:?} of apiVersion {api_version:?} is not a Site (sites.ecmwf.int/v1)"
+            )]
+        );
+    }
+}
+
+#[test]
+fn sites_take_the_typed_path_and_other_objects_the_generic_one() {
+    let body = |object: Value| {
+        serde_json::to_vec(&json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {
+                "uid": "req-1",
+                "kind": {"group": "sites.ecmwf.int", "version": "v1", "kind": "Site"},
+                "resource": {"group": "sites.ecmwf.int", "version": "v1", "resource": "sites"},
+                "name": "docs-handbook", "namespace": "sites", "operation": "CREATE",
+                "userInfo": {"username": "jdoe"}, "object": object
+            }
+        }))
+        .unwrap()
+    };
+    let cfg = config(RoutingMode::Ingress);
+    let typed =
+        server::decode_as::<SiteObject>(&body(site_json(|_| {}))).expect("a Site decodes typed");
+    assert_eq!(typed.types.kind, "AdmissionReview");
+    assert!(validate_site_object(typed, &cfg).allowed);
+    // A ConfigMap does not decode as a Site; the generic path names the problem.
+    let cm = body(
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}, "data": {}}),
+    );
+    assert!(server::decode_as::<SiteObject>(&cm).is_err());
+    let r = super::validate_site(&server::decode(&cm).unwrap(), &cfg);
+    assert!(!r.allowed);
+    assert!(
+        messages(&r)[0].starts_with("object: "),
+        "{:?}",
+        messages(&r)
+    );
+    // A Site-shaped object of another kind decodes typed and is still refused.
+    let mut other = site_json(|_| {});
+    other["kind"] = json!("Pod");
+    let typed = server::decode_as::<SiteObject>(&body(other)).unwrap();
+    let r = validate_site_object(typed, &cfg);
+    assert_eq!(
+        messages(&r),
+        vec![
+            "object: kind \"Pod\" of apiVersion \"sites.ecmwf.int/v1\" is not a Site (sites.ecmwf.int/v1)"
+        ]
+    );
 }

@@ -696,3 +696,355 @@ fn log_levels_accept_python_and_tracing_spellings() {
     }
     assert_eq!(LogLevel::parse("verbose"), None);
 }
+
+/// One document breaking every rule it can at once (`testdata/every-rejection.yaml`): every
+/// problem is reported together, each naming its key; the rules that are alternatives for a key
+/// already broken there are broken together in `testdata/every-rejection-alternatives.yaml`.
+#[test]
+fn every_rule_broken_at_once_is_reported_at_once() {
+    let ctx = Context {
+        namespace: Some("sites"),
+    };
+    let text = include_str!("testdata/every-rejection.yaml");
+    let problems = match PlatformConfig::from_yaml(text, "every-rejection.yaml", &ctx) {
+        Err(ConfigError::Invalid(p)) => p,
+        other => panic!("{other:?}"),
+    };
+    let apps = "sitesConfig.applications";
+    let k = "sitesConfig.kubernetes";
+    let expected: Vec<(String, &str)> = [
+        ("ingress.className", "moved; use routing.ingress.className"),
+        (
+            "ingress.annotations",
+            "moved; use routing.ingress.hubAnnotations",
+        ),
+        ("ingress.foo", "moved; use routing.ingress"),
+        ("hub", "unknown key"),
+        ("routing.host", "required in gateway mode"),
+        ("routing.hubHost", "\"Hub.example.org\" must be lowercase"),
+        ("routing.scheme", "must be http or https, found \"ftp\""),
+        (
+            "routing.hsts",
+            "must be true or false, found string \"yes\"",
+        ),
+        ("routing.hstsEnabled", "moved; use routing.hsts"),
+        ("routing.tls.secretName", "must be a DNS-1123 subdomain"),
+        ("routing.tls.hubSecretName", "must be a DNS-1123 subdomain"),
+        ("routing.tls.cert", "unknown key"),
+        ("routing.ingress.className", "must be a DNS-1123 subdomain"),
+        (
+            "routing.ingress.hubAnnotations[\"bad key\"]",
+            "invalid annotation key",
+        ),
+        (
+            "routing.ingress.routeAnnotations[\"example.org/x\"]",
+            "must be a string, found number 5",
+        ),
+        ("routing.ingress.extra", "unknown key"),
+        ("routing.gateway.name", "required in gateway mode"),
+        (
+            "routing.gateway.namespace",
+            "must be empty or the platform namespace \"sites\"",
+        ),
+        (
+            "routing.gateway.listenerName",
+            "must be a DNS-1123 subdomain",
+        ),
+        (
+            "routing.gateway.hubListenerName",
+            "must be a DNS-1123 subdomain",
+        ),
+        (
+            "routing.gateway.className",
+            "required when routing.gateway.create is true",
+        ),
+        (
+            "routing.gateway.annotations[\"-bad\"]",
+            "invalid annotation key",
+        ),
+        (
+            "routing.gateway.listeners[0]",
+            "must be a mapping (a Gateway listener)",
+        ),
+        (
+            "routing.gateway.httpRedirect",
+            "must be true or false, found number 1",
+        ),
+        (
+            "routing.gateway.routeAnnotations[\"a b\"]",
+            "invalid annotation key",
+        ),
+        (
+            "routing.gateway.policies[0]",
+            "unknown policy feature \"teleport\"",
+        ),
+        (
+            "routing.gateway.policies[2]",
+            "duplicate policy feature \"session_affinity\"",
+        ),
+        (
+            "routing.gateway.policies",
+            "policy provider \"none\" does not supply session_affinity",
+        ),
+        (
+            "routing.gateway.policyRbacRules[0]",
+            "must be a mapping (an RBAC policy rule)",
+        ),
+        ("routing.gateway.hosts", "unknown key"),
+        (
+            "sitesConfig.routing",
+            "not allowed: routing is platform-wide",
+        ),
+        ("sitesConfig.version", "\"-1.0\" is not a valid image tag"),
+        (
+            &format!("{apps}[0]"),
+            "must be a mapping, found string \"static\"",
+        ),
+        (&format!("{apps}[0].name"), "required"),
+        (
+            &format!("{apps}[0].image"),
+            "required: the image repository",
+        ),
+        (&format!("{apps}[1].name"), "required"),
+        (
+            &format!("{apps}[1].image"),
+            "required: the image repository",
+        ),
+        (&format!("{apps}[1].port"), "must be between 1 and 65535"),
+        (&format!("{apps}[2].name"), "must be a DNS-1123 label"),
+        (&format!("{apps}[2].image"), "without tag or digest"),
+        (&format!("{apps}[2].readiness_path"), "must start with '/'"),
+        (&format!("{apps}[2].tag"), "unknown key"),
+        (
+            &format!("{apps}[3].image"),
+            "\"R/A\" is not a valid image reference",
+        ),
+        (
+            &format!("{apps}[3].port"),
+            "must be at most 65535, found 70000",
+        ),
+        (
+            &format!("{apps}[4].name"),
+            "duplicate application \"a\" (also at sitesConfig.applications[3])",
+        ),
+        (
+            &format!("{apps}[4].port"),
+            "must be a whole number from 0 to 65535, found string \"80\"",
+        ),
+        (
+            &format!("{k}.storage_class"),
+            "must be a DNS-1123 subdomain",
+        ),
+        (
+            &format!("{k}.storage_expansion_supported"),
+            "must be true or false",
+        ),
+        (&format!("{k}.default_quota"), "\"10GB\" is not a quantity"),
+        (
+            &format!("{k}.priority_classes.default"),
+            "must be a DNS-1123 subdomain",
+        ),
+        (
+            &format!("{k}.priority_classes.monitored"),
+            "must be a DNS-1123 subdomain",
+        ),
+        (&format!("{k}.priority_classes.extra"), "unknown key"),
+        (
+            &format!("{k}.resources.requests.cpu"),
+            "must not be negative",
+        ),
+        (
+            &format!("{k}.resources.limits.cpu"),
+            "\"lots\" is not a quantity",
+        ),
+        (
+            &format!("{k}.resources.requests.memory"),
+            "must not exceed sitesConfig.kubernetes.resources.limits.memory",
+        ),
+        (&format!("{k}.resources.claims"), "unknown key"),
+        (
+            &format!("{k}.ingress_class_name"),
+            "moved; use routing.ingress.className",
+        ),
+        (
+            &format!("{k}.ingress_extra_annotations"),
+            "moved; use routing.ingress.routeAnnotations",
+        ),
+        ("sitesConfig.operator.worker_limit", "must be at least 1"),
+        (
+            "sitesConfig.operator.dependency_log_level",
+            "unknown log level \"LOUD\"",
+        ),
+        ("sitesConfig.operator.threads", "unknown key"),
+        (
+            "sitesConfig.migration.image",
+            "required when sitesConfig.migration.enabled is true",
+        ),
+        (
+            "sitesConfig.session.secret_key.secret_name",
+            "must be a DNS-1123 subdomain",
+        ),
+        ("sitesConfig.session.secret_key.key", "must be a Secret key"),
+        ("sitesConfig.session.secret_key.namespace", "unknown key"),
+        ("sitesConfig.session.ttl", "unknown key"),
+        (
+            "sitesConfig.retention.archive_after_days",
+            "must be a whole number from 0 to 36500, found number -1",
+        ),
+        (
+            "sitesConfig.retention.delete_after_days",
+            "must be at most 36500, found 36501",
+        ),
+        ("sitesConfig.retention.keep", "unknown key"),
+    ]
+    .into_iter()
+    .map(|(key, fragment)| (key.to_string(), fragment))
+    .collect();
+    let expected: Vec<(&str, &str)> = expected.iter().map(|(k, f)| (k.as_str(), *f)).collect();
+    assert_problems("every rule at once", &problems, &expected);
+    // One line per problem in the error check-config and the start-up print.
+    let message = ConfigError::Invalid(problems.clone()).to_string();
+    for p in &problems {
+        assert!(
+            message.contains(&p.to_string()),
+            "{p} missing from {message}"
+        );
+    }
+
+    let text = include_str!("testdata/every-rejection-alternatives.yaml");
+    let problems = match PlatformConfig::from_yaml(text, "alternatives.yaml", &ctx) {
+        Err(ConfigError::Invalid(p)) => p,
+        other => panic!("{other:?}"),
+    };
+    assert_problems(
+        "the alternatives at once",
+        &problems,
+        &[
+            ("ingress", "moved; use routing.ingress"),
+            (
+                "routing.mode",
+                "unknown routing mode \"mesh\"; use ingress or gateway",
+            ),
+            ("routing.hubHost", "must differ from routing.host"),
+            ("routing.tls", "must be a mapping, found string \"on\""),
+            ("routing.ingress.className", "required in ingress mode"),
+            ("routing.gateway.namespace", "must be a DNS-1123 label"),
+            ("routing.gateway.className", "must be a DNS-1123 subdomain"),
+            (
+                "routing.gateway.policyProvider",
+                "unknown policy provider \"envoy\"",
+            ),
+            (
+                "routing.gateway.listeners",
+                "must be a list, found string \"https\"",
+            ),
+            (
+                "sitesConfig.version",
+                "must be a string; quote the value (\"2.4\")",
+            ),
+            (
+                "sitesConfig.applications",
+                "must be a list, found a mapping",
+            ),
+            (
+                "sitesConfig.kubernetes.default_quota",
+                "must be greater than zero",
+            ),
+            (
+                "sitesConfig.kubernetes.resources.requests.memory",
+                "must not be negative",
+            ),
+            (
+                "sitesConfig.kubernetes.resources.limits",
+                "must be a mapping, found number 5",
+            ),
+            (
+                "sitesConfig.operator.worker_limit",
+                "must be at most 1024, found 2000",
+            ),
+            (
+                "sitesConfig.migration.image",
+                "\"mirror image\" is not a valid image reference",
+            ),
+            ("sitesConfig.session", "must be a mapping, found number 5"),
+            (
+                "sitesConfig.retention.delete_after_days",
+                "must be a whole number from 0 to 36500, found number 1.5",
+            ),
+        ],
+    );
+}
+
+/// Documents that try to smuggle something past the reader: YAML tags, several documents,
+/// duplicate keys, anchors expanding exponentially, deep nesting. Each is an error naming the
+/// source or the key; none runs anything or exhausts the process.
+#[test]
+fn hostile_yaml_is_rejected_not_obeyed() {
+    let ctx = Context::default();
+    let syntax = |text: &str| match PlatformConfig::from_yaml(text, "x.yaml", &ctx) {
+        Err(ConfigError::Syntax { reason, .. }) => reason,
+        other => panic!("{text:?}: {other:?}"),
+    };
+    let invalid = |text: &str| match PlatformConfig::from_yaml(text, "x.yaml", &ctx) {
+        Err(ConfigError::Invalid(p)) => p,
+        other => panic!("{text:?}: {other:?}"),
+    };
+    let version = "sitesConfig: {version: \"1\"}\n";
+    assert!(
+        syntax(&format!("{version}---\nrouting: {{mode: gateway}}\n"))
+            .contains("more than one document")
+    );
+    assert!(
+        syntax("sitesConfig:\n  version: \"1\"\n  version: \"2\"\n")
+            .contains("duplicate entry with key \"version\"")
+    );
+    assert!(
+        syntax(&format!("a: {}{}", "[".repeat(10_000), "]".repeat(10_000)))
+            .contains("recursion limit exceeded")
+    );
+    let mut bomb = String::from("a: &a [x,x,x,x,x,x,x,x,x]\n");
+    for (prev, name) in ["a", "b", "c", "d", "e", "f", "g", "h"]
+        .iter()
+        .zip(["b", "c", "d", "e", "f", "g", "h", "i"])
+    {
+        let refs = vec![format!("*{prev}"); 9].join(",");
+        bomb.push_str(&format!("{name}: &{name} [{refs}]\n"));
+    }
+    assert!(syntax(&bomb).contains("repetition limit exceeded"));
+    // Tags: a local tag makes a mapping where a string belongs; a tagged document or section is
+    // not the mapping it must be. Nothing is constructed from a tag.
+    let p = invalid(&format!(
+        "{version}routing: {{host: !python/object:os.system ls}}\n"
+    ));
+    assert_eq!(
+        p[0].to_string(),
+        "routing.host: must be a string, found a mapping"
+    );
+    let p = invalid("!!python/object/apply:os.system [ls]\n");
+    assert_eq!(p[0].key, "(document)");
+    let p = invalid(&format!(
+        "{version}routing: !!python/object/apply:os.system [ls]\n"
+    ));
+    assert_eq!(p[0].to_string(), "routing: must be a mapping, found a list");
+    // A multi-line value stays one value, checked like any other.
+    let p = invalid(&format!(
+        "{version}routing:\n  host: \"a\n    include: /etc/passwd\"\n"
+    ));
+    assert!(
+        p[0].to_string()
+            .starts_with("routing.host: \"a include: /etc/passwd\" "),
+        "{p:?}"
+    );
+    // Non-UTF-8 files are refused with the offset of the first bad byte.
+    let dir = std::env::temp_dir().join(format!("config-hostile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("config.yaml");
+    std::fs::write(&file, b"sitesConfig:\n  version: \"1\xff\"\n").unwrap();
+    let err = PlatformConfig::load(&file, &ctx).unwrap_err();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(
+        err.to_string()
+            .contains("not UTF-8 text (invalid byte at offset 26)"),
+        "{err}"
+    );
+}

@@ -126,9 +126,13 @@ pub fn env_configmap(
     })
 }
 
+/// The longest extra response header value, in bytes: nginx reads each configuration token into
+/// a 4096-byte buffer and refuses to start on a longer one.
+pub const MAX_HEADER_VALUE_LEN: usize = 4000;
+
 /// Checks an extra response header: the name an HTTP token of letters, digits, `-` and `_`;
 /// the value printable, without the characters that end or expand an nginx string (`"`, `\`,
-/// `$`).
+/// `$`), and at most [`MAX_HEADER_VALUE_LEN`] bytes.
 pub fn check_header(name: &str, value: &str) -> Result<(), Error> {
     let field = crate::validation::map_field("spec.configuration.headers", name);
     let unsafe_value = |reason: String| Error::UnsafeValue {
@@ -152,6 +156,12 @@ pub fn check_header(name: &str, value: &str) -> Result<(), Error> {
     {
         return Err(unsafe_value(format!(
             "the value contains {c:?}, which could inject nginx directives (control characters, '\"', '\\' and '$' are not allowed)"
+        )));
+    }
+    if value.len() > MAX_HEADER_VALUE_LEN {
+        return Err(unsafe_value(format!(
+            "the value must be at most {MAX_HEADER_VALUE_LEN} bytes (is {})",
+            value.len()
         )));
     }
     Ok(())

@@ -803,3 +803,146 @@ mod properties {
         }
     }
 }
+
+/// The directives of an nginx configuration as nginx's parser reads them: words split on
+/// whitespace, `"`/`'` strings with `\` escapes, `#` comments, `;` ending a directive, `{`/`}`
+/// opening and closing blocks (recorded as the words `{` and `}`).
+fn nginx_directives(conf: &str) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    let mut words: Vec<String> = Vec::new();
+    let mut chars = conf.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            c if c.is_ascii_whitespace() => {}
+            '#' => while chars.next_if(|c| *c != '\n').is_some() {},
+            ';' => out.push(std::mem::take(&mut words)),
+            '{' | '}' => {
+                words.push(c.to_string());
+                out.push(std::mem::take(&mut words));
+            }
+            '"' | '\'' => {
+                let mut word = String::new();
+                loop {
+                    match chars.next() {
+                        Some('\\') => word.extend(chars.next()),
+                        Some(q) if q == c => break,
+                        Some(other) => word.push(other),
+                        None => panic!("unterminated string in\n{conf}"),
+                    }
+                }
+                words.push(word);
+            }
+            _ => {
+                let mut word = c.to_string();
+                while let Some(next) = chars.next_if(|n| {
+                    !n.is_ascii_whitespace() && !matches!(n, ';' | '{' | '}' | '"' | '\'')
+                }) {
+                    word.push(next);
+                }
+                words.push(word);
+            }
+        }
+    }
+    assert!(
+        words.is_empty(),
+        "unterminated directive {words:?} in\n{conf}"
+    );
+    out
+}
+
+/// Header values legal by design (inside double quotes `;`, `{`, `}`, `#`, `'` and YAML are
+/// text) render as exactly one `add_header` directive each, with the value intact, and the rest
+/// of the configuration is unchanged. Environment values, the owner and annotation values reach
+/// the objects verbatim, as single values.
+#[test]
+fn values_that_look_like_injections_stay_inside_their_directive() {
+    let nasty = [
+        "default-src 'self'; script-src 'none'",
+        "} include /etc/passwd; server { listen 80; } #",
+        "a; add_header X-Injected yes always",
+        "# not a comment",
+        "--- !!python/object:os.system key: value",
+        "'single' ; quoted'",
+        "ünïcödé \u{2028} {}",
+        "",
+    ];
+    let files = |headers: Value| {
+        let mut spec = base_spec(true, 1, false);
+        spec["configuration"]["headers"] = headers;
+        let objects = objects(&site(spec), &config(RoutingMode::Ingress));
+        let cm = objects
+            .iter()
+            .find(|o| o["kind"] == "ConfigMap" && o["metadata"]["name"] == "docs-handbook-files")
+            .expect("the -files ConfigMap")
+            .clone();
+        cm["data"]["nginx.conf"].as_str().unwrap().to_string()
+    };
+    // The baseline: one benign header per nasty value.
+    let names: Vec<String> = (0..nasty.len()).map(|i| format!("X-H{i}")).collect();
+    let benign: serde_json::Map<String, Value> =
+        names.iter().map(|n| (n.clone(), json!("v"))).collect();
+    let baseline = nginx_directives(&files(Value::Object(benign)));
+    let headers: serde_json::Map<String, Value> = names
+        .iter()
+        .zip(nasty)
+        .map(|(n, v)| (n.clone(), json!(v)))
+        .collect();
+    let conf = files(Value::Object(headers));
+    let got = nginx_directives(&conf);
+    assert_eq!(got.len(), baseline.len(), "{conf}");
+    let mut add_headers = 0;
+    for (g, b) in got.iter().zip(&baseline) {
+        if b.first().map(String::as_str) == Some("add_header") {
+            add_headers += 1;
+            let i = names.iter().position(|n| *n == b[1]).unwrap();
+            assert_eq!(
+                g,
+                &vec![
+                    "add_header".to_string(),
+                    names[i].clone(),
+                    nasty[i].to_string(),
+                    "always".into()
+                ],
+                "{conf}"
+            );
+        } else {
+            assert_eq!(g, b, "{conf}");
+        }
+    }
+    assert_eq!(add_headers, nasty.len());
+
+    // Values that never reach nginx or a YAML text: carried verbatim as one value each.
+    let value =
+        "x\"; } include /etc/passwd; $host \\\n  key: value\n---\n!!python/object:os.system";
+    let mut spec = base_spec(true, 1, true);
+    spec["owner"] = json!(value);
+    spec["configuration"]["applications"][1]["env"] = json!({ "NASTY": value });
+    spec["configuration"]["applications"][1]["annotations"] = json!({ "example.org/nasty": value });
+    let objects = objects(&site(spec), &config(RoutingMode::Ingress));
+    let env = objects
+        .iter()
+        .find(|o| o["kind"] == "ConfigMap" && o["metadata"]["name"] == "docs-handbook")
+        .unwrap();
+    assert_eq!(env["data"]["SITE_OWNER"], value);
+    assert_eq!(env["data"]["SITE_ID"], "docs-handbook");
+    let sts = find(&objects, "StatefulSet");
+    let container = sts["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "dashboard")
+        .unwrap();
+    let nasty_env: Vec<&Value> = container["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["value"] == value)
+        .collect();
+    assert_eq!(nasty_env.len(), 1, "{container}");
+    assert_eq!(nasty_env[0]["name"], "NASTY");
+    let ingress = find(&objects, "Ingress");
+    assert_eq!(
+        ingress["metadata"]["annotations"]["example.org/nasty"],
+        value
+    );
+}

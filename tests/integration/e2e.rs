@@ -370,8 +370,111 @@ async fn the_life_of_a_site() {
                 "the operator used {verb} {resource}, which manifests/ do not grant"
             );
         }
+        // ... and nothing more: every grant is used by this lifecycle, implied by a use (a
+        // server-side apply that creates its object is authorized as `create` too), or used by a
+        // path this lifecycle does not take (OTHER_PATHS, each with the test that takes it).
+        let mut needed: std::collections::BTreeSet<(String, String)> =
+            used.iter().filter(|(_, r)| r != "other").cloned().collect();
+        for (verb, resource) in &used {
+            if verb == "patch" && APPLIED.contains(&resource.as_str()) {
+                needed.insert(("create".into(), resource.clone()));
+            }
+        }
+        for (verb, resource, _test) in OTHER_PATHS {
+            needed.insert((verb.to_string(), resource.to_string()));
+        }
+        let granted: std::collections::BTreeSet<(String, String)> = granted.into_iter().collect();
+        let unused: Vec<_> = granted.difference(&needed).collect();
+        let missing: Vec<_> = needed.difference(&granted).collect();
+        assert!(
+            unused.is_empty() && missing.is_empty(),
+            "RBAC is not exact: granted but never used {unused:?}; needed but not granted {missing:?}"
+        );
     }
 }
+
+/// The kinds the operator writes with server-side apply (which creates them when missing).
+const APPLIED: &[&str] = &[
+    "secrets",
+    "configmaps",
+    "persistentvolumeclaims",
+    "statefulsets.apps",
+    "services",
+    "ingresses.networking.k8s.io",
+    "httproutes.gateway.networking.k8s.io",
+];
+
+/// API calls of paths the lifecycle above does not take, with the test that takes each.
+const OTHER_PATHS: &[(&str, &str, &str)] = &[
+    // Gateway mode, and the route of the other mode removed after a switch.
+    (
+        "watch",
+        "httproutes.gateway.networking.k8s.io",
+        "reconcile::switching_the_routing_mode_moves_the_route (the HTTPRoute CRD installed)",
+    ),
+    (
+        "patch",
+        "httproutes.gateway.networking.k8s.io",
+        "reconcile::switching_the_routing_mode_moves_the_route",
+    ),
+    (
+        "create",
+        "httproutes.gateway.networking.k8s.io",
+        "reconcile::switching_the_routing_mode_moves_the_route",
+    ),
+    (
+        "delete",
+        "httproutes.gateway.networking.k8s.io",
+        "reconcile::switching_the_routing_mode_moves_the_route",
+    ),
+    (
+        "delete",
+        "ingresses.networking.k8s.io",
+        "reconcile::switching_the_routing_mode_moves_the_route",
+    ),
+    // LIFE-15: a not-ready pod is replaced after an update.
+    ("delete", "pods", "reconcile::pod_problems_reach_the_status"),
+    // LIFE-01 step 4: a retained volume is re-bound; bound volumes are labelled.
+    (
+        "get",
+        "persistentvolumes",
+        "reconcile::deleting_a_site_cascades_and_recreating_it_rebinds_its_volume",
+    ),
+    (
+        "patch",
+        "persistentvolumes",
+        "reconcile::deleting_a_site_cascades_and_recreating_it_rebinds_its_volume",
+    ),
+    // The public host read from the master Ingress when `routing.host` is unset.
+    (
+        "get",
+        "ingresses.networking.k8s.io",
+        "src/controller/reconcile.rs (Context::public_host)",
+    ),
+    // Retention: archive (merge patch) and delete.
+    (
+        "patch",
+        "sites.sites.ecmwf.int",
+        "upgrade::retention_archives_then_deletes_and_touches_nothing_else",
+    ),
+    (
+        "delete",
+        "sites.sites.ecmwf.int",
+        "upgrade::retention_archives_then_deletes_and_touches_nothing_else",
+    ),
+    // `--self-signed` renewing its certificate.
+    (
+        "update",
+        "secrets",
+        "src/admission/selfsigned.rs (renewal of an expiring certificate)",
+    ),
+    // Leader election taking over an existing Lease.
+    (
+        "update",
+        "leases.coordination.k8s.io",
+        "reconcile::only_the_leader_writes_and_a_follower_takes_over",
+    ),
+];
 
 /// (verb, resource) pairs the shipped Roles and ClusterRoles grant, with the resource spelled as
 /// the request accounting spells it (`<plural>[.<group>][/<subresource>]`).

@@ -148,13 +148,26 @@ async fn send(
     path: &str,
     body: Vec<u8>,
 ) -> Result<(u16, Bytes), hyper::Error> {
-    let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
     let req = http::Request::builder()
         .method(method)
         .uri(format!("https://localhost{path}"))
         .header("content-type", "application/json")
         .body(Full::new(Bytes::from(body)))
         .unwrap();
+    exchange(tls, req).await
+}
+
+/// Sends `req` on a fresh connection; h2 when ALPN negotiated it.
+async fn exchange<B>(
+    tls: TlsStream<TcpStream>,
+    req: http::Request<B>,
+) -> Result<(u16, Bytes), hyper::Error>
+where
+    B: hyper::body::Body + Send + Unpin + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
     let io = TokioIo::new(tls);
     let resp = if h2 {
         let (mut sender, conn) =
@@ -357,6 +370,403 @@ async fn client_mistakes_get_4xx_with_a_reason_and_are_counted() {
         !exposition.contains("/other"),
         "unknown paths are not labels"
     );
+}
+
+/// A valid review for `path`: a Site for the Site webhooks, the `sites-config` ConfigMap for
+/// `/validate-config`.
+fn valid_review(path: &str) -> String {
+    let body = if path == server::VALIDATE_CONFIG {
+        let config = std::fs::read_to_string(repo_file("manifests/base/config.yaml")).unwrap();
+        serde_json::to_vec(&json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {
+                "uid": "6e2b1f0c-0000-4000-8000-000000000002",
+                "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+                "resource": {"group": "", "version": "v1", "resource": "configmaps"},
+                "name": "sites-config", "namespace": "sites", "operation": "UPDATE",
+                "userInfo": {"username": "admin"},
+                "object": {"apiVersion": "v1", "kind": "ConfigMap",
+                           "metadata": {"name": "sites-config", "namespace": "sites"},
+                           "data": {"config.yaml": config}},
+                "oldObject": null
+            }
+        }))
+        .unwrap()
+    } else {
+        review(site(8000))
+    };
+    String::from_utf8(body).unwrap()
+}
+
+const WEBHOOKS: [&str; 3] = [
+    server::MUTATE_SITES,
+    server::VALIDATE_SITES,
+    server::VALIDATE_CONFIG,
+];
+
+/// `n` nested empty arrays.
+fn nested_arrays(n: usize) -> String {
+    format!("{}{}", "[".repeat(n), "]".repeat(n))
+}
+
+/// `n` nested single-key objects around `null`.
+fn nested_objects(n: usize) -> String {
+    format!("{}null{}", "{\"a\":".repeat(n), "}".repeat(n))
+}
+
+/// The bad-input catalogue of the AdmissionReview envelope: every webhook answers each mistake
+/// with a 400 whose text names the problem (never a 5xx, never a panic, never an answer as if
+/// the review were valid).
+#[tokio::test]
+async fn bad_admission_reviews_get_400_naming_the_problem_on_every_webhook() {
+    let s = start(None).await;
+    let client = Client::new(&s.bundle.ca_pem);
+    let mut counted = std::collections::BTreeMap::<&str, usize>::new();
+    for path in WEBHOOKS {
+        let valid = valid_review(path);
+        let object_field = if path == server::VALIDATE_CONFIG {
+            "\"data\":{"
+        } else {
+            "\"spec\":{"
+        };
+        assert!(valid.contains(object_field), "{valid}");
+        let object_metadata = "\"metadata\":{";
+        assert!(valid.contains(object_metadata), "{valid}");
+        // Sanity: the unmodified review is answered.
+        let tls = client.connect(s.addr).await.unwrap();
+        let (status, body) = send(tls, "POST", path, valid.clone().into_bytes())
+            .await
+            .unwrap();
+        assert_eq!(status, 200, "{path}: {}", String::from_utf8_lossy(&body));
+
+        let bytes = valid.as_bytes();
+        let non_utf8_string = {
+            let at = valid
+                .find("\"CREATE\"")
+                .or_else(|| valid.find("\"UPDATE\""))
+                .unwrap()
+                + 1;
+            let mut b = bytes.to_vec();
+            b[at] = 0xff;
+            b
+        };
+        let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+            ("malformed JSON", b"{not json".to_vec(), "not an AdmissionReview: key must be a string"),
+            ("empty body", Vec::new(), "not an AdmissionReview: EOF while parsing"),
+            ("whitespace only", b" \n\t ".to_vec(), "EOF while parsing"),
+            ("JSON null", b"null".to_vec(), "invalid type: null, expected struct"),
+            ("JSON string", b"\"AdmissionReview\"".to_vec(), "invalid type: string"),
+            ("JSON number", b"42".to_vec(), "invalid type: integer `42`"),
+            ("trailing garbage", format!("{valid}}}").into_bytes(), "trailing characters"),
+            ("two reviews", format!("{valid}{valid}").into_bytes(), "trailing characters"),
+            ("truncated after one byte", bytes[..1].to_vec(), "EOF while parsing"),
+            ("truncated at a quarter", bytes[..bytes.len() / 4].to_vec(), "EOF while parsing"),
+            ("truncated at half", bytes[..bytes.len() / 2].to_vec(), "EOF while parsing"),
+            ("truncated inside the object", bytes[..valid.find(object_field).unwrap() + 4].to_vec(), "EOF while parsing"),
+            ("last byte missing", bytes[..bytes.len() - 1].to_vec(), "EOF while parsing"),
+            ("kind Pod", valid.replacen("\"kind\":\"AdmissionReview\"", "\"kind\":\"Pod\"", 1).into_bytes(), "kind \"Pod\" is not AdmissionReview"),
+            ("kind missing", valid.replacen("\"kind\":\"AdmissionReview\",", "", 1).into_bytes(), "missing field `kind`|kind \"\" is not AdmissionReview"),
+            ("apiVersion v1beta1", valid.replacen("admission.k8s.io/v1\"", "admission.k8s.io/v1beta1\"", 1).into_bytes(), "apiVersion \"admission.k8s.io/v1beta1\" is not supported: use admission.k8s.io/v1"),
+            ("apiVersion v2", valid.replacen("admission.k8s.io/v1\"", "admission.k8s.io/v2\"", 1).into_bytes(), "use admission.k8s.io/v1"),
+            ("apiVersion missing", valid.replacen("\"apiVersion\":\"admission.k8s.io/v1\",", "", 1).into_bytes(), "missing field `apiVersion`|apiVersion \"\" is not supported: use admission.k8s.io/v1"),
+            ("request missing", br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#.to_vec(), "the AdmissionReview has no request"),
+            ("request null", br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":null}"#.to_vec(), "the AdmissionReview has no request"),
+            ("request not an object", br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":5}"#.to_vec(), "invalid type: integer `5`, expected struct AdmissionRequest"),
+            ("only a response", br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"x","allowed":true,"status":{}}}"#.to_vec(), "the AdmissionReview has no request"),
+            ("request.uid missing", regex_free_remove(&valid, "\"uid\":\"6e2b1f0c-0000-4000-8000-00000000000"), "missing field `uid`"),
+            ("request.uid a number", valid.replacen("\"uid\":\"6e2b1f0c", "\"uid\":5,\"x\":\"", 1).into_bytes(), "invalid type: integer `5`, expected a string"),
+            ("request.operation unknown", valid.replacen("\"operation\":\"", "\"operation\":\"PATCH\",\"x\":\"", 1).into_bytes(), "unknown variant `PATCH`"),
+            ("request.userInfo missing", valid.replacen("\"userInfo\":", "\"x\":", 1).into_bytes(), "missing field `userInfo`"),
+            ("non-UTF-8 byte in a string", non_utf8_string, "invalid unicode code point"),
+            ("non-UTF-8 body", vec![0xff, 0xfe, b'{', 0x00], "not an AdmissionReview"),
+            ("UTF-16 body", valid.encode_utf16().flat_map(u16::to_le_bytes).collect(), "not an AdmissionReview"),
+            ("byte-order mark", [&[0xef, 0xbb, 0xbf][..], bytes].concat(), "expected value at line 1 column 1"),
+            ("lone surrogate escape", valid.replacen("\"username\":\"", "\"username\":\"\\ud800", 1).into_bytes(), "hex escape"),
+            ("NUL escape in the uid", valid.replacen("\"uid\":\"", "\"uid\":\"\\u0000", 1).into_bytes(), ""),
+            ("duplicate request", valid.replacen("{", "{\"request\":null,", 1).into_bytes(), "duplicate field `request`"),
+            ("duplicate kind", valid.replacen("{", "{\"kind\":\"AdmissionReview\",", 1).into_bytes(), "duplicate field `kind`"),
+            ("duplicate uid", valid.replacen("\"uid\":", "\"uid\":\"other\",\"uid\":", 1).into_bytes(), "duplicate field `uid`"),
+            ("10,000 nested arrays as the body", nested_arrays(10_000).into_bytes(), "invalid type: sequence"),
+            ("10,000 nested objects as the body", nested_objects(10_000).into_bytes(), "recursion limit exceeded|kind \"\" is not AdmissionReview"),
+            ("10,000 nested arrays as an annotation value", valid.replacen(object_metadata, &format!("{object_metadata}\"annotations\":{{\"a\":{}}},", nested_arrays(10_000)), 1).into_bytes(), "recursion limit exceeded|invalid type: sequence, expected a string"),
+            ("10,000 nested objects as an annotation value", valid.replacen(object_metadata, &format!("{object_metadata}\"annotations\":{{\"a\":{}}},", nested_objects(10_000)), 1).into_bytes(), "recursion limit exceeded|invalid type: map, expected a string"),
+        ];
+        for (case, body, reason) in cases {
+            let tls = client.connect(s.addr).await.unwrap();
+            let (status, text) = send(tls, "POST", path, body).await.unwrap();
+            let text = String::from_utf8_lossy(&text);
+            if case == "NUL escape in the uid" {
+                // A NUL in a JSON string is legal JSON: the review is answered, the uid echoed.
+                assert_eq!(status, 200, "{path} {case}: {text}");
+                let answer: Value = serde_json::from_str(&text).unwrap();
+                assert!(
+                    answer["response"]["uid"]
+                        .as_str()
+                        .unwrap()
+                        .starts_with('\0')
+                );
+                continue;
+            }
+            assert_eq!(status, 400, "{path} {case}: {text}");
+            assert!(
+                reason.split('|').any(|r| text.contains(r)),
+                "{path} {case}: {text}"
+            );
+            *counted.entry(path).or_default() += 1;
+        }
+
+        // Deep nesting in fields nothing reads (unknown keys): skipped, or refused at the
+        // recursion limit where the decoder buffers them; never a stack overflow or a 5xx.
+        for (case, body) in [
+            (
+                "envelope",
+                valid.replacen("{", &format!("{{\"x\":{},", nested_arrays(10_000)), 1),
+            ),
+            (
+                "request",
+                valid.replacen(
+                    "\"uid\":",
+                    &format!("\"x\":{},\"uid\":", nested_arrays(10_000)),
+                    1,
+                ),
+            ),
+            (
+                "object",
+                valid.replacen(
+                    object_field,
+                    &format!("{object_field}\"x\":{},", nested_arrays(10_000)),
+                    1,
+                ),
+            ),
+            (
+                "object, objects",
+                valid.replacen(
+                    object_field,
+                    &format!("{object_field}\"x\":{},", nested_objects(10_000)),
+                    1,
+                ),
+            ),
+        ] {
+            let tls = client.connect(s.addr).await.unwrap();
+            let (status, text) = send(tls, "POST", path, body.into_bytes()).await.unwrap();
+            let text = String::from_utf8_lossy(&text);
+            match status {
+                200 => assert!(text.contains("\"allowed\""), "{path} {case}: {text}"),
+                400 => {
+                    assert!(
+                        text.contains("recursion limit exceeded"),
+                        "{path} {case}: {text}"
+                    );
+                    *counted.entry(path).or_default() += 1;
+                }
+                other => panic!("{path} deep unknown field in the {case}: {other} {text}"),
+            }
+        }
+
+        // The content type is not consulted: the body decides. A valid review labelled otherwise
+        // is answered; a bad one is still a 400 with its reason.
+        for content_type in ["text/plain", "application/x-www-form-urlencoded", ""] {
+            for (body, want, reason) in [
+                (valid.clone(), 200, "\"allowed\""),
+                ("{not json".to_string(), 400, "not an AdmissionReview"),
+            ] {
+                let tls = client.connect(s.addr).await.unwrap();
+                let req = http::Request::builder()
+                    .method("POST")
+                    .uri(format!("https://localhost{path}"))
+                    .header("content-type", content_type)
+                    .body(Full::new(Bytes::from(body)))
+                    .unwrap();
+                let (status, text) = exchange(tls, req).await.unwrap();
+                let text = String::from_utf8_lossy(&text);
+                assert_eq!(status, want, "{path} {content_type:?}: {text}");
+                assert!(text.contains(reason), "{path} {content_type:?}: {text}");
+            }
+        }
+    }
+    // Every 400 above was counted under its webhook; nothing was a 5xx.
+    let exposition = metrics::encode(&s.registry);
+    for (path, n) in &counted {
+        let line = format!(
+            r#"controller_runtime_webhook_requests_total{{code="400",webhook="{path}"}} {}"#,
+            n + 3
+        );
+        assert!(
+            exposition.contains(&line),
+            "missing {line} in\n{exposition}"
+        );
+    }
+    assert!(!exposition.contains("code=\"5"), "{exposition}");
+}
+
+/// Removes the first occurrence of `prefix` and the rest of the JSON string value it starts, with
+/// the comma after it.
+fn regex_free_remove(text: &str, prefix: &str) -> Vec<u8> {
+    let start = text.find(prefix).unwrap();
+    let end = start + prefix.len() + text[start + prefix.len()..].find('"').unwrap() + 1;
+    let end = if text[end..].starts_with(',') {
+        end + 1
+    } else {
+        end
+    };
+    format!("{}{}", &text[..start], &text[end..]).into_bytes()
+}
+
+/// Bodies at and past the 7 MiB limit on every webhook: at the limit the review is answered, one
+/// byte more is a 413 with a reason, also when the client streams the body without announcing
+/// its length.
+#[tokio::test]
+async fn bodies_at_and_past_the_limit() {
+    let s = start(None).await;
+    let client = Client::new(&s.bundle.ca_pem);
+    for path in WEBHOOKS {
+        let valid = valid_review(path);
+        let padded = |len: usize| {
+            let mut body = valid.clone().into_bytes();
+            body.resize(len, b' ');
+            body
+        };
+        let tls = client.connect(s.addr).await.unwrap();
+        let (status, text) = send(tls, "POST", path, padded(BODY_LIMIT)).await.unwrap();
+        assert_eq!(
+            status,
+            200,
+            "{path} at the limit: {}",
+            String::from_utf8_lossy(&text)
+        );
+
+        let tls = client.connect(s.addr).await.unwrap();
+        let (status, text) = send(tls, "POST", path, padded(BODY_LIMIT + 1))
+            .await
+            .unwrap();
+        let text = String::from_utf8_lossy(&text);
+        assert_eq!(status, 413, "{path} past the limit: {text}");
+        assert!(text.contains("length limit exceeded"), "{path}: {text}");
+
+        // Streamed in 64 KiB chunks without a content-length.
+        let body = padded(BODY_LIMIT + 1);
+        let chunks: Vec<Result<hyper::body::Frame<Bytes>, std::convert::Infallible>> = body
+            .chunks(64 * 1024)
+            .map(|c| Ok(hyper::body::Frame::data(Bytes::copy_from_slice(c))))
+            .collect();
+        let req = http::Request::builder()
+            .method("POST")
+            .uri(format!("https://localhost{path}"))
+            .header("content-type", "application/json")
+            .body(http_body_util::StreamBody::new(futures::stream::iter(
+                chunks,
+            )))
+            .unwrap();
+        let tls = client.connect(s.addr).await.unwrap();
+        let (status, text) = exchange(tls, req).await.unwrap();
+        let text = String::from_utf8_lossy(&text);
+        assert_eq!(status, 413, "{path} streamed past the limit: {text}");
+        assert!(text.contains("length limit exceeded"), "{path}: {text}");
+    }
+}
+
+/// A valid review cut at every offset, through the router in process: always a 400 naming the
+/// early end (an AdmissionReview is one JSON object, so no proper prefix of it is valid JSON).
+#[tokio::test]
+async fn a_review_truncated_at_any_offset_is_a_400() {
+    use tower::ServiceExt as _;
+    let config = PlatformConfig::load(
+        &repo_file("manifests/base/config.yaml"),
+        &Context::default(),
+    )
+    .unwrap();
+    let state = WebhookState {
+        config: Arc::new(config),
+        metrics: WebhookMetrics::register(&Registry::new()).unwrap(),
+    };
+    let app = server::router(state);
+    for path in WEBHOOKS {
+        let valid = valid_review(path);
+        for cut in 0..valid.len() {
+            let req = http::Request::builder()
+                .method("POST")
+                .uri(path)
+                .header("content-type", "application/json")
+                .body(axum::body::Body::from(valid.as_bytes()[..cut].to_vec()))
+                .unwrap();
+            let resp = app.clone().oneshot(req).await.unwrap();
+            let status = resp.status().as_u16();
+            let text = resp.into_body().collect().await.unwrap().to_bytes();
+            let text = String::from_utf8_lossy(&text);
+            assert_eq!(status, 400, "{path} cut at {cut}: {text}");
+            assert!(
+                text.starts_with("the body is not an AdmissionReview: EOF while parsing"),
+                "{path} cut at {cut}: {text}"
+            );
+        }
+    }
+}
+
+/// The object of a review that is not a Site: denied naming the field (not a 5xx, not allowed).
+#[tokio::test]
+async fn objects_of_the_wrong_kind_are_denied_naming_the_field() {
+    let s = start(None).await;
+    let client = Client::new(&s.bundle.ca_pem);
+    let configmap = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "docs-handbook", "namespace": "sites"}, "data": {"a": "b"}});
+    let mut site_shaped = site(8000);
+    site_shaped["apiVersion"] = json!("v1");
+    site_shaped["kind"] = json!("ConfigMap");
+    let mut other_version = site(8000);
+    other_version["apiVersion"] = json!("sites.ecmwf.int/v2");
+    let cases = [
+        (
+            configmap,
+            "object: kind \"ConfigMap\" of apiVersion \"v1\" is not a Site",
+        ),
+        (
+            site_shaped,
+            "object: kind \"ConfigMap\" of apiVersion \"v1\" is not a Site",
+        ),
+        (
+            other_version,
+            "object: kind \"Site\" of apiVersion \"sites.ecmwf.int/v2\" is not a Site",
+        ),
+        (
+            json!({"metadata": {"name": "x"}, "spec": 5}),
+            "object: not a valid Site: invalid type: integer `5`",
+        ),
+        (json!([1, 2]), ""),
+        (json!("a string"), ""),
+    ];
+    for (object, reason) in cases {
+        let tls = client.connect(s.addr).await.unwrap();
+        let (status, body) = send(tls, "POST", server::VALIDATE_SITES, review(object.clone()))
+            .await
+            .unwrap();
+        let text = String::from_utf8_lossy(&body);
+        if !object.is_object() {
+            // Not even an object: the envelope itself is malformed.
+            assert_eq!(status, 400, "{object}: {text}");
+            assert!(
+                text.contains("not an AdmissionReview: invalid type"),
+                "{object}: {text}"
+            );
+            continue;
+        }
+        assert_eq!(status, 200, "{object}: {text}");
+        let answer: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(answer["response"]["allowed"], false, "{object}: {text}");
+        assert_eq!(answer["response"]["status"]["code"], 403, "{text}");
+        let message = answer["response"]["status"]["message"].as_str().unwrap();
+        assert!(message.starts_with(reason), "{object}: {message}");
+        assert_eq!(
+            answer["response"]["status"]["details"]["causes"][0]["field"],
+            "object"
+        );
+    }
+    // A Site sent to the configuration webhook is not the sites-config ConfigMap: let through
+    // (the webhook configuration's matchConditions only send that ConfigMap).
+    let tls = client.connect(s.addr).await.unwrap();
+    let (status, body) = send(tls, "POST", server::VALIDATE_CONFIG, review(site(8000)))
+        .await
+        .unwrap();
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
 }
 
 fn write_pair(dir: &Path, cert: &str, key: &str) {

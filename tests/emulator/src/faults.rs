@@ -37,6 +37,10 @@ pub struct Faults {
     rules: Mutex<Vec<FaultRule>>,
     rng: Mutex<u64>,
     watch_drop: Mutex<Option<Duration>>,
+    /// Extra latency for every request (a latency spike while set).
+    spike: Mutex<Duration>,
+    /// Injected errors so far, by HTTP code.
+    injected: Mutex<std::collections::BTreeMap<u16, u64>>,
 }
 
 impl Default for Faults {
@@ -45,6 +49,8 @@ impl Default for Faults {
             rules: Mutex::new(Vec::new()),
             rng: Mutex::new(0x9E37_79B9_7F4A_7C15),
             watch_drop: Mutex::new(None),
+            spike: Mutex::new(Duration::ZERO),
+            injected: Mutex::new(Default::default()),
         }
     }
 }
@@ -57,10 +63,27 @@ impl Faults {
             .push(rule);
     }
 
-    /// Removes every rule and stops dropping watches.
+    /// Removes every rule, stops dropping watches and ends a latency spike (the counts of
+    /// injected errors stay).
     pub fn clear(&self) {
         self.rules.lock().unwrap_or_else(|p| p.into_inner()).clear();
         *self.watch_drop.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        self.spike(Duration::ZERO);
+    }
+
+    /// Delays every request by `latency` until called again (zero ends the spike).
+    pub fn spike(&self, latency: Duration) {
+        *self.spike.lock().unwrap_or_else(|p| p.into_inner()) = latency;
+    }
+
+    /// How many errors with `code` were injected so far.
+    pub fn injected(&self, code: u16) -> u64 {
+        self.injected
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&code)
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Seeds the PRNG (non-zero).
@@ -93,7 +116,7 @@ impl Faults {
     /// The delay and the injected error (if any) for a request.
     pub fn decide(&self, verb: &str, r: &ResourceInfo, name: &str) -> (Duration, Option<ApiError>) {
         let rules: Vec<FaultRule> = self.rules.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        let mut delay = Duration::ZERO;
+        let mut delay = *self.spike.lock().unwrap_or_else(|p| p.into_inner());
         for rule in rules {
             if rule.verb.as_deref().is_some_and(|v| v != verb)
                 || rule.resource.as_deref().is_some_and(|k| k != r.key())
@@ -105,6 +128,12 @@ impl Faults {
                 continue;
             }
             let code = rule.codes[(self.next() % rule.codes.len() as u64) as usize];
+            *self
+                .injected
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .entry(code)
+                .or_default() += 1;
             return (delay, Some(error_for(code, verb, r, name)));
         }
         (delay, None)
