@@ -1,15 +1,31 @@
 //! Arbitrary bytes as the body of a webhook request: decoding, the three handlers (mutate and
 //! validate Sites in both routing modes, validate the platform configuration) and encoding of
-//! every answer. Nothing panics, every answer encodes, and a mutation's patch applies to the
-//! object it was computed for.
+//! every answer. Nothing panics, every answer encodes, a mutation's patch applies to the object
+//! it was computed for, and the Site handlers answer the same on the server's typed decoding
+//! (objects decoded as Sites) as on the generic one.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use sites_operator::admission::{self, server};
+use sites_operator::admission::{self, SiteObject, server};
 use sites_operator_fuzz::{CONFIGS, FRESH_UUID};
 
 fuzz_target!(|data: &[u8]| {
+    // The Site webhooks try this decoding first.
+    let typed = server::decode_as::<SiteObject>(data).ok();
+    let typed_answers = typed.map(|req| {
+        let mutated = admission::mutate_site(&req, || FRESH_UUID);
+        server::encode(&mutated).expect("the mutating answer encodes");
+        let validated: Vec<_> = CONFIGS
+            .iter()
+            .map(|cfg| admission::validate_site_object(req.clone(), cfg))
+            .collect();
+        for answer in &validated {
+            server::encode(answer).expect("the validating answer encodes");
+        }
+        (mutated, validated)
+    });
+
     let Ok(req) = server::decode(data) else {
         return;
     };
@@ -24,9 +40,23 @@ fuzz_target!(|data: &[u8]| {
         json_patch::patch(&mut object, &patch).expect("the patch applies to the object");
     }
 
-    for cfg in CONFIGS.iter() {
-        let validated = admission::validate_site(&req, cfg);
-        server::encode(&validated).expect("the validating answer encodes");
+    let validated: Vec<_> = CONFIGS
+        .iter()
+        .map(|cfg| admission::validate_site(&req, cfg))
+        .collect();
+    for answer in &validated {
+        server::encode(answer).expect("the validating answer encodes");
+    }
+
+    if let Some((typed_mutated, typed_validated)) = typed_answers {
+        assert_eq!(
+            typed_mutated, mutated,
+            "the typed and generic mutations differ"
+        );
+        assert_eq!(
+            typed_validated, validated,
+            "the typed and generic validations differ"
+        );
     }
 
     let config = admission::validate_config(&req);

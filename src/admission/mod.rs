@@ -101,7 +101,28 @@ fn admission_meta<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ObjectMeta, 
     }))
 }
 
-/// The `sites.ecmwf.int/` annotations; other values are skipped.
+/// A string value read without keeping it (anything else is an error, as for a kept one).
+struct SkippedString;
+
+impl<'de> Deserialize<'de> for SkippedString {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = SkippedString;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+
+            fn visit_str<E>(self, _: &str) -> Result<SkippedString, E> {
+                Ok(SkippedString)
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// The `sites.ecmwf.int/` annotations; other values (strings) are skipped.
 fn own_annotations<'de, D: serde::Deserializer<'de>>(
     d: D,
 ) -> Result<Option<std::collections::BTreeMap<String, String>>, D::Error> {
@@ -135,7 +156,7 @@ fn own_annotations<'de, D: serde::Deserializer<'de>>(
                     let value = map.next_value::<String>()?;
                     out.insert(key, value);
                 } else {
-                    map.next_value::<serde::de::IgnoredAny>()?;
+                    map.next_value::<SkippedString>()?;
                 }
             }
             Ok(Some(out))
