@@ -21,8 +21,9 @@ build:
 run:
 	MODE=$(MODE) scripts/playground.sh
 
-## test: formatting, lints, every test, CRD drift, manifest validation, kind-e2e dry run.
-test: fmt-check clippy unit crd-check validate-manifests kind-e2e-check
+## test: formatting, lints, every test, CRD drift, manifest validation, kind-e2e dry run, and
+## the bounded fuzzing run.
+test: fmt-check clippy unit crd-check validate-manifests kind-e2e-check fuzz
 
 ## lint: formatting and clippy with warnings as errors.
 lint: fmt-check clippy
