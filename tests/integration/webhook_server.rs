@@ -877,10 +877,17 @@ async fn shutdown_stops_accepting_and_returns() {
 /// extension, offering the server's own suite, groups and signature schemes, so only the version
 /// decides the outcome.
 fn client_hello(version: [u8; 2]) -> Vec<u8> {
+    // ECDHE-ECDSA/RSA-AES128-GCM-SHA256
+    client_hello_with(version, &[0xc0, 0x2b, 0xc0, 0x2f])
+}
+
+/// [`client_hello`] offering only `suites` (two bytes each).
+fn client_hello_with(version: [u8; 2], suites: &[u8]) -> Vec<u8> {
     let mut body = version.to_vec();
     body.extend([7u8; 32]); // random
     body.push(0); // session id
-    body.extend([0x00, 0x04, 0xc0, 0x2b, 0xc0, 0x2f]); // ECDHE-ECDSA/RSA-AES128-GCM-SHA256
+    body.extend((suites.len() as u16).to_be_bytes());
+    body.extend(suites);
     body.extend([0x01, 0x00]); // compression: null
     let extensions: Vec<u8> = [
         // supported_groups: x25519, secp256r1
@@ -922,7 +929,7 @@ async fn raw_answer(addr: std::net::SocketAddr, hello: &[u8]) -> Vec<u8> {
 }
 
 #[tokio::test]
-async fn tls_below_1_2_is_refused() {
+async fn tls_below_1_2_and_weak_suites_are_refused() {
     let s = start(None).await;
     // The TLS 1.2 hello gets a ServerHello (handshake record) ...
     let tls12 = raw_answer(s.addr, &client_hello([0x03, 0x03])).await;
@@ -934,6 +941,22 @@ async fn tls_below_1_2_is_refused() {
         assert!(
             old.is_empty() || old[0] == 0x15,
             "the server answered a {version:02x?} hello with {old:02x?}"
+        );
+    }
+    // TLS 1.2 offering only weak suites (static RSA key exchange, CBC, 3DES, RC4, NULL): an
+    // alert, never a ServerHello.
+    for (name, suite) in [
+        ("RSA-AES128-CBC-SHA", [0x00, 0x2f]),
+        ("RSA-AES256-GCM-SHA384", [0x00, 0x9d]),
+        ("ECDHE-RSA-AES128-CBC-SHA", [0xc0, 0x13]),
+        ("RSA-3DES-EDE-CBC-SHA", [0x00, 0x0a]),
+        ("RSA-RC4-128-SHA", [0x00, 0x05]),
+        ("RSA-NULL-SHA256", [0x00, 0x3b]),
+    ] {
+        let weak = raw_answer(s.addr, &client_hello_with([0x03, 0x03], &suite)).await;
+        assert!(
+            weak.is_empty() || weak[0] == 0x15,
+            "the server accepted {name}: {weak:02x?}"
         );
     }
     // The same server still serves TLS 1.2.
@@ -949,7 +972,8 @@ async fn rotation_under_concurrent_requests_fails_no_request() {
     let s = start(None).await;
     // Clients trust every CA the rotation will use, as the API server does with a caBundle that
     // holds the old and the new CA during a rotation.
-    let bundles: Vec<Bundle> = (0..5)
+    // A new certificate every second for 10 seconds.
+    let bundles: Vec<Bundle> = (0..10)
         .map(|_| certs::generate(&names(), 30).unwrap())
         .collect();
     let mut trust = s.bundle.ca_pem.clone();
@@ -996,6 +1020,7 @@ async fn rotation_under_concurrent_requests_fails_no_request() {
         }));
     }
     for b in &bundles {
+        let next = tokio::time::Instant::now() + Duration::from_secs(1);
         write_pair(&s.dir, &b.cert_pem, &b.key_pem);
         let expected = b.cert_pem.clone();
         eventually(
@@ -1013,6 +1038,9 @@ async fn rotation_under_concurrent_requests_fails_no_request() {
             },
         )
         .await;
+        // Requests keep flowing under this certificate until the next second (pacing, not
+        // synchronisation: the rotation itself was awaited above).
+        tokio::time::sleep_until(next).await;
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let mut total = 0;
