@@ -493,6 +493,22 @@ async fn ensure_objects(
     ensure_one(ctx, site, created, &c.configmaps, rendered.files_configmap).await?;
     if let Some(pv) = &retained {
         rebind(ctx, site, pv).await?;
+    } else if stored_claim.is_none()
+        && let Some(pv) = volume::still_bound_to(
+            ctx.caches.volumes.state().iter().map(AsRef::as_ref),
+            &ctx.namespace,
+            &id,
+        )
+        .map(|pv| pv.name_any())
+    {
+        // The site's previous claim is gone but its volume is not Released yet (or the claim
+        // cache lags): wait instead of provisioning a new volume and losing the retained data.
+        return Ok(Ensured {
+            outcome: Outcome::Transient(format!(
+                "waiting for volume {pv} to be released by the previous claim"
+            )),
+            next: Next::After(Duration::from_secs(1)),
+        });
     }
     let (_, claim) = ensure_one(ctx, site, created, &c.pvcs, rendered.pvc).await?;
     let (sts_written, _) =

@@ -63,6 +63,21 @@ pub fn find_retained_volume<'a>(
         .copied()
 }
 
+/// A volume still Bound to the claim `namespace/claim_name` when that claim does not exist (as
+/// far as the caller knows): the claim was deleted a moment ago and the volume is not Released
+/// yet, or the caller's view of claims lags. Either way a new claim must wait: provisioning now
+/// would lose the retained data.
+pub fn still_bound_to<'a>(
+    volumes: impl IntoIterator<Item = &'a PersistentVolume>,
+    namespace: &str,
+    claim_name: &str,
+) -> Option<&'a PersistentVolume> {
+    volumes.into_iter().find(|pv| {
+        pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")
+            && claim_ref(pv).is_some_and(|(ns, name)| ns == namespace && name == claim_name)
+    })
+}
+
 /// The merge patch that labels a retained volume for the site and pre-binds it to the site's
 /// claim: the claim reference names the claim without uid or resourceVersion, so the volume
 /// binds to the new claim (and only to it).
@@ -140,6 +155,42 @@ mod tests {
 
     fn names(found: Option<&PersistentVolume>) -> Option<&str> {
         found.and_then(|p| p.metadata.name.as_deref())
+    }
+
+    #[test]
+    fn a_volume_still_bound_to_the_deleted_claim_makes_the_new_claim_wait() {
+        let site = "docs-handbook";
+        // (case, volumes, expected volume)
+        let cases = [
+            ("no volume", vec![], None),
+            (
+                "bound to the claim",
+                vec![pv("pv-a", "Bound", Some(site), Some(("sites", site)))],
+                Some("pv-a"),
+            ),
+            (
+                "released already (the retained lookup takes it)",
+                vec![pv("pv-a", "Released", Some(site), Some(("sites", site)))],
+                None,
+            ),
+            (
+                "bound to another claim",
+                vec![pv("pv-a", "Bound", None, Some(("sites", "other")))],
+                None,
+            ),
+            (
+                "bound to the same name in another namespace",
+                vec![pv("pv-a", "Bound", None, Some(("team", site)))],
+                None,
+            ),
+        ];
+        for (case, volumes, want) in cases {
+            assert_eq!(
+                names(still_bound_to(&volumes, "sites", site)),
+                want,
+                "{case}"
+            );
+        }
     }
 
     #[test]
