@@ -75,7 +75,7 @@ bench-full:
 	$(CARGO) bench --locked --bench admission
 	$(CARGO) bench --locked --bench webhook
 	SCALE_SITES=1000 $(CARGO) bench --locked --bench scale
-	SCALE_SITES=10000 $(CARGO) bench --locked --bench scale
+	SCALE_SITES=10000 SCALE_STEPS=storm $(CARGO) bench --locked --bench scale
 	$(CARGO) bench --locked -p sites-emulator --bench api
 
 ## fuzz: the short fuzzing run: every cargo-fuzz target for FUZZ_SECONDS seconds, built

@@ -13,6 +13,10 @@ use sites_operator::admission::{self, SiteObject, server};
 use sites_operator::config::{Context, PlatformConfig};
 use std::hint::black_box;
 
+// The allocator of the `sites-operator` binary, so the figures are the binary's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn handlers(c: &mut Criterion) {
     let cfg = PlatformConfig::from_yaml(bodies::CONFIG, "config.yaml", &Context::default())
         .expect("platform configuration");

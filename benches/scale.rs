@@ -3,24 +3,35 @@
 //! 1. cold creation of N Sites: time until every Site is Available, API writes per Site;
 //! 2. restart of the operator with N converged Sites: requests and writes it makes, time until
 //!    every Site is verified (reconciled once);
-//! 3. an audit-only change (`description`) on every Site: writes per Site;
-//! 4. a quota change on every Site: writes per Site;
+//! 3. a pod-event storm: status writes against distinct status changes;
+//! 4. an audit-only change (`description`) on every Site: writes per Site;
+//! 5. a quota change on every Site: writes per Site;
 //!
 //! and the operator's peak resident memory (VmHWM).
 //!
-//! Run: `cargo bench --bench scale` (N=1000; override with `SCALE_SITES`).
+//! Run: `cargo bench --bench scale` (N=1000; override with `SCALE_SITES`; `SCALE_STEPS=none`
+//! skips steps 3 and 4).
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Namespace, Secret};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Namespace, Pod, Secret};
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
+use sites_emulator::controllers::Behaviour;
 use sites_emulator::{Emulator, Options};
-use sites_operator::crd::Site;
+use sites_operator::crd::{Site, SiteStatus};
 
 const NS: &str = "sites";
 
@@ -40,7 +51,18 @@ struct Operator {
 impl Operator {
     fn start(kubeconfig: &std::path::Path, dir: &std::path::Path) -> Operator {
         let metrics = free_port();
-        let child = Command::new(env!("CARGO_BIN_EXE_sites-operator"))
+        // SCALE_WRAP runs the operator under a profiler, e.g. `heaptrack -o /tmp/op`.
+        let binary = env!("CARGO_BIN_EXE_sites-operator");
+        let mut command = match std::env::var("SCALE_WRAP") {
+            Ok(wrap) if !wrap.is_empty() => {
+                let mut words = wrap.split_whitespace();
+                let mut c = Command::new(words.next().unwrap_or_default());
+                c.args(words).arg(binary);
+                c
+            }
+            _ => Command::new(binary),
+        };
+        let child = command
             .args([
                 "run",
                 "--self-signed",
@@ -104,6 +126,16 @@ impl Operator {
     }
 }
 
+impl Drop for Operator {
+    /// A bench that fails (a timeout) must not leave the operator running.
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 async fn wait_for(what: &str, timeout: Duration, mut check: impl AsyncFnMut() -> bool) -> Duration {
     let start = Instant::now();
     while !check().await {
@@ -113,19 +145,47 @@ async fn wait_for(what: &str, timeout: Duration, mut check: impl AsyncFnMut() ->
     start.elapsed()
 }
 
-async fn available(sites: &Api<Site>, n: usize) -> bool {
-    let Ok(list) = sites.list(&ListParams::default()).await else {
-        return false;
-    };
-    list.items.len() == n
-        && list.items.iter().all(|s| {
-            s.status.as_ref().is_some_and(|st| {
-                st.conditions
-                    .iter()
-                    .any(|c| c.type_ == "Available" && c.status == "True")
-                    && st.observed_generation == s.metadata.generation
-            })
-        })
+/// Every one of the `n` Sites in the bench's watch cache is Available at its generation (a
+/// watch, not a list every poll: listing 10,000 Sites four times a second would load the
+/// emulator more than the operator does).
+fn available(sites: &Store<Site>, n: usize) -> bool {
+    let list = sites.state();
+    list.len() == n && list.iter().all(|s| is_available(s))
+}
+
+fn is_available(s: &Site) -> bool {
+    s.status.as_ref().is_some_and(|st| {
+        st.conditions
+            .iter()
+            .any(|c| c.type_ == "Available" && c.status == "True")
+            && st.observed_generation == s.metadata.generation
+    })
+}
+
+/// Operator writes per Site by verb and resource (the bench's own Site creates subtracted).
+fn print_writes(stats: &serde_json::Value, n: usize) {
+    let mut rows: std::collections::BTreeMap<String, u64> = Default::default();
+    for r in stats.as_array().into_iter().flatten() {
+        let verb = r["verb"].as_str().unwrap_or_default();
+        if !matches!(
+            verb,
+            "create" | "update" | "patch" | "delete" | "deletecollection"
+        ) {
+            continue;
+        }
+        *rows
+            .entry(format!(
+                "{verb} {}",
+                r["resource"].as_str().unwrap_or_default()
+            ))
+            .or_default() += r["count"].as_u64().unwrap_or_default();
+    }
+    if let Some(c) = rows.get_mut("create sites.sites.ecmwf.int") {
+        *c = c.saturating_sub(n as u64);
+    }
+    for (what, count) in rows.iter().filter(|(_, c)| **c > 0) {
+        println!("  {what}: {:.2} per Site", *count as f64 / n as f64);
+    }
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -134,6 +194,9 @@ async fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1000);
+    // Which of the later steps run (creation and restart always do): `storm` (pod events) and
+    // `changes` (audit-only and quota changes). Default: all.
+    let steps = std::env::var("SCALE_STEPS").unwrap_or_else(|_| "storm,changes".into());
     let emulator = Emulator::start(Options::default()).await.unwrap();
     let dir = std::env::temp_dir().join(format!("sites-scale-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -173,6 +236,27 @@ async fn main() {
     ))
     .unwrap();
     let template: Site = serde_yaml_ng::from_str(&text).unwrap();
+    // The bench's own view of the Sites, and a count of the distinct status changes it sees
+    // (a status different from the Site's previous one).
+    let (cache, writer) = reflector::store();
+    let status_changes = Arc::new(AtomicU64::new(0));
+    let counter = status_changes.clone();
+    let mut last: HashMap<String, Option<SiteStatus>> = HashMap::new();
+    tokio::spawn(
+        watcher(sites.clone(), watcher::Config::default())
+            .default_backoff()
+            .reflect(writer)
+            .applied_objects()
+            .for_each(move |s| {
+                if let Ok(s) = s {
+                    let previous = last.insert(s.name_any(), s.status.clone());
+                    if previous.is_some_and(|p| p != s.status) {
+                        counter.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                async {}
+            }),
+    );
 
     println!(
         "reconcile scale: {n} Sites, operator binary {} (release)",
@@ -204,7 +288,7 @@ async fn main() {
     }
     let created_in = start.elapsed();
     wait_for("all available", Duration::from_secs(3600), async || {
-        available(&sites, n).await
+        available(&cache, n)
     })
     .await;
     let converged = start.elapsed();
@@ -215,6 +299,7 @@ async fn main() {
         converged.as_secs_f64(),
         writes / n as f64
     );
+    print_writes(&emulator.stats().to_json(), n);
     let rss_converged = op.peak_rss_mib();
     println!("operator peak RSS after creation: {rss_converged:.0} MiB");
     op.stop();
@@ -248,7 +333,75 @@ async fn main() {
         emulator.stats().writes()
     );
 
-    // 3. Audit-only change.
+    let idle = async |after: f64| {
+        wait_for("operator idle", Duration::from_secs(3600), async || {
+            op.metric("controller_runtime_reconcile_total") >= after
+                && op.metric("workqueue_depth") == 0.0
+                && op.metric("controller_runtime_active_workers") == 0.0
+        })
+        .await;
+    };
+
+    // 3. Pod-event storm: every site pod changes five times in ways the Site status does not
+    // show (an annotation), then becomes not ready and ready again (two distinct changes).
+    if steps.contains("storm") {
+        let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+        let before = op.metric("controller_runtime_reconcile_total");
+        emulator.stats().reset();
+        let changes_before = status_changes.load(Ordering::Relaxed);
+        let start = Instant::now();
+        for round in 0..5 {
+            let patch = json!({"metadata": {"annotations": {"bench/storm": round.to_string()}}});
+            for i in 0..n {
+                pods.patch(
+                    &format!("site-{i}-0"),
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
+                .await
+                .unwrap();
+            }
+        }
+        idle(before + n as f64).await;
+        let noise_writes = emulator.stats().count("patch", "sites.sites.ecmwf.int");
+        let kubelet = emulator.kubelet();
+        for i in 0..n {
+            kubelet.set_pod(NS, &format!("site-{i}-0"), Behaviour::NeverReady);
+        }
+        wait_for("all not ready", Duration::from_secs(3600), async || {
+            cache.state().iter().all(|s| !is_available(s))
+        })
+        .await;
+        for i in 0..n {
+            kubelet.set_pod(NS, &format!("site-{i}-0"), Behaviour::Ready);
+        }
+        wait_for(
+            "all available after the storm",
+            Duration::from_secs(3600),
+            async || available(&cache, n),
+        )
+        .await;
+        idle(0.0).await;
+        let writes = emulator.stats().count("patch", "sites.sites.ecmwf.int");
+        let distinct = status_changes.load(Ordering::Relaxed) - changes_before;
+        println!(
+            "pod-event storm: {} pod annotation changes, then every pod not ready and ready again: \
+             {noise_writes} status writes for the annotations; {writes} status writes in all for \
+             {distinct} distinct status changes; {:.0} reconciles ({:.1} s)",
+            5 * n,
+            op.metric("controller_runtime_reconcile_total") - before,
+            start.elapsed().as_secs_f64()
+        );
+    }
+
+    if !steps.contains("changes") {
+        println!("operator peak RSS: {:.0} MiB", op.peak_rss_mib());
+        op.stop();
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    }
+
+    // 4. Audit-only change.
     let change = async |patch: serde_json::Value, what: &str| {
         let before = op.metric("controller_runtime_reconcile_total");
         emulator.stats().reset();
@@ -282,7 +435,7 @@ async fn main() {
     )
     .await;
 
-    // 4. Quota change (volume expansion unsupported: the claim stays, the pods restart).
+    // 5. Quota change (volume expansion unsupported: the claim stays, the pods restart).
     change(
         json!({"spec": {"configuration": {"quota": "3Gi"}}}),
         "quota change",
@@ -291,7 +444,7 @@ async fn main() {
     wait_for(
         "all available again",
         Duration::from_secs(3600),
-        async || available(&sites, n).await,
+        async || available(&cache, n),
     )
     .await;
     println!("operator peak RSS: {:.0} MiB", op.peak_rss_mib());

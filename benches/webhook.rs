@@ -30,6 +30,10 @@ use sites_operator::metrics::WebhookMetrics;
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
+// The allocator of the `sites-operator` binary, so the figures are the binary's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const SERVER_THREAD: &str = "webhook-server";
 const FIXED: &str = "/fixed-allowed";
 const ALLOWED: &[u8] = b"\"allowed\":true";

@@ -15,6 +15,15 @@ pub struct Change {
     pub new: Option<Value>,
 }
 
+/// Whether a new version of a Site holds a change worth logging: its spec, annotations or
+/// labels differ. A status write changes none of them, so the most common update costs a
+/// comparison, not two serialisations.
+pub fn site_edited(old: &crate::crd::Site, new: &crate::crd::Site) -> bool {
+    old.spec != new.spec
+        || old.metadata.annotations != new.metadata.annotations
+        || old.metadata.labels != new.metadata.labels
+}
+
 /// Every leaf that differs between `old` and `new`, as dotted paths (`spec.configuration.quota`,
 /// `spec.configuration.applications[1].image`). Lists of different lengths are one change.
 pub fn changes(old: &Value, new: &Value) -> Vec<Change> {

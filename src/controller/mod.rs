@@ -5,15 +5,16 @@
 //! kinds (selected by the `app.kubernetes.io/managed-by` label), and site pods (selected by the id
 //! label, kept only with the operator_bound annotation). Every event maps to the key of its Site
 //! (the id label), which goes into the [`queue::Queue`]; `worker_limit` workers reconcile keys.
-//! Cached objects are stripped of what the reconciler never reads (managed fields, pod specs,
-//! ConfigMap data) to keep memory small.
+//! Cached objects keep only what the reconciler reads ([`slim`]) to keep memory small.
 
 pub mod accounting;
 pub mod changes;
 pub mod ensure;
+pub mod index;
 pub mod leader;
 pub mod queue;
 pub mod reconcile;
+pub mod slim;
 pub mod status;
 
 use std::sync::Arc;
@@ -36,8 +37,9 @@ use tokio::sync::watch;
 use tracing::Instrument;
 
 use crate::config::PlatformConfig;
-use crate::crd::{ID_LABEL, OPERATOR_BOUND_ANNOTATION, Phase, Site};
+use crate::crd::{ID_LABEL, Phase, Site};
 use crate::labels::MANAGED_BY;
+use index::Index;
 use queue::{Backoff, Queue, QueueMetrics};
 use reconcile::{Caches, Context, Next, Settings};
 
@@ -127,11 +129,6 @@ pub struct Options {
     pub retention_interval: Option<Duration>,
 }
 
-/// Strips what the reconciler never reads from cached objects.
-fn strip<K: Resource>(obj: &mut K) {
-    obj.managed_fields_mut().clear();
-}
-
 /// The key (Site name) an owned object or pod belongs to.
 fn key_of<K: Resource>(obj: &K) -> Option<String> {
     obj.labels().get(ID_LABEL).cloned()
@@ -149,17 +146,25 @@ where
     K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
 {
-    watch_kind_observed(api, config, queue, modify, key, |_: &K, _: &K| {})
+    watch_kind_observed(
+        api,
+        config,
+        queue,
+        modify,
+        key,
+        |_: &Store<K>, _: &watcher::Event<K>| {},
+    )
 }
 
-/// [`watch_kind`], calling `changed(old, new)` when a cached object is replaced by a new version.
+/// [`watch_kind`], calling `observe(store, event)` with every watch event before the store
+/// applies it (the store still holds the previous version).
 fn watch_kind_observed<K>(
     api: Api<K>,
     config: watcher::Config,
     queue: Queue<String>,
     modify: impl FnMut(&mut K) + Send + 'static,
     key: impl Fn(&K) -> Option<String> + Send + 'static,
-    changed: impl Fn(&K, &K) + Send + 'static,
+    observe: impl Fn(&Store<K>, &watcher::Event<K>) + Send + 'static,
 ) -> Store<K>
 where
     K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
@@ -171,11 +176,8 @@ where
         .default_backoff()
         .modify(modify)
         .map(move |event| {
-            // Before the reflector applies it, the store still holds the previous version.
-            if let Ok(watcher::Event::Apply(new)) = &event
-                && let Some(old) = before.get(&reflector::ObjectRef::from(new))
-            {
-                changed(&old, new);
+            if let Ok(event) = &event {
+                observe(&before, event);
             }
             event
         })
@@ -238,50 +240,51 @@ impl Controller {
             Api::<Site>::namespaced(api(&client), &ns),
             watcher::Config::default(),
             queue.clone(),
-            strip,
+            slim::site,
             |s: &Site| s.metadata.name.clone(),
-            |old: &Site, new: &Site| {
-                let view = |s: &Site| serde_json::json!({"metadata": {"annotations": s.metadata.annotations, "labels": s.metadata.labels}, "spec": s.spec});
-                changes::log_site_changes(&new.name_any(), &view(old), &view(new));
+            |before: &Store<Site>, event: &watcher::Event<Site>| {
+                if let watcher::Event::Apply(new) = event
+                    && let Some(old) = before.get(&reflector::ObjectRef::from(new))
+                    && changes::site_edited(&old, new)
+                {
+                    let view = |s: &Site| serde_json::json!({"metadata": {"annotations": s.metadata.annotations, "labels": s.metadata.labels}, "spec": s.spec});
+                    changes::log_site_changes(&new.name_any(), &view(&old), &view(new));
+                }
             },
         );
         let secrets = watch_kind(
             Api::<Secret>::namespaced(api(&client), &ns),
             owned(),
             queue.clone(),
-            strip,
+            slim::secret,
             key_of,
         );
         let configmaps = watch_kind(
             Api::<ConfigMap>::namespaced(api(&client), &ns),
             owned(),
             queue.clone(),
-            |c: &mut ConfigMap| {
-                strip(c);
-                c.data = None;
-                c.binary_data = None;
-            },
+            slim::configmap,
             key_of,
         );
         let pvcs = watch_kind(
             Api::<PersistentVolumeClaim>::namespaced(api(&client), &ns),
             owned(),
             queue.clone(),
-            strip,
+            slim::claim,
             key_of,
         );
         let statefulsets = watch_kind(
             Api::<StatefulSet>::namespaced(api(&client), &ns),
             owned(),
             queue.clone(),
-            strip,
+            slim::statefulset,
             key_of,
         );
         let services = watch_kind(
             Api::<Service>::namespaced(api(&client), &ns),
             owned(),
             queue.clone(),
-            strip,
+            slim::service,
             key_of,
         );
         // Routes are watched unfiltered: a same-named route of another owner must be seen to be
@@ -290,7 +293,7 @@ impl Controller {
             Api::<Ingress>::namespaced(api(&client), &ns),
             watcher::Config::default(),
             queue.clone(),
-            strip,
+            slim::ingress,
             key_of,
         );
         let httproutes = if serves_http_routes(&client, &ns).await {
@@ -298,33 +301,30 @@ impl Controller {
                 Api::<HttpRoute>::namespaced(api(&client), &ns),
                 watcher::Config::default(),
                 queue.clone(),
-                strip,
+                slim::httproute,
                 key_of,
             ))
         } else {
             tracing::info!("the cluster does not serve gateway.networking.k8s.io/v1 HTTPRoutes");
             None
         };
-        let pods = watch_kind(
+        let pods_by_site = Index::new(reconcile::pod_index_keys);
+        let index = pods_by_site.clone();
+        let pods = watch_kind_observed(
             Api::<Pod>::namespaced(api(&client), &ns),
             watcher::Config::default().labels(ID_LABEL),
             queue.clone(),
-            |p: &mut Pod| {
-                strip(p);
-                p.spec = None;
-            },
-            |p: &Pod| {
-                p.annotations()
-                    .contains_key(OPERATOR_BOUND_ANNOTATION)
-                    .then(|| key_of(p))
-                    .flatten()
-            },
+            slim::pod,
+            |p: &Pod| reconcile::pod_index_keys(p).pop(),
+            move |_: &Store<Pod>, event: &watcher::Event<Pod>| index.observe(event),
         );
-        let volumes = watch_kind(
+        let volumes_by_site = Index::new(reconcile::volume_index_keys);
+        let index = volumes_by_site.clone();
+        let volumes = watch_kind_observed(
             Api::<PersistentVolume>::all(api(&client)),
             watcher::Config::default(),
             queue.clone(),
-            strip,
+            slim::volume,
             // A volume event matters to the site it is labelled or claimed for.
             |pv: &PersistentVolume| {
                 key_of(pv).or_else(|| {
@@ -332,8 +332,13 @@ impl Controller {
                     claim.name.clone()
                 })
             },
+            move |_: &Store<PersistentVolume>, event: &watcher::Event<PersistentVolume>| {
+                index.observe(event)
+            },
         );
         let caches = Caches {
+            pods_by_site,
+            volumes_by_site,
             volumes,
             sites,
             secrets,

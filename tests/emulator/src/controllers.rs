@@ -117,7 +117,10 @@ struct Dirty {
 pub async fn run(app: Arc<App>) {
     let mut rx = app.store.subscribe();
     let mut dirty = Dirty::default();
-    mark_all(&app, &mut dirty);
+    // Claims not Bound yet: a volume or storage class event may let them bind (bound claims
+    // do not care, and looking at every claim on every volume event is quadratic at scale).
+    let mut unbound = HashSet::new();
+    mark_all(&app, &mut dirty, &mut unbound);
     let mut tick = tokio::time::interval(Duration::from_millis(25));
     loop {
         tokio::select! {
@@ -139,22 +142,30 @@ pub async fn run(app: Arc<App>) {
                         }
                         "persistentvolumeclaims" => {
                             if ev.kind == EventType::Deleted {
+                                unbound.remove(&key);
                                 dirty.released_claims.push(ev.object.clone());
                             } else {
+                                if ev.object["status"]["phase"] == "Bound" {
+                                    unbound.remove(&key);
+                                } else {
+                                    unbound.insert(key.clone());
+                                }
                                 dirty.claims.insert(key);
                             }
                         }
-                        "persistentvolumes" | "storageclasses.storage.k8s.io" => mark_claims(&app, &mut dirty),
+                        "persistentvolumes" | "storageclasses.storage.k8s.io" => {
+                            dirty.claims.extend(unbound.iter().cloned());
+                        }
                         _ => {}
                     }
                 }
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => mark_all(&app, &mut dirty),
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => mark_all(&app, &mut dirty, &mut unbound),
                 Err(_) => return,
             },
             _ = tick.tick() => {
                 let touched: Vec<_> = app.kubelet.touched.lock().unwrap_or_else(|p| p.into_inner()).drain().collect();
                 if touched.iter().any(|(n, _)| n == "*") {
-                    mark_all(&app, &mut dirty);
+                    mark_all(&app, &mut dirty, &mut unbound);
                 } else {
                     dirty.pods.extend(touched);
                 }
@@ -184,7 +195,7 @@ fn resource(app: &App, group: &str, plural: &str) -> Option<Arc<ResourceInfo>> {
     app.store.lock().registry.get(group, "v1", plural)
 }
 
-fn mark_all(app: &App, dirty: &mut Dirty) {
+fn mark_all(app: &App, dirty: &mut Dirty, unbound: &mut HashSet<(String, String)>) {
     let st = app.store.lock();
     for o in st.objects_of("statefulsets.apps", None) {
         dirty.statefulsets.insert(key_of(&o));
@@ -192,13 +203,11 @@ fn mark_all(app: &App, dirty: &mut Dirty) {
     for o in st.objects_of("pods", None) {
         dirty.pods.insert(key_of(&o));
     }
+    unbound.clear();
     for o in st.objects_of("persistentvolumeclaims", None) {
-        dirty.claims.insert(key_of(&o));
-    }
-}
-
-fn mark_claims(app: &App, dirty: &mut Dirty) {
-    for o in app.store.lock().objects_of("persistentvolumeclaims", None) {
+        if o["status"]["phase"] != "Bound" {
+            unbound.insert(key_of(&o));
+        }
         dirty.claims.insert(key_of(&o));
     }
 }
@@ -301,7 +310,7 @@ fn sync_statefulset(app: &App, ns: &str, name: &str) -> Option<(String, String)>
         let revision = app
             .store
             .lock()
-            .objects_of(&rev_r.key(), Some(ns))
+            .objects_with_prefix(&rev_r.key(), ns, &format!("{name}-"))
             .iter()
             .filter(|r| r["metadata"]["ownerReferences"][0]["uid"] == json!(uid))
             .count()
@@ -329,7 +338,7 @@ fn sync_statefulset(app: &App, ns: &str, name: &str) -> Option<(String, String)>
     let pods: Vec<Arc<Value>> = app
         .store
         .lock()
-        .objects_of("pods", Some(ns))
+        .objects_with_prefix("pods", ns, &format!("{name}-"))
         .into_iter()
         .filter(|p| sts_owner(p).as_deref() == Some(name))
         .collect();
@@ -417,7 +426,7 @@ fn sync_statefulset(app: &App, ns: &str, name: &str) -> Option<(String, String)>
     let pods: Vec<Arc<Value>> = app
         .store
         .lock()
-        .objects_of("pods", Some(ns))
+        .objects_with_prefix("pods", ns, &format!("{name}-"))
         .into_iter()
         .filter(|p| sts_owner(p).as_deref() == Some(name))
         .collect();

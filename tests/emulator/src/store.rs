@@ -354,6 +354,18 @@ impl State {
         }
     }
 
+    /// Objects of a resource in one namespace whose names start with `prefix`, in key order
+    /// (a range of the ordered map: cost grows with the matches, not the store).
+    pub fn objects_with_prefix(&self, key: &str, ns: &str, prefix: &str) -> Vec<Arc<Value>> {
+        let Some(map) = self.objects.get(key) else {
+            return Vec::new();
+        };
+        map.range((ns.to_string(), prefix.to_string())..)
+            .take_while(|((n, name), _)| n == ns && name.starts_with(prefix))
+            .map(|(_, v)| v.clone())
+            .collect()
+    }
+
     /// Every stored object with its resource key.
     pub fn all_objects(&self) -> impl Iterator<Item = (&String, &Arc<Value>)> {
         self.objects

@@ -1,0 +1,191 @@
+//! Secondary indexes over reflector stores, so that "the pods of this site" or "the volumes
+//! claimed for this site" cost the matches, not a scan of every cached object (a scan per
+//! reconcile is quadratic in the number of Sites).
+//!
+//! An index is fed the same watch events as its store, before the store applies them. It may
+//! hold stale entries (an object relabelled, or removed by a relist without a delete event):
+//! every lookup re-checks the entries against the store and drops those that no longer match,
+//! so a lookup returns exactly what a filter over the store would.
+
+use std::collections::{HashMap, HashSet};
+use std::hash::Hash;
+use std::sync::{Arc, Mutex};
+
+use kube::Resource;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+
+/// Index keys → references of the objects that have them.
+pub struct Index<K: Resource>
+where
+    K::DynamicType: Eq + Hash + Clone,
+{
+    keys: fn(&K) -> Vec<String>,
+    entries: Arc<Mutex<HashMap<String, HashSet<ObjectRef<K>>>>>,
+}
+
+impl<K: Resource> Clone for Index<K>
+where
+    K::DynamicType: Eq + Hash + Clone,
+{
+    fn clone(&self) -> Self {
+        Index {
+            keys: self.keys,
+            entries: self.entries.clone(),
+        }
+    }
+}
+
+impl<K> Index<K>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone,
+{
+    /// An empty index; `keys` names the index keys of an object (none: not indexed).
+    pub fn new(keys: fn(&K) -> Vec<String>) -> Self {
+        Index {
+            keys,
+            entries: Arc::default(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, HashSet<ObjectRef<K>>>> {
+        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records what a watch event tells (call before the store applies the event).
+    pub fn observe(&self, event: &watcher::Event<K>) {
+        match event {
+            watcher::Event::Apply(obj) | watcher::Event::InitApply(obj) => {
+                let keys = (self.keys)(obj);
+                if keys.is_empty() {
+                    return;
+                }
+                let reference = ObjectRef::from(obj);
+                let mut entries = self.lock();
+                for key in keys {
+                    entries.entry(key).or_default().insert(reference.clone());
+                }
+            }
+            watcher::Event::Delete(obj) => {
+                let reference = ObjectRef::from(obj);
+                let mut entries = self.lock();
+                for key in (self.keys)(obj) {
+                    if let Some(refs) = entries.get_mut(&key) {
+                        refs.remove(&reference);
+                        if refs.is_empty() {
+                            entries.remove(&key);
+                        }
+                    }
+                }
+            }
+            watcher::Event::Init | watcher::Event::InitDone => {}
+        }
+    }
+
+    /// The objects of `store` that have `key`, sorted by namespace and name.
+    pub fn get(&self, store: &Store<K>, key: &str) -> Vec<Arc<K>> {
+        let mut entries = self.lock();
+        let Some(refs) = entries.get_mut(key) else {
+            return Vec::new();
+        };
+        let mut found = Vec::with_capacity(refs.len());
+        refs.retain(|r| match store.get(r) {
+            Some(obj) if (self.keys)(&obj).iter().any(|k| k == key) => {
+                found.push(obj);
+                true
+            }
+            _ => false,
+        });
+        if refs.is_empty() {
+            entries.remove(key);
+        }
+        found.sort_by(|a, b| {
+            (a.meta().namespace.as_deref(), a.meta().name.as_deref())
+                .cmp(&(b.meta().namespace.as_deref(), b.meta().name.as_deref()))
+        });
+        found
+    }
+
+    /// Number of index keys held (tests: stale keys are dropped).
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether the index holds no key.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::runtime::reflector;
+    use kube::runtime::watcher::Event;
+
+    fn pod(name: &str, site: Option<&str>) -> Pod {
+        let mut p = Pod::default();
+        p.metadata.name = Some(name.into());
+        p.metadata.namespace = Some("ns".into());
+        if let Some(site) = site {
+            p.metadata.labels = Some([("site".to_string(), site.to_string())].into());
+        }
+        p
+    }
+
+    fn site_of(p: &Pod) -> Vec<String> {
+        p.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("site").cloned())
+            .into_iter()
+            .collect()
+    }
+
+    fn names(pods: &[Arc<Pod>]) -> Vec<&str> {
+        pods.iter()
+            .map(|p| p.metadata.name.as_deref().unwrap_or_default())
+            .collect()
+    }
+
+    /// Feeds one event to the index and then the store, as the watch stream does.
+    fn feed(index: &Index<Pod>, writer: &mut reflector::store::Writer<Pod>, event: Event<Pod>) {
+        index.observe(&event);
+        writer.apply_watcher_event(&event);
+    }
+
+    #[test]
+    fn lookups_match_a_filter_over_the_store_through_every_kind_of_event() {
+        let (store, mut writer) = reflector::store::<Pod>();
+        let index = Index::new(site_of);
+        feed(&index, &mut writer, Event::Init);
+        feed(&index, &mut writer, Event::InitApply(pod("a-0", Some("a"))));
+        feed(&index, &mut writer, Event::InitApply(pod("b-0", Some("b"))));
+        feed(&index, &mut writer, Event::InitApply(pod("x", None)));
+        feed(&index, &mut writer, Event::InitDone);
+        feed(&index, &mut writer, Event::Apply(pod("a-1", Some("a"))));
+        assert_eq!(names(&index.get(&store, "a")), ["a-0", "a-1"]);
+        assert_eq!(names(&index.get(&store, "b")), ["b-0"]);
+        assert!(index.get(&store, "none").is_empty());
+
+        // Relabelled: the pod moves from one key to the other.
+        feed(&index, &mut writer, Event::Apply(pod("a-1", Some("b"))));
+        assert_eq!(names(&index.get(&store, "a")), ["a-0"]);
+        assert_eq!(names(&index.get(&store, "b")), ["a-1", "b-0"]);
+
+        // Deleted with an event.
+        feed(&index, &mut writer, Event::Delete(pod("a-0", Some("a"))));
+        assert!(index.get(&store, "a").is_empty());
+
+        // A relist that no longer holds b-0 (deleted while the watch was down: no event).
+        feed(&index, &mut writer, Event::Init);
+        feed(&index, &mut writer, Event::InitApply(pod("a-1", Some("b"))));
+        feed(&index, &mut writer, Event::InitDone);
+        assert_eq!(names(&index.get(&store, "b")), ["a-1"]);
+        // Keys without objects are dropped once looked up.
+        assert!(index.get(&store, "a").is_empty());
+        assert_eq!(index.len(), 1);
+    }
+}
