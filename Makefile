@@ -70,7 +70,7 @@ bench:
 	SCALE_SITES=1000 $(CARGO) bench --locked --bench scale
 	WEBHOOK_QUICK=1 WEBHOOK_SECONDS=5 $(CARGO) bench --locked --bench webhook
 
-## bench-full: every benchmark at the sizes BENCHMARKS.md records (about 25 minutes).
+## bench-full: every benchmark at the sizes BENCHMARKS.md records (about 12 minutes after the build).
 bench-full:
 	$(CARGO) bench --locked --bench admission
 	$(CARGO) bench --locked --bench webhook
