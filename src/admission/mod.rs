@@ -102,23 +102,30 @@ fn admission_meta<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ObjectMeta, 
 }
 
 /// A string value read without keeping it (anything else is an error, as for a kept one).
+///
+/// With serde_json the value is captured raw, which skips it without unescaping or copying it
+/// (the `kubectl apply` annotation is a whole JSON document escaped inside a string: unescaping
+/// it was a large part of the decoding cost). A raw value holding a `\u` escape is parsed
+/// fully, so a lone surrogate is refused as the generic path refuses it. Only serde_json can
+/// capture raw values: [`SiteObject`] is decoded with `serde_json::from_slice` (the server) or
+/// `from_value`.
 struct SkippedString;
 
 impl<'de> Deserialize<'de> for SkippedString {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl serde::de::Visitor<'_> for V {
-            type Value = SkippedString;
-
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a string")
-            }
-
-            fn visit_str<E>(self, _: &str) -> Result<SkippedString, E> {
-                Ok(SkippedString)
-            }
+        use serde::de::Error;
+        let raw = <Box<serde_json::value::RawValue>>::deserialize(d)?;
+        let text = raw.get();
+        if !text.starts_with('"') {
+            return Err(D::Error::invalid_type(
+                serde::de::Unexpected::Other("a non-string value"),
+                &"a string",
+            ));
         }
-        d.deserialize_str(V)
+        if text.contains("\\u") {
+            serde_json::from_str::<String>(text).map_err(D::Error::custom)?;
+        }
+        Ok(SkippedString)
     }
 }
 

@@ -1707,3 +1707,66 @@ fn sites_take_the_typed_path_and_other_objects_the_generic_one() {
         ]
     );
 }
+
+/// The typed path's metadata decoding (`admission_meta`, `own_annotations`, `SkippedString`):
+/// this operator's annotations are kept, others are skipped but must still be strings that the
+/// generic path accepts; each case decodes (or fails) exactly as a generic JSON tree does.
+#[test]
+fn typed_metadata_keeps_own_annotations_and_checks_skipped_ones() {
+    let cases: &[(&str, &str, Option<&[(&str, &str)]>)] = &[
+        ("no annotations", r#"{"name": "s"}"#, None),
+        ("null annotations", r#"{"annotations": null}"#, None),
+        (
+            "own kept, foreign skipped",
+            r#"{"annotations": {"sites.ecmwf.int/upgrade-request": "force", "a": "b"}}"#,
+            Some(&[("sites.ecmwf.int/upgrade-request", "force")]),
+        ),
+        (
+            "escaped JSON document skipped",
+            r#"{"annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{\"a\":\"\\\"q\\\"\",\"b\":[1,2]}\n"}}"#,
+            Some(&[]),
+        ),
+        (
+            "valid unicode escapes skipped",
+            r#"{"annotations": {"a": "\u003c\u00e9\ud83d\ude00"}}"#,
+            Some(&[]),
+        ),
+        ("number", r#"{"annotations": {"a": 1}}"#, None),
+        ("object", r#"{"annotations": {"a": {"b": "c"}}}"#, None),
+        ("null value", r#"{"annotations": {"a": null}}"#, None),
+        (
+            "lone surrogate",
+            r#"{"annotations": {"a": "\ud800"}}"#,
+            None,
+        ),
+        ("bad escape", r#"{"annotations": {"a": "\q"}}"#, None),
+        (
+            "own annotation not a string",
+            r#"{"annotations": {"sites.ecmwf.int/x": 1}}"#,
+            None,
+        ),
+    ];
+    for (case, metadata, kept) in cases {
+        let object = format!(
+            r#"{{"apiVersion": "sites.ecmwf.int/v1", "kind": "Site", "metadata": {metadata}, "spec": {}}}"#,
+            serde_json::to_string(&site_json(|_| {})["spec"]).unwrap()
+        );
+        let generic_ok = serde_json::from_str::<Value>(&object).is_ok_and(|v| {
+            v["metadata"]["annotations"]
+                .as_object()
+                .is_none_or(|a| a.values().all(Value::is_string))
+        });
+        let typed = serde_json::from_str::<SiteObject>(&object);
+        assert_eq!(typed.is_ok(), generic_ok, "{case}: {:?}", typed.err());
+        if let (Ok(typed), Some(kept)) = (typed, kept) {
+            let got: Vec<(&str, &str)> = typed
+                .metadata
+                .annotations
+                .iter()
+                .flatten()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            assert_eq!(&got, kept, "{case}");
+        }
+    }
+}
