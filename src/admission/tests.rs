@@ -1713,7 +1713,9 @@ fn sites_take_the_typed_path_and_other_objects_the_generic_one() {
 /// generic path accepts; each case decodes (or fails) exactly as a generic JSON tree does.
 #[test]
 fn typed_metadata_keeps_own_annotations_and_checks_skipped_ones() {
-    let cases: &[(&str, &str, Option<&[(&str, &str)]>)] = &[
+    /// Case name, the object's metadata, the annotations kept (None: not checked).
+    type Case<'a> = (&'a str, &'a str, Option<&'a [(&'a str, &'a str)]>);
+    let cases: &[Case] = &[
         ("no annotations", r#"{"name": "s"}"#, None),
         ("null annotations", r#"{"annotations": null}"#, None),
         (

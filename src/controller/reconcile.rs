@@ -479,6 +479,21 @@ async fn ensure_objects(
     let session_key = ctx.session_key().await?;
     let host = ctx.public_host().await?;
     let stored_claim = ctx.cached(&c.pvcs, &id);
+    if let Some(claim) = stored_claim
+        .as_deref()
+        .filter(|claim| previous_incarnation(claim, site))
+    {
+        // The claim of a deleted Site of the same name (being deleted, or owned by the old
+        // uid): garbage collection removes it. Writing now would create a new claim and
+        // provision a new volume before the old one can be found and re-bound.
+        return Ok(Ensured {
+            outcome: Outcome::Transient(format!(
+                "waiting for the previous claim {} to be deleted",
+                claim.name_any()
+            )),
+            next: Next::After(Duration::from_secs(1)),
+        });
+    }
     let retained = match stored_claim {
         Some(_) => None,
         None => retained_volume(ctx, site).await?,
@@ -574,6 +589,18 @@ async fn ensure_objects(
         ensured.next = Next::Backoff;
     }
     Ok(ensured)
+}
+
+/// Whether a cached claim belongs to a previous Site of the same name: it is being deleted, or
+/// its owner references name a Site with another uid. A claim without owner references is
+/// adopted as before.
+fn previous_incarnation(claim: &PersistentVolumeClaim, site: &Site) -> bool {
+    let site_uid = site.metadata.uid.as_deref().unwrap_or_default();
+    claim.metadata.deletion_timestamp.is_some()
+        || claim
+            .owner_references()
+            .iter()
+            .any(|o| o.kind == "Site" && o.uid != site_uid)
 }
 
 /// The retained volume a new claim re-binds to (LIFE-01 step 4), from the volume cache.

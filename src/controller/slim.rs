@@ -6,24 +6,45 @@
 use gateway_api::apis::standard::httproutes::HttpRoute;
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
 use k8s_openapi::api::core::v1::{
-    ConfigMap, PersistentVolume, PersistentVolumeClaim, PersistentVolumeSpec, Pod, PodTemplateSpec,
-    Secret, Service,
+    ConfigMap, ContainerStatus, PersistentVolume, PersistentVolumeClaim, PersistentVolumeSpec, Pod,
+    PodCondition, PodStatus, PodTemplateSpec, Secret, Service,
 };
 use k8s_openapi::api::networking::v1::Ingress;
 use kube::Resource;
 
-use crate::crd::Site;
+use crate::crd::{ID_LABEL, Site};
 
 /// The annotation `kubectl apply` keeps a copy of the whole object in.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
+/// Prefix of the annotations the operator reads back from objects it owns.
+const OWN_ANNOTATIONS: &str = "sites.ecmwf.int/";
+
+/// Metadata of objects the operator owns or watches for a site: name, namespace, labels, owner
+/// references, deletion timestamp and this operator's annotations. Identity and bookkeeping
+/// fields (uid, resourceVersion, timestamps, finalizers, managed fields) and other components'
+/// annotations are never read.
 fn metadata<K: Resource>(obj: &mut K) {
-    obj.meta_mut().managed_fields = None;
+    let m = obj.meta_mut();
+    m.managed_fields = None;
+    m.uid = None;
+    m.resource_version = None;
+    m.creation_timestamp = None;
+    m.generation = None;
+    m.generate_name = None;
+    m.finalizers = None;
+    if let Some(a) = m.annotations.as_mut() {
+        a.retain(|k, _| k.starts_with(OWN_ANNOTATIONS));
+        if a.is_empty() {
+            m.annotations = None;
+        }
+    }
 }
 
-/// Sites: everything but managed fields and the `kubectl apply` copy of the object.
+/// Sites: everything but managed fields and the `kubectl apply` copy of the object (the uid
+/// goes into owner references, the generation into the status).
 pub fn site(s: &mut Site) {
-    metadata(s);
+    s.metadata.managed_fields = None;
     if let Some(a) = s.metadata.annotations.as_mut() {
         a.remove(LAST_APPLIED);
     }
@@ -77,10 +98,38 @@ pub fn httproute(r: &mut HttpRoute) {
     r.status = None;
 }
 
-/// Pods keep their status (mapped into the Site status), not their spec.
+/// Pods keep the site id label and what the status mapping reads: phase, conditions, and each
+/// container's name, readiness and state.
 pub fn pod(p: &mut Pod) {
     metadata(p);
+    if let Some(labels) = p.metadata.labels.as_mut() {
+        labels.retain(|k, _| k == ID_LABEL);
+    }
     p.spec = None;
+    p.status = p.status.take().map(|s| PodStatus {
+        phase: s.phase,
+        conditions: s.conditions.map(|cs| {
+            cs.into_iter()
+                .map(|c| PodCondition {
+                    type_: c.type_,
+                    status: c.status,
+                    last_transition_time: c.last_transition_time,
+                    ..PodCondition::default()
+                })
+                .collect()
+        }),
+        container_statuses: s.container_statuses.map(|cs| {
+            cs.into_iter()
+                .map(|c| ContainerStatus {
+                    name: c.name,
+                    ready: c.ready,
+                    state: c.state,
+                    ..ContainerStatus::default()
+                })
+                .collect()
+        }),
+        ..PodStatus::default()
+    });
 }
 
 /// Volumes keep their claim reference (retained-volume lookup) and status.
@@ -131,12 +180,25 @@ mod tests {
         let mut desired = desired;
         ensure::stamp(&mut desired);
         let mut stored = desired.clone();
-        stored.meta_mut().managed_fields = Some(vec![Default::default()]);
+        let m = stored.meta_mut();
+        m.managed_fields = Some(vec![Default::default()]);
+        m.uid = Some("0b4d6f2e-1c1a-4f55-9a52-7d4c2a8e9f10".into());
+        m.resource_version = Some("12345".into());
+        m.annotations
+            .get_or_insert_default()
+            .insert("pv.kubernetes.io/bind-completed".into(), "yes".into());
         let full = serde_json::to_vec(&stored).unwrap().len();
         let mut slimmed = stored.clone();
         slim(&mut slimmed);
         assert!(ensure::up_to_date(&stored, &desired));
         assert!(ensure::up_to_date(&slimmed, &desired));
+        let m = slimmed.meta();
+        assert!(m.uid.is_none() && m.resource_version.is_none() && m.managed_fields.is_none());
+        assert!(
+            m.annotations
+                .as_ref()
+                .is_some_and(|a| a.keys().all(|k| k.starts_with(OWN_ANNOTATIONS)))
+        );
         // A different rendering is still seen as different.
         let mut other = desired.clone();
         other
@@ -207,16 +269,53 @@ mod tests {
 
     #[test]
     fn pods_and_volumes_keep_what_status_and_volume_lookups_read() {
-        let mut p: Pod = serde_json::from_value(json!({
-            "metadata": {"name": "s-0", "labels": {"a": "b"}},
-            "spec": {"containers": [{"name": "c", "image": "i"}]},
-            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
-        }))
-        .unwrap();
-        let status = p.status.clone();
-        pod(&mut p);
-        assert_eq!(p.status, status);
-        assert!(p.spec.is_none());
+        // Every pod state the status mapping tells apart resolves the same from the slim pod.
+        let container = |state: serde_json::Value, ready: bool| {
+            json!({"name": "nginx", "ready": ready, "state": state, "image": "nginx:1",
+                   "imageID": "sha256:x", "containerID": "containerd://y", "restartCount": 3,
+                   "volumeMounts": [{"name": "data", "mountPath": "/data"}]})
+        };
+        let statuses = [
+            json!({"phase": "Running", "conditions": [
+                {"type": "Ready", "status": "True", "lastTransitionTime": "2026-11-29T10:00:00Z", "lastProbeTime": null},
+                {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-11-29T09:00:00Z"}],
+                "containerStatuses": [container(json!({"running": {"startedAt": "2026-11-29T10:00:00Z"}}), true)]}),
+            json!({"phase": "Running", "conditions": [
+                {"type": "Ready", "status": "False", "reason": "ContainersNotReady", "message": "not ready"}],
+                "containerStatuses": [container(json!({"running": {}}), false)]}),
+            json!({"phase": "Pending", "conditions": [{"type": "Ready", "status": "False"}],
+                "containerStatuses": [container(json!({"waiting": {"reason": "ImagePullBackOff", "message": "pull failed"}}), false)]}),
+            json!({"phase": "Running", "conditions": [{"type": "ContainersReady", "status": "False"}],
+                "containerStatuses": [container(json!({"terminated": {"reason": "Error", "exitCode": 1, "message": "boom"}}), false)]}),
+            json!({"phase": "Failed"}),
+        ];
+        for status in statuses {
+            let mut p: Pod = serde_json::from_value(json!({
+                "metadata": {"name": "s-0", "namespace": "sites", "uid": "u",
+                             "labels": {ID_LABEL: "s", "controller-revision-hash": "s-1"},
+                             "annotations": {"sites.ecmwf.int/operator_bound": "true", "other": "x"}},
+                "spec": {"containers": [{"name": "nginx", "image": "nginx:1"}]},
+                "status": status,
+            }))
+            .unwrap();
+            let full = p.clone();
+            pod(&mut p);
+            assert_eq!(
+                crate::controller::status::resolve_pod(&p),
+                crate::controller::status::resolve_pod(&full)
+            );
+            assert_eq!(
+                crate::controller::status::pod_ready(&p),
+                crate::controller::status::pod_ready(&full)
+            );
+            assert!(p.spec.is_none());
+            assert_eq!(crate::controller::reconcile::pod_index_keys(&p), ["s"]);
+            let (slim, full) = (
+                serde_json::to_vec(&p).unwrap(),
+                serde_json::to_vec(&full).unwrap(),
+            );
+            assert!(slim.len() < full.len(), "{} -> {}", full.len(), slim.len());
+        }
 
         let mut v: PersistentVolume = serde_json::from_value(json!({
             "metadata": {"name": "pv", "labels": {"a": "b"}},
