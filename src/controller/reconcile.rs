@@ -931,3 +931,52 @@ pub async fn ensure_session_secret(
         Err(e) => Err(e),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn claims_of_a_previous_site_of_the_same_name_are_recognised() {
+        let site: Site = serde_json::from_value(json!({
+            "apiVersion": "sites.ecmwf.int/v1", "kind": "Site",
+            "metadata": {"name": "s", "uid": "new"},
+            "spec": {"name": "s", "owner": "o", "type": "static", "configuration": {"space": "x"}}
+        }))
+        .unwrap();
+        let claim = |meta: serde_json::Value| -> PersistentVolumeClaim {
+            serde_json::from_value(json!({"metadata": meta})).unwrap()
+        };
+        let owner = |uid: &str| json!([{"apiVersion": "sites.ecmwf.int/v1", "kind": "Site", "name": "s", "uid": uid}]);
+        for (case, meta, previous) in [
+            (
+                "owned by this Site",
+                json!({"name": "s", "ownerReferences": owner("new")}),
+                false,
+            ),
+            (
+                "owned by a deleted Site",
+                json!({"name": "s", "ownerReferences": owner("old")}),
+                true,
+            ),
+            (
+                "being deleted",
+                json!({"name": "s", "ownerReferences": owner("new"), "deletionTimestamp": "2026-11-29T10:00:00Z"}),
+                true,
+            ),
+            ("no owner: adopted", json!({"name": "s"}), false),
+            (
+                "owned by something else",
+                json!({"name": "s", "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "x"}]}),
+                false,
+            ),
+        ] {
+            assert_eq!(
+                previous_incarnation(&claim(meta), &site),
+                previous,
+                "{case}"
+            );
+        }
+    }
+}
