@@ -483,8 +483,8 @@ async fn ensure_objects(
         .as_deref()
         .filter(|claim| previous_incarnation(claim, site))
     {
-        // The claim of a deleted Site of the same name (being deleted, or owned by the old
-        // uid): garbage collection removes it. Writing now would create a new claim and
+        // The claim of a deleted Site of the same name (owned by the old uid): garbage
+        // collection removes it. Writing now would create a new claim and
         // provision a new volume before the old one can be found and re-bound.
         return Ok(Ensured {
             outcome: Outcome::Transient(format!(
@@ -591,16 +591,16 @@ async fn ensure_objects(
     Ok(ensured)
 }
 
-/// Whether a cached claim belongs to a previous Site of the same name: it is being deleted, or
-/// its owner references name a Site with another uid. A claim without owner references is
-/// adopted as before.
+/// Whether a cached claim belongs to a previous Site of the same name: its owner references
+/// name a Site with another uid (garbage collection deletes it). A claim without owner
+/// references is adopted as before; this Site's own claim being deleted (by hand) does not
+/// hold the other objects back.
 fn previous_incarnation(claim: &PersistentVolumeClaim, site: &Site) -> bool {
     let site_uid = site.metadata.uid.as_deref().unwrap_or_default();
-    claim.metadata.deletion_timestamp.is_some()
-        || claim
-            .owner_references()
-            .iter()
-            .any(|o| o.kind == "Site" && o.uid != site_uid)
+    claim
+        .owner_references()
+        .iter()
+        .any(|o| o.kind == "Site" && o.uid != site_uid)
 }
 
 /// The retained volume a new claim re-binds to (LIFE-01 step 4), from the volume cache.
@@ -961,8 +961,13 @@ mod tests {
                 true,
             ),
             (
-                "being deleted",
+                "this Site's claim deleted by hand",
                 json!({"name": "s", "ownerReferences": owner("new"), "deletionTimestamp": "2026-11-29T10:00:00Z"}),
+                false,
+            ),
+            (
+                "a deleted Site's claim being collected",
+                json!({"name": "s", "ownerReferences": owner("old"), "deletionTimestamp": "2026-11-29T10:00:00Z"}),
                 true,
             ),
             ("no owner: adopted", json!({"name": "s"}), false),
