@@ -2,10 +2,12 @@
 //! claimed for this site" cost the matches, not a scan of every cached object (a scan per
 //! reconcile is quadratic in the number of Sites).
 //!
-//! An index is fed the same watch events as its store, before the store applies them. It may
-//! hold stale entries (an object relabelled, or removed by a relist without a delete event):
-//! every lookup re-checks the entries against the store and drops those that no longer match,
-//! so a lookup returns exactly what a filter over the store would.
+//! An index is fed the same watch events as its store, after the store applied them, so every
+//! entry names an object the store held when the entry was made. A relist is collected and
+//! replaces the index when it is done (the store swaps in the relisted objects at the same
+//! point). An index may still hold stale entries (an object relabelled): every lookup re-checks
+//! the entries against the store and drops those that no longer match, so a lookup returns
+//! exactly what a filter over the store would.
 
 use std::collections::{HashMap, HashSet};
 use std::hash::Hash;
@@ -21,7 +23,24 @@ where
     K::DynamicType: Eq + Hash + Clone,
 {
     keys: fn(&K) -> Vec<String>,
-    entries: Arc<Mutex<HashMap<String, HashSet<ObjectRef<K>>>>>,
+    entries: Arc<Mutex<Entries<K>>>,
+    /// Entries of a relist in progress (Init .. InitDone).
+    relist: Arc<Mutex<Entries<K>>>,
+}
+
+type Entries<K> = HashMap<String, HashSet<ObjectRef<K>>>;
+
+fn insert<K: Resource>(entries: &mut Entries<K>, keys: Vec<String>, obj: &K)
+where
+    K::DynamicType: Default + Eq + Hash + Clone,
+{
+    if keys.is_empty() {
+        return;
+    }
+    let reference = ObjectRef::from(obj);
+    for key in keys {
+        entries.entry(key).or_default().insert(reference.clone());
+    }
 }
 
 impl<K: Resource> Clone for Index<K>
@@ -32,6 +51,7 @@ where
         Index {
             keys: self.keys,
             entries: self.entries.clone(),
+            relist: self.relist.clone(),
         }
     }
 }
@@ -46,26 +66,31 @@ where
         Index {
             keys,
             entries: Arc::default(),
+            relist: Arc::default(),
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, HashSet<ObjectRef<K>>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Entries<K>> {
         self.entries.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Records what a watch event tells (call before the store applies the event).
+    fn lock_relist(&self) -> std::sync::MutexGuard<'_, Entries<K>> {
+        self.relist.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records what a watch event tells. Call it after the store applied the event (a
+    /// reflector stream passes events on after applying them).
     pub fn observe(&self, event: &watcher::Event<K>) {
         match event {
-            watcher::Event::Apply(obj) | watcher::Event::InitApply(obj) => {
-                let keys = (self.keys)(obj);
-                if keys.is_empty() {
-                    return;
-                }
-                let reference = ObjectRef::from(obj);
-                let mut entries = self.lock();
-                for key in keys {
-                    entries.entry(key).or_default().insert(reference.clone());
-                }
+            watcher::Event::Apply(obj) => insert(&mut self.lock(), (self.keys)(obj), obj),
+            watcher::Event::Init => self.lock_relist().clear(),
+            // The store keeps the relisted objects aside until the relist is done.
+            watcher::Event::InitApply(obj) => {
+                insert(&mut self.lock_relist(), (self.keys)(obj), obj)
+            }
+            watcher::Event::InitDone => {
+                let relisted = std::mem::take(&mut *self.lock_relist());
+                *self.lock() = relisted;
             }
             watcher::Event::Delete(obj) => {
                 let reference = ObjectRef::from(obj);
@@ -79,7 +104,6 @@ where
                     }
                 }
             }
-            watcher::Event::Init | watcher::Event::InitDone => {}
         }
     }
 
@@ -150,10 +174,10 @@ mod tests {
             .collect()
     }
 
-    /// Feeds one event to the index and then the store, as the watch stream does.
+    /// Feeds one event to the store and then the index, as the watch stream does.
     fn feed(index: &Index<Pod>, writer: &mut reflector::store::Writer<Pod>, event: Event<Pod>) {
-        index.observe(&event);
         writer.apply_watcher_event(&event);
+        index.observe(&event);
     }
 
     #[test]
@@ -179,13 +203,19 @@ mod tests {
         feed(&index, &mut writer, Event::Delete(pod("a-0", Some("a"))));
         assert!(index.get(&store, "a").is_empty());
 
-        // A relist that no longer holds b-0 (deleted while the watch was down: no event).
+        // A relist that no longer holds b-0 (deleted while the watch was down: no event) and
+        // holds a pod created meanwhile. Until the relist is done the store and the index
+        // answer from the previous list; a lookup then must not lose the new pod.
         feed(&index, &mut writer, Event::Init);
         feed(&index, &mut writer, Event::InitApply(pod("a-1", Some("b"))));
+        feed(&index, &mut writer, Event::InitApply(pod("c-0", Some("c"))));
+        assert_eq!(names(&index.get(&store, "b")), ["a-1", "b-0"]);
+        assert!(index.get(&store, "c").is_empty());
         feed(&index, &mut writer, Event::InitDone);
         assert_eq!(names(&index.get(&store, "b")), ["a-1"]);
-        // Keys without objects are dropped once looked up.
+        assert_eq!(names(&index.get(&store, "c")), ["c-0"]);
+        // The relist replaced the index: no key without objects is left.
         assert!(index.get(&store, "a").is_empty());
-        assert_eq!(index.len(), 1);
+        assert_eq!(index.len(), 2);
     }
 }

@@ -153,35 +153,44 @@ where
         modify,
         key,
         |_: &Store<K>, _: &watcher::Event<K>| {},
+        |_: &watcher::Event<K>| {},
     )
 }
 
-/// [`watch_kind`], calling `observe(store, event)` with every watch event before the store
-/// applies it (the store still holds the previous version).
+/// [`watch_kind`], calling `before(store, event)` with every watch event before the store
+/// applies it (the store still holds the previous version) and `after(event)` once it did
+/// (before the event's key goes into the queue).
 fn watch_kind_observed<K>(
     api: Api<K>,
     config: watcher::Config,
     queue: Queue<String>,
     modify: impl FnMut(&mut K) + Send + 'static,
     key: impl Fn(&K) -> Option<String> + Send + 'static,
-    observe: impl Fn(&Store<K>, &watcher::Event<K>) + Send + 'static,
+    before: impl Fn(&Store<K>, &watcher::Event<K>) + Send + 'static,
+    after: impl Fn(&watcher::Event<K>) + Send + 'static,
 ) -> Store<K>
 where
     K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
 {
     let (reader, writer) = reflector::store();
-    let before = reader.clone();
+    let previous = reader.clone();
     let stream = watcher(api, config)
         .default_backoff()
         .modify(modify)
         .map(move |event| {
             if let Ok(event) = &event {
-                observe(&before, event);
+                before(&previous, event);
             }
             event
         })
         .reflect(writer)
+        .map(move |event| {
+            if let Ok(event) = &event {
+                after(event);
+            }
+            event
+        })
         .touched_objects();
     tokio::spawn(async move {
         futures::pin_mut!(stream);
@@ -251,6 +260,7 @@ impl Controller {
                     changes::log_site_changes(&new.name_any(), &view(&old), &view(new));
                 }
             },
+            |_: &watcher::Event<Site>| {},
         );
         let secrets = watch_kind(
             Api::<Secret>::namespaced(api(&client), &ns),
@@ -316,7 +326,8 @@ impl Controller {
             queue.clone(),
             slim::pod,
             |p: &Pod| reconcile::pod_index_keys(p).pop(),
-            move |_: &Store<Pod>, event: &watcher::Event<Pod>| index.observe(event),
+            |_: &Store<Pod>, _: &watcher::Event<Pod>| {},
+            move |event: &watcher::Event<Pod>| index.observe(event),
         );
         let volumes_by_site = Index::new(reconcile::volume_index_keys);
         let index = volumes_by_site.clone();
@@ -332,9 +343,8 @@ impl Controller {
                     claim.name.clone()
                 })
             },
-            move |_: &Store<PersistentVolume>, event: &watcher::Event<PersistentVolume>| {
-                index.observe(event)
-            },
+            |_: &Store<PersistentVolume>, _: &watcher::Event<PersistentVolume>| {},
+            move |event: &watcher::Event<PersistentVolume>| index.observe(event),
         );
         let caches = Caches {
             pods_by_site,
