@@ -100,6 +100,17 @@ impl Operator {
             .sum()
     }
 
+    /// Waits until the operator has made at least `reconciles` reconciles in all and has no
+    /// work queued or running.
+    async fn settled(&self, reconciles: f64) {
+        wait_for("operator settled", Duration::from_secs(3600), async || {
+            self.metric("controller_runtime_reconcile_total") >= reconciles
+                && self.metric("workqueue_depth") == 0.0
+                && self.metric("controller_runtime_active_workers") == 0.0
+        })
+        .await;
+    }
+
     fn ready(&self) -> bool {
         Command::new("curl")
             .args(["-fs", &format!("http://127.0.0.1:{}/readyz", self.metrics)])
@@ -308,16 +319,7 @@ async fn main() {
     emulator.stats().reset();
     let start = Instant::now();
     let op = Operator::start(&kubeconfig, &dir);
-    wait_for(
-        "every site verified",
-        Duration::from_secs(3600),
-        async || {
-            op.metric("controller_runtime_reconcile_total") >= n as f64
-                && op.metric("workqueue_depth") == 0.0
-                && op.metric("controller_runtime_active_workers") == 0.0
-        },
-    )
-    .await;
+    op.settled(n as f64).await;
     let verified = start.elapsed();
     let stats = emulator.stats().to_json();
     let requests: u64 = stats
@@ -332,15 +334,6 @@ async fn main() {
         requests,
         emulator.stats().writes()
     );
-
-    let idle = async |after: f64| {
-        wait_for("operator idle", Duration::from_secs(3600), async || {
-            op.metric("controller_runtime_reconcile_total") >= after
-                && op.metric("workqueue_depth") == 0.0
-                && op.metric("controller_runtime_active_workers") == 0.0
-        })
-        .await;
-    };
 
     // 3. Pod-event storm: every site pod changes five times in ways the Site status does not
     // show (an annotation), then becomes not ready and ready again (two distinct changes).
@@ -362,7 +355,7 @@ async fn main() {
                 .unwrap();
             }
         }
-        idle(before + n as f64).await;
+        op.settled(before + n as f64).await;
         let noise_writes = emulator.stats().count("patch", "sites.sites.ecmwf.int");
         let kubelet = emulator.kubelet();
         for i in 0..n {
@@ -381,7 +374,7 @@ async fn main() {
             async || available(&cache, n),
         )
         .await;
-        idle(0.0).await;
+        op.settled(0.0).await;
         let writes = emulator.stats().count("patch", "sites.sites.ecmwf.int");
         let distinct = status_changes.load(Ordering::Relaxed) - changes_before;
         println!(
@@ -416,12 +409,7 @@ async fn main() {
                 .await
                 .unwrap();
         }
-        wait_for(what, Duration::from_secs(3600), async || {
-            op.metric("controller_runtime_reconcile_total") >= before + n as f64
-                && op.metric("workqueue_depth") == 0.0
-                && op.metric("controller_runtime_active_workers") == 0.0
-        })
-        .await;
+        op.settled(before + n as f64).await;
         let writes = emulator.stats().writes() as f64 - n as f64;
         println!(
             "{what}: operator writes per Site {:.2} ({:.1} s)",

@@ -72,7 +72,7 @@ pub fn pod_index_keys(p: &Pod) -> Vec<String> {
 pub fn volume_index_keys(pv: &PersistentVolume) -> Vec<String> {
     let mut keys = Vec::new();
     if let Some(id) = pv.labels().get(ID_LABEL) {
-        keys.push(format!("id:{id}"));
+        keys.push(site_key(id));
     }
     if let Some(c) = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref()) {
         keys.push(claim_key(
@@ -81,6 +81,10 @@ pub fn volume_index_keys(pv: &PersistentVolume) -> Vec<String> {
         ));
     }
     keys
+}
+
+fn site_key(id: &str) -> String {
+    format!("id:{id}")
 }
 
 fn claim_key(namespace: &str, name: &str) -> String {
@@ -609,7 +613,7 @@ async fn retained_volume(ctx: &Context, site: &Site) -> Result<Option<Persistent
     let old_names = [id.as_str(), site.spec.owner.as_str()];
     // Candidates: the volumes labelled for the site or claimed under one of its old names.
     let (index, store) = (&ctx.caches.volumes_by_site, &ctx.caches.volumes);
-    let mut candidates = index.get(store, &format!("id:{id}"));
+    let mut candidates = index.get(store, &site_key(&id));
     for name in old_names {
         candidates.extend(index.get(store, &claim_key(&ctx.namespace, name)));
     }
