@@ -10,7 +10,7 @@ mod bodies;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use sites_operator::admission::{self, SiteObject, server};
-use sites_operator::config::{Context, PlatformConfig};
+use sites_operator::config::{Installation, PlatformConfig};
 use std::hint::black_box;
 
 // The allocator of the `sites-operator` binary, so the figures are the binary's.
@@ -18,7 +18,7 @@ use std::hint::black_box;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn handlers(c: &mut Criterion) {
-    let cfg = PlatformConfig::from_yaml(bodies::CONFIG, "config.yaml", &Context::default())
+    let cfg = PlatformConfig::from_yaml(bodies::CONFIG, "config.yaml", &Installation::default())
         .expect("platform configuration");
     for (name, body) in [("typical", bodies::typical()), ("large", bodies::large())] {
         let mut group = c.benchmark_group(name);

@@ -25,7 +25,7 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject};
 use sites_operator::admission::server::{self, WebhookState};
-use sites_operator::config::{Context, PlatformConfig};
+use sites_operator::config::{Installation, PlatformConfig};
 use sites_operator::metrics::WebhookMetrics;
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
@@ -267,7 +267,7 @@ fn main() {
     let store = sites_operator::tls::CertStore::load(&dir.join("tls.crt"), &dir.join("tls.key"))
         .expect("certificate store");
     let tls = Arc::new(sites_operator::tls::server_config(store, None).expect("TLS config"));
-    let config = PlatformConfig::from_yaml(bodies::CONFIG, "config.yaml", &Context::default())
+    let config = PlatformConfig::from_yaml(bodies::CONFIG, "config.yaml", &Installation::default())
         .expect("platform configuration");
     let registry = prometheus::Registry::new();
     let state = WebhookState {

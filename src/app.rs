@@ -20,10 +20,10 @@ use tokio::sync::watch;
 use crate::admission::selfsigned;
 use crate::admission::server::{self, WebhookState};
 use crate::certs::{CERT_FILE, KEY_FILE};
-use crate::config::{ConfigError, Context, PlatformConfig};
+use crate::config::{ConfigError, Installation, PlatformConfig};
 use crate::controller::accounting::{self, CountLayer};
+use crate::controller::context::Tunables;
 use crate::controller::leader::{Elector, Timing};
-use crate::controller::reconcile::Settings;
 use crate::controller::{self, Controller};
 use crate::metrics::{self, WebhookMetrics};
 use crate::tls::{self, CertStore};
@@ -83,7 +83,7 @@ pub enum StartError {
 
 /// Loads and validates the platform configuration.
 pub fn load_config(opts: &RunOptions) -> Result<PlatformConfig, StartError> {
-    let ctx = Context {
+    let ctx = Installation {
         namespace: Some(&opts.namespace),
     };
     PlatformConfig::load(&opts.config, &ctx).map_err(|e| match e {
@@ -315,7 +315,7 @@ pub async fn run(
         workers: opts
             .workers
             .unwrap_or(config.sites.operator.worker_limit as usize),
-        settings: Settings::default(),
+        tunables: Tunables::default(),
         instance: Some(opts.identity.clone()),
         drain: opts.shutdown_timeout,
         retention_interval: Some(Duration::from_secs(3600)),

@@ -1,9 +1,71 @@
-//! The operator's error type: one enum, variants named after what failed, each knowing whether
-//! it is transient (retry with backoff) or terminal (wait for a new generation).
+//! The operator's error type: one enum for everything that can stop a reconcile, variants named
+//! after the step that failed and carrying their source, each knowing its class:
+//!
+//! | class | what | status | retry |
+//! |---|---|---|---|
+//! | transient | API unreachable, timeouts, 409, 429, 5xx, a missing host, session key or configuration value | Progressing True, `TransientError` | exponential backoff |
+//! | transient, fixed delay | a route of another site (60 s), a previous claim or volume still going away (1 s) | Progressing True | after the delay |
+//! | terminal | an invalid Site, an unsupported route, the API server refusing what is rendered (400, 422) | Progressing False, `InvalidConfiguration`, Warning Event | none until the spec changes |
+//! | terminal, cluster | a request the API server forbids (403): a permission of the Role is missing | Progressing False, `Forbidden`, Warning Event | slowly ([`CLUSTER_RETRY`]): RBAC is not watched |
+
+use std::time::Duration;
+
+use crate::reasons;
+use crate::validation::{self, FieldError};
+
+/// How long a route conflict waits before the next attempt (LIFE-07, RTG-03).
+pub const ROUTE_CONFLICT_RETRY: Duration = Duration::from_secs(60);
+/// How long a failed deletion of the other mode's route waits (LIFE-13).
+pub const OTHER_MODE_RETRY: Duration = Duration::from_secs(30);
+/// How long a reconcile waits for a previous claim or volume to go away.
+pub const WAIT_RETRY: Duration = Duration::from_secs(1);
+/// How often a request the cluster forbids is tried again: the Role may be fixed without any
+/// watch event reaching the operator.
+pub const CLUSTER_RETRY: Duration = Duration::from_secs(300);
+
+/// The object a step was about: `StatefulSet docs-handbook`, and its API resource
+/// (`statefulsets.apps`) for messages about permissions.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Target {
+    pub kind: String,
+    /// `plural` or `plural.group`, as RBAC rules name it.
+    pub resource: String,
+    pub name: String,
+}
+
+impl Target {
+    /// The target `name` of kind `K`.
+    pub fn of<K: kube::Resource>(name: &str) -> Target
+    where
+        K::DynamicType: Default,
+    {
+        let dt = K::DynamicType::default();
+        let (plural, group) = (K::plural(&dt), K::group(&dt));
+        Target {
+            kind: K::kind(&dt).into_owned(),
+            resource: if group.is_empty() {
+                plural.into_owned()
+            } else {
+                format!("{plural}.{group}")
+            },
+            name: name.to_string(),
+        }
+    }
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.kind, self.name)
+    }
+}
 
 /// Everything that can go wrong while rendering or reconciling a Site.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// The Site breaks rules of [`validation::site`] (stored while the webhook was down, or
+    /// before a rule tightened): every violation, with its field path.
+    #[error("invalid Site: {}", validation::join(.0))]
+    InvalidSite(Vec<FieldError>),
     /// A Site without metadata the operator needs (only objects not read from the API server).
     #[error("the Site has no {field}")]
     MissingMetadata { field: &'static str },
@@ -13,43 +75,335 @@ pub enum Error {
     /// The route cannot be expressed in the active routing mode (RTG-09).
     #[error("unsupported route {path:?}: {reason}")]
     UnsupportedRoute { path: String, reason: String },
-    /// A value that could break out of generated configuration (an nginx directive, a path).
-    #[error("{field}: {reason}")]
-    UnsafeValue { field: String, reason: String },
-    /// A Site the schema admits but the operator cannot render (e.g. a custom application
-    /// without an image, two applications on one port).
-    #[error("{field}: {reason}")]
-    InvalidSpec { field: String, reason: String },
     /// No public host: neither `routing.host` nor the master Ingress names one.
     #[error("Public host name required: set routing.host in the platform configuration")]
     PublicHostRequired,
+    /// The public host found (the master Ingress's) is not a host name.
+    #[error("public host: {reason}")]
+    InvalidPublicHost { reason: String },
+    /// The platform session key Secret is missing, or has no such key, or an empty one.
+    #[error("the session key Secret {namespace}/{name} (key {key:?}) is missing or empty")]
+    SessionKeyMissing {
+        namespace: String,
+        name: String,
+        key: String,
+    },
+    /// Gateway mode on a cluster without the Gateway API's HTTPRoute.
+    #[error(
+        "gateway mode, but the cluster does not serve HTTPRoutes (gateway.networking.k8s.io/v1)"
+    )]
+    NoHttpRoutes,
+    /// A route of the site's name belongs to another site (RTG-03, LIFE-07).
+    #[error(
+        "a {kind} named {name} belongs to another site; it is left alone and retried in {}s",
+        ROUTE_CONFLICT_RETRY.as_secs()
+    )]
+    RouteConflict { kind: String, name: String },
+    /// Something the reconcile must wait for (a previous claim or volume going away).
+    #[error("waiting for {what}")]
+    Waiting { what: String },
+    /// Reading an object failed.
+    #[error("cannot read {target}: {}", api_message(.source, "get", &.target.resource))]
+    Read {
+        target: Target,
+        source: Box<kube::Error>,
+    },
+    /// Creating or updating an owned object failed.
+    #[error("cannot apply {target}: {}", api_message(.source, "patch", &.target.resource))]
+    Apply {
+        target: Target,
+        source: Box<kube::Error>,
+    },
+    /// Deleting an object failed.
+    #[error("cannot delete {target}: {}", api_message(.source, "delete", &.target.resource))]
+    Delete {
+        target: Target,
+        source: Box<kube::Error>,
+    },
+    /// Deleting this site's route of the other routing mode failed (LIFE-13: retried in 30 s).
+    #[error(
+        "cannot delete the route of the other routing mode ({target}): {}",
+        api_message(.source, "delete", &.target.resource)
+    )]
+    DeleteOtherModeRoute {
+        target: Target,
+        source: Box<kube::Error>,
+    },
+    /// Patching a PersistentVolume (re-binding a retained volume) failed.
+    #[error("cannot patch {target}: {}", api_message(.source, "patch", &.target.resource))]
+    PatchVolume {
+        target: Target,
+        source: Box<kube::Error>,
+    },
+    /// Writing the Site status failed.
+    #[error(
+        "cannot write the status of Site {name}: {}",
+        api_message(.source, "patch", "sites.sites.ecmwf.int/status")
+    )]
+    PatchStatus {
+        name: String,
+        source: Box<kube::Error>,
+    },
+}
+
+/// What the queue should do after a failed reconcile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Retry {
+    /// The key's exponential backoff.
+    Backoff,
+    /// A fixed delay.
+    After(Duration),
+    /// Not until the Site changes.
+    Never,
 }
 
 impl Error {
-    /// Whether retrying without a spec change can succeed.
-    pub fn is_transient(&self) -> bool {
+    /// The API error of a step, if the step talked to the API server.
+    fn api(&self) -> Option<&kube::Error> {
         match self {
-            // A configuration change restarts the operator, which reconciles again.
-            Error::MissingConfig { .. } | Error::PublicHostRequired => true,
-            Error::MissingMetadata { .. }
-            | Error::UnsupportedRoute { .. }
-            | Error::UnsafeValue { .. }
-            | Error::InvalidSpec { .. } => false,
+            Error::Read { source, .. }
+            | Error::Apply { source, .. }
+            | Error::Delete { source, .. }
+            | Error::DeleteOtherModeRoute { source, .. }
+            | Error::PatchVolume { source, .. }
+            | Error::PatchStatus { source, .. } => Some(source.as_ref()),
+            _ => None,
         }
     }
 
-    /// A short, bounded label for metrics and Event reasons.
-    pub fn category(&self) -> &'static str {
-        match self {
-            Error::MissingMetadata { .. } => "MissingMetadata",
-            Error::MissingConfig { .. } => "MissingConfig",
-            Error::UnsupportedRoute { .. } => "UnsupportedRoute",
-            Error::UnsafeValue { .. } => "UnsafeValue",
-            Error::InvalidSpec { .. } => "InvalidSpec",
-            Error::PublicHostRequired => "PublicHostRequired",
+    /// The HTTP status of the API server's answer, if it answered with one.
+    pub fn status_code(&self) -> Option<u16> {
+        match self.api() {
+            Some(kube::Error::Api(s)) => Some(s.code),
+            _ => None,
         }
+    }
+
+    /// Whether retrying without a spec change can succeed.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::InvalidSite(_)
+            | Error::MissingMetadata { .. }
+            | Error::UnsupportedRoute { .. }
+            | Error::InvalidPublicHost { .. } => false,
+            // A configuration or cluster change (host, session key, CRDs) makes these pass.
+            Error::MissingConfig { .. }
+            | Error::PublicHostRequired
+            | Error::SessionKeyMissing { .. }
+            | Error::NoHttpRoutes
+            | Error::RouteConflict { .. }
+            | Error::Waiting { .. } => true,
+            // 400, 403 and 422 answer the same until the object or the cluster changes; 409,
+            // 429, 5xx, timeouts and connection errors pass on a later try.
+            _ => !matches!(self.status_code(), Some(400 | 403 | 422)),
+        }
+    }
+
+    /// What the queue should do next.
+    pub fn retry(&self) -> Retry {
+        match self {
+            Error::RouteConflict { .. } => Retry::After(ROUTE_CONFLICT_RETRY),
+            Error::DeleteOtherModeRoute { .. } if self.is_transient() => {
+                Retry::After(OTHER_MODE_RETRY)
+            }
+            Error::Waiting { .. } => Retry::After(WAIT_RETRY),
+            _ if self.status_code() == Some(403) => Retry::After(CLUSTER_RETRY),
+            _ if self.is_transient() => Retry::Backoff,
+            _ => Retry::Never,
+        }
+    }
+
+    /// The Progressing condition's reason (and the Event reason of a terminal error or conflict).
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::RouteConflict { .. } => reasons::ROUTE_CONFLICT,
+            _ if self.status_code() == Some(403) => reasons::FORBIDDEN,
+            _ if self.is_transient() => reasons::TRANSIENT_ERROR,
+            _ => reasons::INVALID_CONFIGURATION,
+        }
+    }
+
+    /// Whether the problem deserves a Warning Event (once per distinct message): a terminal
+    /// error or a conflict, which a user has to act on; transient errors heal by themselves.
+    pub fn warns(&self) -> bool {
+        !self.is_transient() || matches!(self, Error::RouteConflict { .. })
+    }
+}
+
+/// An API error as one line: the API server's code and message (a 403 also names the missing
+/// permission: `verb` on `resource`), or the client's own error.
+fn api_message(e: &kube::Error, verb: &str, resource: &str) -> String {
+    match e {
+        kube::Error::Api(s) if s.code == 403 => format!(
+            "API error 403: {} (the operator's Role must grant {verb} on {resource})",
+            s.message
+        ),
+        kube::Error::Api(s) => format!("API error {}: {}", s.code, s.message),
+        other => other.to_string(),
     }
 }
 
 /// Result with the operator's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::apps::v1::StatefulSet;
+
+    fn api(code: u16) -> kube::Error {
+        kube::Error::Api(
+            kube::core::Status::failure(&format!("refused with {code}"), "Reason")
+                .with_code(code)
+                .boxed(),
+        )
+    }
+
+    fn apply(code: u16) -> Error {
+        Error::Apply {
+            target: Target::of::<StatefulSet>("docs"),
+            source: Box::new(api(code)),
+        }
+    }
+
+    #[test]
+    fn errors_are_classified_by_step_and_status_code() {
+        let cases: Vec<(&str, Error, bool, Retry, &str)> = vec![
+            (
+                "409 conflict",
+                apply(409),
+                true,
+                Retry::Backoff,
+                "TransientError",
+            ),
+            (
+                "429 throttled",
+                apply(429),
+                true,
+                Retry::Backoff,
+                "TransientError",
+            ),
+            ("500", apply(500), true, Retry::Backoff, "TransientError"),
+            ("503", apply(503), true, Retry::Backoff, "TransientError"),
+            (
+                "400",
+                apply(400),
+                false,
+                Retry::Never,
+                "InvalidConfiguration",
+            ),
+            (
+                "422",
+                apply(422),
+                false,
+                Retry::Never,
+                "InvalidConfiguration",
+            ),
+            (
+                "403",
+                apply(403),
+                false,
+                Retry::After(CLUSTER_RETRY),
+                "Forbidden",
+            ),
+            (
+                "connection error",
+                Error::Read {
+                    target: Target::of::<StatefulSet>("docs"),
+                    source: Box::new(kube::Error::LinesCodecMaxLineLengthExceeded),
+                },
+                true,
+                Retry::Backoff,
+                "TransientError",
+            ),
+            (
+                "other-mode route delete 500",
+                Error::DeleteOtherModeRoute {
+                    target: Target::of::<StatefulSet>("docs"),
+                    source: Box::new(api(500)),
+                },
+                true,
+                Retry::After(OTHER_MODE_RETRY),
+                "TransientError",
+            ),
+            (
+                "invalid Site",
+                Error::InvalidSite(vec![FieldError::new("spec.name", "must not be empty")]),
+                false,
+                Retry::Never,
+                "InvalidConfiguration",
+            ),
+            (
+                "route conflict",
+                Error::RouteConflict {
+                    kind: "Ingress".into(),
+                    name: "docs".into(),
+                },
+                true,
+                Retry::After(ROUTE_CONFLICT_RETRY),
+                "RouteConflict",
+            ),
+            (
+                "waiting",
+                Error::Waiting {
+                    what: "volume v".into(),
+                },
+                true,
+                Retry::After(WAIT_RETRY),
+                "TransientError",
+            ),
+            (
+                "missing host",
+                Error::PublicHostRequired,
+                true,
+                Retry::Backoff,
+                "TransientError",
+            ),
+            (
+                "unsupported route",
+                Error::UnsupportedRoute {
+                    path: "/x".into(),
+                    reason: "r".into(),
+                },
+                false,
+                Retry::Never,
+                "InvalidConfiguration",
+            ),
+        ];
+        for (case, error, transient, retry, reason) in cases {
+            assert_eq!(error.is_transient(), transient, "{case}");
+            assert_eq!(error.retry(), retry, "{case}");
+            assert_eq!(error.reason(), reason, "{case}");
+        }
+    }
+
+    #[test]
+    fn messages_name_the_step_the_object_and_a_missing_permission() {
+        assert_eq!(
+            apply(500).to_string(),
+            "cannot apply StatefulSet docs: API error 500: refused with 500"
+        );
+        let forbidden = apply(403).to_string();
+        assert!(
+            forbidden.starts_with("cannot apply StatefulSet docs: API error 403: refused with 403"),
+            "{forbidden}"
+        );
+        assert!(
+            forbidden.ends_with("(the operator's Role must grant patch on statefulsets.apps)"),
+            "{forbidden}"
+        );
+        assert_eq!(Target::of::<StatefulSet>("x").resource, "statefulsets.apps");
+        assert_eq!(
+            Target::of::<k8s_openapi::api::core::v1::Secret>("x").resource,
+            "secrets"
+        );
+        assert_eq!(
+            Error::InvalidSite(vec![
+                FieldError::new("spec.name", "a"),
+                FieldError::new("spec.owner", "b")
+            ])
+            .to_string(),
+            "invalid Site: spec.name: a; spec.owner: b"
+        );
+    }
+}

@@ -1,11 +1,17 @@
 //! sites-operator: a Kubernetes operator and admission webhook server for `Site` resources
 //! (`sites.ecmwf.int/v1`).
 //!
-//! The library holds everything but process start-up: the Site types and CRD ([`crd`]), the
-//! platform configuration and its validator ([`config`]), qualifying-change detection
-//! ([`diff`]), names, labels and owner references of owned objects ([`labels`]), rendering of
-//! every owned object ([`render`]), the admission handlers ([`admission`]), and the pure checks
-//! they share.
+//! The library holds everything but process start-up (docs/architecture.md draws the map):
+//! - pure logic: the Site types and CRD ([`crd`]), the platform configuration and its validator
+//!   ([`config`]), the Site rules and the field-error type every validator speaks
+//!   ([`validation`]), the restart decision ([`restart`]), names, labels and owner references of
+//!   owned objects ([`labels`]), rendering of every owned object ([`render`]), the one error type
+//!   ([`error`]) and the condition and Event reasons ([`reasons`]);
+//! - the admission handlers and the HTTPS server ([`admission`], [`tls`], [`certs`]);
+//! - the reconciler: caches, queue, reconcile recipe and every write to the cluster
+//!   ([`controller`]);
+//! - the one-shot commands ([`upgrade`], [`retention`]) and process wiring ([`app`], [`metrics`],
+//!   [`telemetry`]).
 
 pub mod admission;
 pub mod app;
@@ -13,17 +19,18 @@ pub mod certs;
 pub mod config;
 pub mod controller;
 pub mod crd;
-pub mod diff;
-mod error;
+pub mod error;
 pub mod labels;
 pub mod metrics;
 pub mod policy;
 pub mod quantity;
+pub mod reasons;
 pub mod render;
+pub mod restart;
 pub mod retention;
 pub mod telemetry;
 pub mod tls;
 pub mod upgrade;
 pub mod validation;
 
-pub use error::{Error, Result};
+pub use error::{Error, Result, Retry, Target};

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use sites_operator::app::{self, CertSource, RunOptions};
-use sites_operator::config::{ConfigError, Context, PlatformConfig};
+use sites_operator::config::{ConfigError, Installation, PlatformConfig};
 use sites_operator::telemetry::{self, LogFormat};
 
 // mimalloc: at 10,000 Sites the operator's resident memory under the system allocator was about
@@ -318,7 +318,7 @@ fn run(args: RunArgs) -> ExitCode {
 /// Loads the platform configuration for a one-shot command; an invalid one is one `error:` line
 /// and exit 2.
 fn load_config(config: &std::path::Path, namespace: &str) -> Result<PlatformConfig, ExitCode> {
-    let ctx = Context {
+    let ctx = Installation {
         namespace: Some(namespace),
     };
     PlatformConfig::load(config, &ctx).map_err(|e| {
@@ -494,7 +494,7 @@ fn main() -> ExitCode {
     // unreadable configuration is reported by `run` itself).
     let directives = match &cli.command {
         Command::Run(args) => {
-            let ctx = Context {
+            let ctx = Installation {
                 namespace: Some(&args.namespace),
             };
             let level = PlatformConfig::load(&args.config, &ctx)
@@ -533,7 +533,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::CheckConfig { file, namespace } => {
-            let ctx = Context {
+            let ctx = Installation {
                 namespace: namespace.as_deref(),
             };
             match PlatformConfig::load(&file, &ctx) {

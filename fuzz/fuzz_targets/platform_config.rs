@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::LazyLock;
 
 use libfuzzer_sys::fuzz_target;
-use sites_operator::config::{self, Context, PlatformConfig};
+use sites_operator::config::{self, Installation, PlatformConfig};
 use sites_operator::crd::Site;
 use sites_operator_fuzz::{NAMESPACE, as_stored, check_render};
 
@@ -36,13 +36,13 @@ fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    let ctx = Context {
+    let ctx = Installation {
         namespace: Some(NAMESPACE),
     };
     let parsed = PlatformConfig::from_yaml(text, "config.yaml", &ctx);
     if parsed.is_ok() {
         // The namespace only adds a rule: what validates with it validates without.
-        let without = PlatformConfig::from_yaml(text, "config.yaml", &Context::default());
+        let without = PlatformConfig::from_yaml(text, "config.yaml", &Installation::default());
         assert!(without.is_ok(), "valid only with a namespace: {without:?}");
     }
 

@@ -4,11 +4,11 @@
 use std::sync::LazyLock;
 
 use sites_operator::Error;
-use sites_operator::admission::rules;
-use sites_operator::config::{Context, PlatformConfig, RoutingMode};
+use sites_operator::config::{Installation, PlatformConfig, RoutingMode};
 use sites_operator::crd::Site;
-use sites_operator::diff;
+use sites_operator::restart;
 use sites_operator::render::{self, Inputs, PodTemplateInputs, SiteTokens};
+use sites_operator::validation::site as rules;
 
 /// The example platform configuration (`manifests/base/config.yaml`).
 pub const CONFIG_YAML: &str = include_str!("../../manifests/base/config.yaml");
@@ -19,7 +19,7 @@ pub const FRESH_UUID: uuid::Uuid = uuid::Uuid::from_u128(0x5f0b3a52_9d57_4c3c_8f
 
 /// The example configuration in ingress mode, and in gateway mode with the migration container.
 pub static CONFIGS: LazyLock<[PlatformConfig; 2]> = LazyLock::new(|| {
-    let ingress = PlatformConfig::from_yaml(CONFIG_YAML, "config.yaml", &Context::default())
+    let ingress = PlatformConfig::from_yaml(CONFIG_YAML, "config.yaml", &Installation::default())
         .expect("the example configuration is valid");
     let mut gateway = ingress.clone();
     gateway.routing.mode = RoutingMode::Gateway;
@@ -46,26 +46,36 @@ pub fn as_stored(mut site: Site) -> Site {
 /// Renders a Site as the reconciler does, twice: first as a new site, then against the objects of
 /// the first rendering as if they were stored.
 ///
-/// A Site the admission rules accept renders, or fails only with an error the reconciler treats
-/// as expected (an unsupported route is terminal, a missing host or configuration value is
-/// transient). The second rendering decides no restart and gives the same objects (an unchanged
-/// Site never rolls its pods or rewrites its objects). Sites the rules refuse only must not
-/// panic.
+/// A Site the admission rules accept is valid for the reconciler too, and renders, or fails only
+/// with an error the reconciler treats as expected (an unsupported route is terminal, a missing
+/// host or configuration value is transient). The second rendering decides no restart and gives
+/// the same objects (an unchanged Site never rolls its pods or rewrites its objects). Sites the
+/// rules refuse cannot be rendered at all; checking them must not panic.
 pub fn check_render(site: &Site, cfg: &PlatformConfig) {
-    let admitted = rules::site_violations(site, None, cfg).is_empty();
+    let admitted = rules::violations(site, None, cfg).is_empty();
     let _ = render::warnings(site, cfg);
+    let valid = match rules::validate(site, cfg) {
+        Ok(valid) => valid,
+        Err(violations) => {
+            assert!(
+                !admitted,
+                "the reconciler refuses an admitted Site: {violations:?}"
+            );
+            return;
+        }
+    };
     let tokens = SiteTokens {
         api_token: "fuzz-api-token".into(),
         secret_key: "fuzz-secret-key".into(),
     };
     let host = cfg.routing.host.as_deref();
-    let first_state = diff::decide(None, site).state;
+    let first_state = restart::decide(None, site).state;
     let inputs = Inputs::new(NAMESPACE, host, b"fuzz-session-key", &tokens, &first_state);
-    let first = match render::render(site, cfg, &inputs) {
+    let first = match render::render(valid, cfg, &inputs) {
         Ok(r) => r,
         Err(e) => {
             assert!(
-                !admitted || expected_failure(&e),
+                expected_failure(&e),
                 "an admitted Site does not render: {e}\n{site:?}"
             );
             return;
@@ -73,13 +83,10 @@ pub fn check_render(site: &Site, cfg: &PlatformConfig) {
     };
     let values = first.to_values();
     serde_json::to_vec(&values).expect("rendered objects serialize");
-    if !admitted {
-        return;
-    }
 
     let recorded = render::recorded_state(Some(&first.statefulset));
     assert_eq!(recorded.as_ref(), Some(&first_state), "recorded state");
-    let decision = diff::decide(recorded.as_ref(), site);
+    let decision = restart::decide(recorded.as_ref(), site);
     assert!(!decision.restart, "an unchanged Site restarts: {site:?}");
     let again = Inputs {
         existing_claim: Some(&first.pvc),
@@ -89,7 +96,7 @@ pub fn check_render(site: &Site, cfg: &PlatformConfig) {
         },
         ..inputs.clone()
     };
-    let second = render::render(site, cfg, &again).expect("renders again");
+    let second = render::render(valid, cfg, &again).expect("renders again");
     assert!(second == first, "the second rendering differs: {site:?}");
 }
 

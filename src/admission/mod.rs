@@ -2,10 +2,10 @@
 //! [`server`] only decodes, calls and encodes).
 //!
 //! - [`mutate_site`]: upgrade-request stamping (SPEC section 5, LIFE-09).
-//! - [`validate_site`]: the Site rules of [`rules`], every violation with its field path.
+//! - [`validate_site`]: the Site rules of [`crate::validation::site`], every violation with its
+//!   field path.
 //! - [`validate_config`]: the platform configuration validator on the `sites-config` ConfigMap.
 
-pub mod rules;
 pub mod selfsigned;
 pub mod server;
 
@@ -23,16 +23,15 @@ use serde_json::Value;
 use crate::config::{self, PlatformConfig};
 use crate::crd::{Site, SiteSpec, SiteStatus, UPGRADE_REQUEST_ANNOTATION};
 
-pub use rules::Violation;
+use crate::validation::{self, FieldError};
 
 /// Denies with code 403, reason Forbidden, one message naming every violation, and the
 /// violations as status causes.
-pub fn deny<K: Resource>(req: &AdmissionRequest<K>, violations: &[Violation]) -> AdmissionResponse {
-    let message = violations
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join("; ");
+pub fn deny<K: Resource>(
+    req: &AdmissionRequest<K>,
+    violations: &[FieldError],
+) -> AdmissionResponse {
+    let message = validation::join(violations);
     let mut response = AdmissionResponse::from(req);
     response.allowed = false;
     response.result = Status::failure(&message, "Forbidden")
@@ -203,7 +202,7 @@ impl Resource for SiteObject {
 
 impl SiteObject {
     /// The Site, unless the object declares another kind.
-    fn into_site(self, field: &str) -> Result<Site, Violation> {
+    fn into_site(self, field: &str) -> Result<Site, FieldError> {
         if let (Some(api_version), Some(kind)) = (&self.api_version, &self.kind) {
             check_site_type(api_version, kind, field)?;
         }
@@ -216,11 +215,11 @@ impl SiteObject {
 }
 
 /// Refuses an object whose `apiVersion`/`kind` is not a Site's.
-fn check_site_type(api_version: &str, kind: &str, field: &str) -> Result<(), Violation> {
+fn check_site_type(api_version: &str, kind: &str, field: &str) -> Result<(), FieldError> {
     if api_version == Site::api_version(&()) && kind == Site::kind(&()) {
         return Ok(());
     }
-    Err(Violation {
+    Err(FieldError {
         field: field.into(),
         message: format!(
             "kind {kind:?} of apiVersion {api_version:?} is not a Site (sites.ecmwf.int/v1)"
@@ -229,20 +228,20 @@ fn check_site_type(api_version: &str, kind: &str, field: &str) -> Result<(), Vio
 }
 
 /// The object of the request as a Site, or the violation explaining why it is not one.
-fn typed_site(object: Option<&DynamicObject>, field: &str) -> Result<Option<Site>, Violation> {
+fn typed_site(object: Option<&DynamicObject>, field: &str) -> Result<Option<Site>, FieldError> {
     let Some(object) = object else {
         return Ok(None);
     };
     if let Some(types) = &object.types {
         check_site_type(&types.api_version, &types.kind, field)?;
     }
-    let value = serde_json::to_value(object).map_err(|e| Violation {
+    let value = serde_json::to_value(object).map_err(|e| FieldError {
         field: field.into(),
         message: e.to_string(),
     })?;
     serde_json::from_value::<Site>(value)
         .map(Some)
-        .map_err(|e| Violation {
+        .map_err(|e| FieldError {
             field: field.into(),
             message: format!("not a valid Site: {e}"),
         })
@@ -290,7 +289,7 @@ pub fn mutate_site<K: Resource>(
     }
 }
 
-/// Site validation: every rule of [`rules::site_violations`]; on UPDATE the rules comparing
+/// Site validation: every rule of [`validation::site::violations`]; on UPDATE the rules comparing
 /// with the stored object. Warnings for legal but suspicious input.
 pub fn validate_site(
     req: &AdmissionRequest<DynamicObject>,
@@ -326,7 +325,7 @@ pub fn validate_site_object(
 
 fn judge<K: Resource>(
     req: &AdmissionRequest<K>,
-    site: Result<Option<Site>, Violation>,
+    site: Result<Option<Site>, FieldError>,
     old: Option<&Site>,
     cfg: &PlatformConfig,
 ) -> AdmissionResponse {
@@ -335,7 +334,7 @@ fn judge<K: Resource>(
         Ok(None) => {
             return deny(
                 req,
-                &[Violation {
+                &[FieldError {
                     field: "object".into(),
                     message: "required".into(),
                 }],
@@ -343,7 +342,7 @@ fn judge<K: Resource>(
         }
         Err(v) => return deny(req, &[v]),
     };
-    let violations = rules::site_violations(&site, old, cfg);
+    let violations = validation::site::violations(&site, old, cfg);
     if !violations.is_empty() {
         return deny(req, &violations);
     }
@@ -375,24 +374,15 @@ pub fn validate_config(req: &AdmissionRequest<DynamicObject>) -> AdmissionRespon
                 .filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string())))
                 .collect()
         });
-    let ctx = config::Context {
+    let ctx = config::Installation {
         namespace: req.namespace.as_deref(),
     };
     match config::validate_configmap_data(data.as_ref(), &ctx) {
         Ok(_) => AdmissionResponse::from(req),
-        Err(config::ConfigError::Invalid(problems)) => {
-            let violations: Vec<Violation> = problems
-                .into_iter()
-                .map(|p| Violation {
-                    field: p.key,
-                    message: p.message,
-                })
-                .collect();
-            deny(req, &violations)
-        }
+        Err(config::ConfigError::Invalid(problems)) => deny(req, &problems),
         Err(other) => deny(
             req,
-            &[Violation {
+            &[FieldError {
                 field: format!("data[\"{}\"]", config::CONFIGMAP_KEY),
                 message: other.to_string(),
             }],

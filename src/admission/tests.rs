@@ -1,12 +1,13 @@
 use serde_json::{Value, json};
 
 use super::*;
-use crate::config::{Context, RoutingMode};
+use crate::config::{Installation, RoutingMode};
 
 const CONFIG: &str = include_str!("../../manifests/base/config.yaml");
 
 fn config(mode: RoutingMode) -> PlatformConfig {
-    let mut cfg = PlatformConfig::from_yaml(CONFIG, "config.yaml", &Context::default()).unwrap();
+    let mut cfg =
+        PlatformConfig::from_yaml(CONFIG, "config.yaml", &Installation::default()).unwrap();
     cfg.routing.mode = mode;
     cfg
 }
@@ -1616,7 +1617,7 @@ fn a_configuration_breaking_every_rule_is_denied_listing_every_key() {
     let causes = r.result.details.clone().unwrap().causes;
     let direct = match config::validate_configmap_data(
         Some(&[("config.yaml".to_string(), text.to_string())].into()),
-        &Context {
+        &Installation {
             namespace: Some("sites"),
         },
     ) {
@@ -1625,7 +1626,7 @@ fn a_configuration_breaking_every_rule_is_denied_listing_every_key() {
     };
     assert!(causes.len() >= 60, "{} causes", causes.len());
     let fields: Vec<&str> = causes.iter().map(|c| c.field.as_str()).collect();
-    let keys: Vec<&str> = direct.iter().map(|p| p.key.as_str()).collect();
+    let keys: Vec<&str> = direct.iter().map(|p| p.field.as_str()).collect();
     assert_eq!(fields, keys);
     for problem in &direct {
         assert!(

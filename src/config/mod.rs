@@ -11,33 +11,18 @@ mod reader;
 mod rules;
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::path::Path;
 
 use serde_json::Value;
 
 use crate::policy::PolicyFeature;
-use reader::{Moved, Problems, Section};
+use crate::validation::{FieldError, FieldErrors};
+use reader::{Moved, Section};
 
 /// The key of the `sites-config` ConfigMap that holds the configuration.
 pub const CONFIGMAP_KEY: &str = "config.yaml";
 /// The name of the ConfigMap that holds the configuration.
 pub const CONFIGMAP_NAME: &str = "sites-config";
-
-/// One problem of a configuration: the key it is about and what is wrong.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Problem {
-    /// Dotted key path, e.g. `routing.gateway.name` or `sitesConfig.applications[1].port`.
-    pub key: String,
-    /// What is wrong and, where there is one, what to use instead.
-    pub message: String,
-}
-
-impl fmt::Display for Problem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.key, self.message)
-    }
-}
 
 /// Why a configuration could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -48,9 +33,10 @@ pub enum ConfigError {
     /// The text is not YAML (or not one YAML document).
     #[error("{source_name} is not valid YAML: {reason}")]
     Syntax { source_name: String, reason: String },
-    /// The document was read; these are all of its problems.
-    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
-    Invalid(Vec<Problem>),
+    /// The document was read; these are all of its problems, each naming its dotted key path
+    /// (`routing.gateway.name`, `sitesConfig.applications[1].port`).
+    #[error("{}", crate::validation::join(.0))]
+    Invalid(Vec<FieldError>),
 }
 
 /// Routing mode: one for the whole platform.
@@ -406,9 +392,9 @@ impl Default for SitesConfig {
     }
 }
 
-/// Context the validator cannot read from the file itself.
+/// What the validator knows about the installation that the file itself cannot say.
 #[derive(Clone, Debug, Default)]
-pub struct Context<'a> {
+pub struct Installation<'a> {
     /// Namespace the platform is installed in, when known (the Gateway namespace rule needs it).
     pub namespace: Option<&'a str>,
 }
@@ -418,15 +404,15 @@ impl PlatformConfig {
     pub fn from_yaml(
         text: &str,
         source_name: &str,
-        ctx: &Context<'_>,
+        ctx: &Installation<'_>,
     ) -> Result<Self, ConfigError> {
         let doc = parse_yaml(text, source_name)?;
         Self::from_value(&doc, ctx)
     }
 
     /// Validates a parsed document: every problem is reported, not only the first.
-    pub fn from_value(doc: &Value, ctx: &Context<'_>) -> Result<Self, ConfigError> {
-        let mut problems = Problems::default();
+    pub fn from_value(doc: &Value, ctx: &Installation<'_>) -> Result<Self, ConfigError> {
+        let mut problems = FieldErrors::default();
         let config = read_document(doc, &mut problems);
         rules::check_all(&config, ctx, &mut problems);
         if problems.0.is_empty() {
@@ -438,7 +424,7 @@ impl PlatformConfig {
 
     /// Reads and validates a file. `-` reads standard input. A file holding a `sites-config`
     /// ConfigMap manifest is accepted too: its `data["config.yaml"]` is validated.
-    pub fn load(path: &Path, ctx: &Context<'_>) -> Result<Self, ConfigError> {
+    pub fn load(path: &Path, ctx: &Installation<'_>) -> Result<Self, ConfigError> {
         let name = path.display().to_string();
         let bytes = if name == "-" {
             let mut buf = Vec::new();
@@ -475,7 +461,7 @@ impl PlatformConfig {
 /// Validates the data of a `sites-config` ConfigMap (the validating webhook's entry point).
 pub fn validate_configmap_data(
     data: Option<&BTreeMap<String, String>>,
-    ctx: &Context<'_>,
+    ctx: &Installation<'_>,
 ) -> Result<PlatformConfig, ConfigError> {
     match data.and_then(|d| d.get(CONFIGMAP_KEY)) {
         Some(text) => PlatformConfig::from_yaml(text, &format!("data[\"{CONFIGMAP_KEY}\"]"), ctx),
@@ -484,10 +470,10 @@ pub fn validate_configmap_data(
 }
 
 fn missing_configmap_key() -> ConfigError {
-    ConfigError::Invalid(vec![Problem {
-        key: format!("data[\"{CONFIGMAP_KEY}\"]"),
-        message: "required: the ConfigMap must hold the configuration under this key".into(),
-    }])
+    ConfigError::Invalid(vec![FieldError::new(
+        format!("data[\"{CONFIGMAP_KEY}\"]"),
+        "required: the ConfigMap must hold the configuration under this key",
+    )])
 }
 
 fn is_configmap(doc: &Value) -> bool {
@@ -547,7 +533,7 @@ fn moved_ingress_key(key: &str) -> &'static str {
     }
 }
 
-fn read_document(doc: &Value, problems: &mut Problems) -> PlatformConfig {
+fn read_document(doc: &Value, problems: &mut FieldErrors) -> PlatformConfig {
     let mut top = Section::new(String::new(), Some(doc), problems);
     // The old top-level `ingress` block: report each key with its new home.
     if let Some(old) = top.raw("ingress") {
@@ -569,7 +555,7 @@ fn read_document(doc: &Value, problems: &mut Problems) -> PlatformConfig {
     PlatformConfig { routing, sites }
 }
 
-fn read_routing(mut s: Section<'_>, problems: &mut Problems) -> Routing {
+fn read_routing(mut s: Section<'_>, problems: &mut FieldErrors) -> Routing {
     let mut r = Routing::default();
     if let Some(mode) = s.string("mode", problems) {
         match mode.as_str() {
@@ -684,7 +670,7 @@ fn read_routing(mut s: Section<'_>, problems: &mut Problems) -> Routing {
     r
 }
 
-fn read_sites(mut s: Section<'_>, problems: &mut Problems) -> SitesConfig {
+fn read_sites(mut s: Section<'_>, problems: &mut FieldErrors) -> SitesConfig {
     let mut c = SitesConfig::default();
     match s.string("version", problems) {
         Some(v) => c.version = v,

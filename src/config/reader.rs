@@ -1,39 +1,12 @@
 //! A path-aware reader over a parsed YAML document: pulls typed values out of mappings, records
-//! a [`Problem`] for every wrong type or unknown key, and keeps going so that every problem of a
+//! a [`FieldError`](crate::validation::FieldError) for every wrong type or unknown key, and keeps going so that every problem of a
 //! file is reported in one pass.
 
 use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
-use super::Problem;
-
-/// Collects problems while the configuration is read.
-#[derive(Default)]
-pub(super) struct Problems(pub(super) Vec<Problem>);
-
-impl Problems {
-    pub(super) fn add(&mut self, key: impl Into<String>, message: impl Into<String>) {
-        self.0.push(Problem {
-            key: key.into(),
-            message: message.into(),
-        });
-    }
-
-    /// Adds a problem unless one is already recorded for `key` or a key inside it: a field whose
-    /// value was unreadable should not also be reported as, say, missing.
-    pub(super) fn add_once(&mut self, key: impl Into<String>, message: impl Into<String>) {
-        let key = key.into();
-        let already = self.0.iter().any(|p| {
-            p.key == key
-                || p.key.starts_with(&format!("{key}."))
-                || p.key.starts_with(&format!("{key}["))
-        });
-        if !already {
-            self.add(key, message);
-        }
-    }
-}
+use crate::validation::FieldErrors;
 
 /// Path of a child key: `parent.key`, or `parent["key"]` when the key is not a plain identifier.
 pub(super) fn child_path(parent: &str, key: &str) -> String {
@@ -62,7 +35,7 @@ pub(super) struct Section<'a> {
 
 impl<'a> Section<'a> {
     /// A section over `value` at `path`; a non-mapping value is reported and read as empty.
-    pub(super) fn new(path: String, value: Option<&'a Value>, problems: &mut Problems) -> Self {
+    pub(super) fn new(path: String, value: Option<&'a Value>, problems: &mut FieldErrors) -> Self {
         let map = match value {
             None | Some(Value::Null) => None,
             Some(Value::Object(map)) => Some(map),
@@ -101,14 +74,18 @@ impl<'a> Section<'a> {
     }
 
     /// A nested mapping.
-    pub(super) fn section(&mut self, key: &'static str, problems: &mut Problems) -> Section<'a> {
+    pub(super) fn section(&mut self, key: &'static str, problems: &mut FieldErrors) -> Section<'a> {
         let path = self.path_of(key);
         let value = self.raw(key);
         Section::new(path, value, problems)
     }
 
     /// A string; an empty string counts as absent.
-    pub(super) fn string(&mut self, key: &'static str, problems: &mut Problems) -> Option<String> {
+    pub(super) fn string(
+        &mut self,
+        key: &'static str,
+        problems: &mut FieldErrors,
+    ) -> Option<String> {
         let path = self.path_of(key);
         match self.raw(key)? {
             Value::String(s) if s.is_empty() => None,
@@ -133,7 +110,7 @@ impl<'a> Section<'a> {
     pub(super) fn string_if_present(
         &mut self,
         key: &'static str,
-        problems: &mut Problems,
+        problems: &mut FieldErrors,
     ) -> Option<Option<String>> {
         if self.has(key) {
             Some(self.string(key, problems))
@@ -144,7 +121,11 @@ impl<'a> Section<'a> {
     }
 
     /// A boolean.
-    pub(super) fn boolean(&mut self, key: &'static str, problems: &mut Problems) -> Option<bool> {
+    pub(super) fn boolean(
+        &mut self,
+        key: &'static str,
+        problems: &mut FieldErrors,
+    ) -> Option<bool> {
         let path = self.path_of(key);
         match self.raw(key)? {
             Value::Bool(b) => Some(*b),
@@ -163,7 +144,7 @@ impl<'a> Section<'a> {
         &mut self,
         key: &'static str,
         max: u64,
-        problems: &mut Problems,
+        problems: &mut FieldErrors,
     ) -> Option<u64> {
         let path = self.path_of(key);
         let value = self.raw(key)?;
@@ -190,7 +171,7 @@ impl<'a> Section<'a> {
     pub(super) fn string_map(
         &mut self,
         key: &'static str,
-        problems: &mut Problems,
+        problems: &mut FieldErrors,
     ) -> BTreeMap<String, String> {
         let path = self.path_of(key);
         let mut out = BTreeMap::new();
@@ -224,7 +205,7 @@ impl<'a> Section<'a> {
     pub(super) fn string_list(
         &mut self,
         key: &'static str,
-        problems: &mut Problems,
+        problems: &mut FieldErrors,
     ) -> Vec<(String, String)> {
         let mut out = Vec::new();
         for (item_path, item) in self.list(key, problems) {
@@ -243,7 +224,7 @@ impl<'a> Section<'a> {
     pub(super) fn list(
         &mut self,
         key: &'static str,
-        problems: &mut Problems,
+        problems: &mut FieldErrors,
     ) -> Vec<(String, &'a Value)> {
         let path = self.path_of(key);
         match self.raw(key) {
@@ -262,7 +243,7 @@ impl<'a> Section<'a> {
 
     /// Reports every key nobody asked for: moved keys with their replacement, the rest as
     /// unknown (with the closest known key as a suggestion).
-    pub(super) fn finish(self, moved: &[Moved], problems: &mut Problems) {
+    pub(super) fn finish(self, moved: &[Moved], problems: &mut FieldErrors) {
         let Some(map) = self.map else { return };
         for key in map.keys() {
             if self.known.contains(&key.as_str()) {
@@ -328,12 +309,12 @@ mod tests {
 
     #[test]
     fn add_once_skips_keys_already_reported() {
-        let mut p = Problems::default();
+        let mut p = FieldErrors::default();
         p.add("routing.host", "must be a string");
         p.add_once("routing.host", "required in gateway mode");
         p.add_once("routing", "something");
         p.add_once("routing.hubHost", "other");
-        let keys: Vec<_> = p.0.iter().map(|p| p.key.as_str()).collect();
+        let keys: Vec<_> = p.0.iter().map(|p| p.field.as_str()).collect();
         assert_eq!(keys, ["routing.host", "routing.hubHost"]);
     }
 }

@@ -4,18 +4,19 @@
 
 use std::collections::BTreeMap;
 
-use super::reader::{Problems, child_path};
-use super::{Context, CpuMemory, PlatformConfig, RoutingMode};
+use super::reader::child_path;
+use super::{CpuMemory, Installation, PlatformConfig, RoutingMode};
 use crate::policy;
 use crate::quantity;
 use crate::validation;
+use crate::validation::FieldErrors;
 
-pub(super) fn check_all(c: &PlatformConfig, ctx: &Context<'_>, p: &mut Problems) {
+pub(super) fn check_all(c: &PlatformConfig, ctx: &Installation<'_>, p: &mut FieldErrors) {
     routing(c, ctx, p);
     sites(c, p);
 }
 
-fn routing(c: &PlatformConfig, ctx: &Context<'_>, p: &mut Problems) {
+fn routing(c: &PlatformConfig, ctx: &Installation<'_>, p: &mut FieldErrors) {
     let r = &c.routing;
     let gateway_mode = r.mode == RoutingMode::Gateway;
 
@@ -164,7 +165,7 @@ fn routing(c: &PlatformConfig, ctx: &Context<'_>, p: &mut Problems) {
     }
 }
 
-fn sites(c: &PlatformConfig, p: &mut Problems) {
+fn sites(c: &PlatformConfig, p: &mut FieldErrors) {
     let s = &c.sites;
     if !s.version.is_empty() {
         check(p, "sitesConfig.version", validation::image_tag(&s.version));
@@ -268,7 +269,7 @@ fn sites(c: &PlatformConfig, p: &mut Problems) {
 
 /// Checks a catalogue entry's own formats (the reader knows its index, so it calls this).
 pub(super) fn catalogue_entry(
-    p: &mut Problems,
+    p: &mut FieldErrors,
     path: &str,
     name: &str,
     image: &str,
@@ -291,7 +292,7 @@ pub(super) fn catalogue_entry(
 }
 
 fn resources(
-    p: &mut Problems,
+    p: &mut FieldErrors,
     path: &str,
     r: &CpuMemory,
 ) -> (
@@ -316,7 +317,7 @@ fn resources(
     (parse("cpu", &r.cpu), parse("memory", &r.memory))
 }
 
-fn annotation_keys(p: &mut Problems, path: &str, map: &BTreeMap<String, String>) {
+fn annotation_keys(p: &mut FieldErrors, path: &str, map: &BTreeMap<String, String>) {
     for key in map.keys() {
         if let Err(e) = validation::qualified_name(key) {
             p.add_once(
@@ -327,7 +328,7 @@ fn annotation_keys(p: &mut Problems, path: &str, map: &BTreeMap<String, String>)
     }
 }
 
-fn check(p: &mut Problems, key: &str, result: Result<(), String>) {
+fn check(p: &mut FieldErrors, key: &str, result: Result<(), String>) {
     if let Err(message) = result {
         p.add_once(key, message);
     }

@@ -13,7 +13,7 @@ fn example_with(patch: &str) -> Value {
     doc
 }
 
-fn problems_of(doc: &Value, ctx: &Context<'_>) -> Vec<Problem> {
+fn problems_of(doc: &Value, ctx: &Installation<'_>) -> Vec<FieldError> {
     match PlatformConfig::from_value(doc, ctx) {
         Ok(_) => Vec::new(),
         Err(ConfigError::Invalid(p)) => p,
@@ -22,8 +22,8 @@ fn problems_of(doc: &Value, ctx: &Context<'_>) -> Vec<Problem> {
 }
 
 /// Asserts that exactly the `expected` keys are reported, each message containing its fragment.
-fn assert_problems(case: &str, got: &[Problem], expected: &[(&str, &str)]) {
-    let got_keys: Vec<&str> = got.iter().map(|p| p.key.as_str()).collect();
+fn assert_problems(case: &str, got: &[FieldError], expected: &[(&str, &str)]) {
+    let got_keys: Vec<&str> = got.iter().map(|p| p.field.as_str()).collect();
     let want_keys: Vec<&str> = expected.iter().map(|(k, _)| *k).collect();
     let mut g = got_keys.clone();
     let mut w = want_keys.clone();
@@ -31,7 +31,7 @@ fn assert_problems(case: &str, got: &[Problem], expected: &[(&str, &str)]) {
     w.sort();
     assert_eq!(g, w, "{case}: reported keys differ; problems: {got:#?}");
     for (key, fragment) in expected {
-        let p = got.iter().find(|p| p.key == *key).unwrap();
+        let p = got.iter().find(|p| p.field == *key).unwrap();
         assert!(
             p.message.contains(fragment),
             "{case}: message for {key} is {:?}, expected it to contain {fragment:?}",
@@ -46,9 +46,12 @@ fn assert_problems(case: &str, got: &[Problem], expected: &[(&str, &str)]) {
 
 #[test]
 fn the_committed_example_is_valid_and_complete() {
-    let config =
-        PlatformConfig::from_yaml(EXAMPLE, "manifests/base/config.yaml", &Context::default())
-            .unwrap_or_else(|e| panic!("manifests/base/config.yaml: {e}"));
+    let config = PlatformConfig::from_yaml(
+        EXAMPLE,
+        "manifests/base/config.yaml",
+        &Installation::default(),
+    )
+    .unwrap_or_else(|e| panic!("manifests/base/config.yaml: {e}"));
     assert_eq!(config.routing.mode, RoutingMode::Ingress);
     assert_eq!(config.routing.host.as_deref(), Some("sites.example.org"));
     assert_eq!(config.sites.version, "2.4.0");
@@ -120,7 +123,7 @@ fn defaults_apply_to_a_minimal_configuration() {
     let c = PlatformConfig::from_yaml(
         "sitesConfig:\n  version: \"1.0\"\n",
         "min",
-        &Context::default(),
+        &Installation::default(),
     )
     .expect("minimal config is valid");
     assert_eq!(c.routing, Routing::default());
@@ -550,14 +553,14 @@ fn every_rejection_rule() {
     ];
     for (case, patch, expected) in cases {
         let doc = example_with(patch);
-        assert_problems(case, &problems_of(&doc, &Context::default()), expected);
+        assert_problems(case, &problems_of(&doc, &Installation::default()), expected);
     }
 }
 
 #[test]
 fn gateway_namespace_must_be_the_platform_namespace_when_the_chart_creates_the_gateway() {
     let doc = example_with("routing: {gateway: {create: true, className: eg, namespace: infra}}");
-    let ctx = Context {
+    let ctx = Installation {
         namespace: Some("sites"),
     };
     assert_problems(
@@ -569,7 +572,7 @@ fn gateway_namespace_must_be_the_platform_namespace_when_the_chart_creates_the_g
         )],
     );
     // Unknown namespace (check-config without --namespace): nothing to compare with.
-    assert!(problems_of(&doc, &Context::default()).is_empty());
+    assert!(problems_of(&doc, &Installation::default()).is_empty());
     // An existing Gateway may live anywhere.
     let doc = example_with("routing: {gateway: {create: false, namespace: infra}}");
     assert!(problems_of(&doc, &ctx).is_empty());
@@ -580,7 +583,7 @@ fn valid_gateway_configuration() {
     let doc = example_with(
         "routing: {mode: gateway, host: sites.example.org, hubHost: hub.example.org, gateway: {name: gw, namespace: infra, listenerName: https}}",
     );
-    let c = PlatformConfig::from_value(&doc, &Context::default()).expect("valid");
+    let c = PlatformConfig::from_value(&doc, &Installation::default()).expect("valid");
     assert_eq!(c.routing.mode, RoutingMode::Gateway);
     assert_eq!(c.routing.gateway.namespace.as_deref(), Some("infra"));
 }
@@ -604,7 +607,7 @@ sitesConfig:
   operator: {worker_limit: 0}
 "#,
     );
-    let problems = problems_of(&doc, &Context::default());
+    let problems = problems_of(&doc, &Installation::default());
     assert_problems(
         "several problems",
         &problems,
@@ -636,7 +639,7 @@ sitesConfig:
 #[test]
 fn documents_that_are_not_a_configuration() {
     // Not YAML at all: a syntax error naming the source, on one line.
-    let err = PlatformConfig::from_yaml("routing: [unclosed", "bad.yaml", &Context::default())
+    let err = PlatformConfig::from_yaml("routing: [unclosed", "bad.yaml", &Installation::default())
         .unwrap_err();
     assert!(matches!(err, ConfigError::Syntax { .. }), "{err:?}");
     let msg = err.to_string();
@@ -644,18 +647,19 @@ fn documents_that_are_not_a_configuration() {
     assert!(!msg.contains('\n'), "{msg}");
     // A scalar or a list document.
     for text in ["just a string", "- a\n- b"] {
-        let problems = match PlatformConfig::from_yaml(text, "x", &Context::default()) {
+        let problems = match PlatformConfig::from_yaml(text, "x", &Installation::default()) {
             Err(ConfigError::Invalid(p)) => p,
             other => panic!("{other:?}"),
         };
-        assert_eq!(problems[0].key, "(document)");
+        assert_eq!(problems[0].field, "(document)");
         assert!(problems[0].message.contains("must be a mapping"));
     }
     // Non-string mapping keys.
-    let err = PlatformConfig::from_yaml("? [a, b]\n: c\n", "x", &Context::default()).unwrap_err();
+    let err =
+        PlatformConfig::from_yaml("? [a, b]\n: c\n", "x", &Installation::default()).unwrap_err();
     assert!(matches!(err, ConfigError::Syntax { .. }), "{err:?}");
     // An empty file is read as an empty mapping: only the required version is missing.
-    let problems = match PlatformConfig::from_yaml("", "x", &Context::default()) {
+    let problems = match PlatformConfig::from_yaml("", "x", &Installation::default()) {
         Err(ConfigError::Invalid(p)) => p,
         other => panic!("{other:?}"),
     };
@@ -666,18 +670,18 @@ fn documents_that_are_not_a_configuration() {
 fn configmap_data_is_validated_like_a_file() {
     let mut data = BTreeMap::new();
     assert!(matches!(
-        validate_configmap_data(Some(&data), &Context::default()),
-        Err(ConfigError::Invalid(p)) if p[0].key == "data[\"config.yaml\"]"
+        validate_configmap_data(Some(&data), &Installation::default()),
+        Err(ConfigError::Invalid(p)) if p[0].field == "data[\"config.yaml\"]"
     ));
-    assert!(validate_configmap_data(None, &Context::default()).is_err());
+    assert!(validate_configmap_data(None, &Installation::default()).is_err());
     data.insert(CONFIGMAP_KEY.to_string(), EXAMPLE.to_string());
-    assert!(validate_configmap_data(Some(&data), &Context::default()).is_ok());
+    assert!(validate_configmap_data(Some(&data), &Installation::default()).is_ok());
     data.insert(
         CONFIGMAP_KEY.to_string(),
         "routing: {mode: mesh}\nsitesConfig: {version: \"1\"}".into(),
     );
-    match validate_configmap_data(Some(&data), &Context::default()) {
-        Err(ConfigError::Invalid(p)) => assert_eq!(p[0].key, "routing.mode"),
+    match validate_configmap_data(Some(&data), &Installation::default()) {
+        Err(ConfigError::Invalid(p)) => assert_eq!(p[0].field, "routing.mode"),
         other => panic!("{other:?}"),
     }
 }
@@ -702,7 +706,7 @@ fn log_levels_accept_python_and_tracing_spellings() {
 /// already broken there are broken together in `testdata/every-rejection-alternatives.yaml`.
 #[test]
 fn every_rule_broken_at_once_is_reported_at_once() {
-    let ctx = Context {
+    let ctx = Installation {
         namespace: Some("sites"),
     };
     let text = include_str!("testdata/every-rejection.yaml");
@@ -980,7 +984,7 @@ fn every_rule_broken_at_once_is_reported_at_once() {
 /// source or the key; none runs anything or exhausts the process.
 #[test]
 fn hostile_yaml_is_rejected_not_obeyed() {
-    let ctx = Context::default();
+    let ctx = Installation::default();
     let syntax = |text: &str| match PlatformConfig::from_yaml(text, "x.yaml", &ctx) {
         Err(ConfigError::Syntax { reason, .. }) => reason,
         other => panic!("{text:?}: {other:?}"),
@@ -1021,7 +1025,7 @@ fn hostile_yaml_is_rejected_not_obeyed() {
         "routing.host: must be a string, found a mapping"
     );
     let p = invalid("!!python/object/apply:os.system [ls]\n");
-    assert_eq!(p[0].key, "(document)");
+    assert_eq!(p[0].field, "(document)");
     let p = invalid(&format!(
         "{version}routing: !!python/object/apply:os.system [ls]\n"
     ));

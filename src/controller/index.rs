@@ -13,9 +13,47 @@ use std::collections::{HashMap, HashSet};
 use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 
-use kube::Resource;
+use k8s_openapi::api::core::v1::{PersistentVolume, Pod};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+
+use crate::crd::{ID_LABEL, OPERATOR_BOUND_ANNOTATION};
+
+/// Index key of a site pod: its site id, for pods the operator created (id label and
+/// operator_bound annotation); other pods are not indexed.
+pub fn pod_keys(p: &Pod) -> Vec<String> {
+    if !p.annotations().contains_key(OPERATOR_BOUND_ANNOTATION) {
+        return Vec::new();
+    }
+    p.labels().get(ID_LABEL).cloned().into_iter().collect()
+}
+
+/// Index keys of a volume: [`site_key`] of its site label and [`claim_key`] of its claim
+/// reference.
+pub fn volume_keys(pv: &PersistentVolume) -> Vec<String> {
+    let mut keys = Vec::new();
+    if let Some(id) = pv.labels().get(ID_LABEL) {
+        keys.push(site_key(id));
+    }
+    if let Some(c) = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref()) {
+        keys.push(claim_key(
+            c.namespace.as_deref().unwrap_or_default(),
+            c.name.as_deref().unwrap_or_default(),
+        ));
+    }
+    keys
+}
+
+/// The volume index key of a site label: `id:<site id>`.
+pub fn site_key(id: &str) -> String {
+    format!("id:{id}")
+}
+
+/// The volume index key of a claim reference: `claim:<namespace>/<name>`.
+pub fn claim_key(namespace: &str, name: &str) -> String {
+    format!("claim:{namespace}/{name}")
+}
 
 /// Index keys → references of the objects that have them.
 pub struct Index<K: Resource>

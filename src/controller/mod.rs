@@ -1,21 +1,33 @@
-//! The reconcile side of the operator: work queue, Site status, reconcile of one Site, and the
-//! controller that wires caches, queue and workers together.
+//! The reconcile side of the operator: the controller that wires caches, queue and workers
+//! together (this module), and its parts:
+//!
+//! - [`context`]: what every reconcile shares (client, configuration, caches, recorder, cached
+//!   lookups of the session key and the master Ingress host);
+//! - [`index`]: secondary indexes over the caches and their key functions;
+//! - [`slim`]: what the caches keep of each object;
+//! - [`queue`]: the work queue (client-go semantics);
+//! - [`reconcile`]: the reconcile of one Site, as a recipe;
+//! - [`apply`]: every write the reconciler makes to the cluster;
+//! - [`volumes`]: retained volumes, claims of a previous Site, delayed volume labels;
+//! - [`status`]: the Site status as a pure function;
+//! - [`leader`], [`accounting`], [`changes`]: leader election, API call metrics, change logs.
 //!
 //! Caches are kube-runtime reflectors fed by watches of the platform namespace: Sites, the owned
 //! kinds (selected by the `app.kubernetes.io/managed-by` label), and site pods (selected by the id
 //! label, kept only with the operator_bound annotation). Every event maps to the key of its Site
 //! (the id label), which goes into the [`queue::Queue`]; `worker_limit` workers reconcile keys.
-//! Cached objects keep only what the reconciler reads ([`slim`]) to keep memory small.
 
 pub mod accounting;
+pub mod apply;
 pub mod changes;
-pub mod ensure;
+pub mod context;
 pub mod index;
 pub mod leader;
 pub mod queue;
 pub mod reconcile;
 pub mod slim;
 pub mod status;
+pub mod volumes;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -39,9 +51,10 @@ use tracing::Instrument;
 use crate::config::PlatformConfig;
 use crate::crd::{ID_LABEL, Phase, Site};
 use crate::labels::MANAGED_BY;
+use context::{Caches, Context, Tunables};
 use index::Index;
 use queue::{Backoff, Queue, QueueMetrics};
-use reconcile::{Caches, Context, Next, Settings};
+use reconcile::Next;
 
 /// The controller name in metrics.
 pub const CONTROLLER: &str = "site";
@@ -120,7 +133,7 @@ impl ReconcileMetrics {
 pub struct Options {
     pub namespace: String,
     pub workers: usize,
-    pub settings: Settings,
+    pub tunables: Tunables,
     /// Name of this replica (Events' reporting instance).
     pub instance: Option<String>,
     /// How long workers may take to finish on shutdown.
@@ -318,18 +331,18 @@ impl Controller {
             tracing::info!("the cluster does not serve gateway.networking.k8s.io/v1 HTTPRoutes");
             None
         };
-        let pods_by_site = Index::new(reconcile::pod_index_keys);
+        let pods_by_site = Index::new(index::pod_keys);
         let index = pods_by_site.clone();
         let pods = watch_kind_observed(
             Api::<Pod>::namespaced(api(&client), &ns),
             watcher::Config::default().labels(ID_LABEL),
             queue.clone(),
             slim::pod,
-            |p: &Pod| reconcile::pod_index_keys(p).pop(),
+            |p: &Pod| index::pod_keys(p).pop(),
             |_: &Store<Pod>, _: &watcher::Event<Pod>| {},
             move |event: &watcher::Event<Pod>| index.observe(event),
         );
-        let volumes_by_site = Index::new(reconcile::volume_index_keys);
+        let volumes_by_site = Index::new(index::volume_keys);
         let index = volumes_by_site.clone();
         let volumes = watch_kind_observed(
             Api::<PersistentVolume>::all(api(&client)),
@@ -374,7 +387,7 @@ impl Controller {
             ns,
             caches,
             Some(recorder),
-            options.settings.clone(),
+            options.tunables.clone(),
         ));
 
         let workers = options.workers.max(1);

@@ -1,6 +1,6 @@
 //! What the caches keep of each kind: only the fields the reconciler reads. Whether an owned
 //! object is up to date is decided from its metadata (the desired-hash annotation, labels and
-//! owner references, see [`super::ensure`]), so specs the operator only writes are dropped; at
+//! owner references, see [`super::apply`]), so specs the operator only writes are dropped; at
 //! 10,000 Sites the StatefulSet pod templates alone would hold most of the operator's memory.
 
 use gateway_api::apis::standard::httproutes::HttpRoute;
@@ -144,8 +144,8 @@ pub fn volume(v: &mut PersistentVolume) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{Context, PlatformConfig};
-    use crate::controller::ensure;
+    use crate::config::{Installation, PlatformConfig};
+    use crate::controller::apply;
     use crate::render::{self, Inputs, SiteTokens};
     use serde_json::json;
 
@@ -153,7 +153,7 @@ mod tests {
         let cfg = PlatformConfig::from_yaml(
             include_str!("../../manifests/base/config.yaml"),
             "config.yaml",
-            &Context::default(),
+            &Installation::default(),
         )
         .unwrap();
         let site: Site =
@@ -161,13 +161,14 @@ mod tests {
         let mut site = site;
         site.metadata.namespace = Some("sites".into());
         site.metadata.uid = Some("uid-1".into());
-        let state = crate::diff::decide(None, &site).state;
+        let state = crate::restart::decide(None, &site).state;
         let tokens = SiteTokens {
             api_token: "a".into(),
             secret_key: "b".into(),
         };
         let inputs = Inputs::new("sites", Some("example.org"), b"key", &tokens, &state);
-        let rendered = render::render(&site, &cfg, &inputs).unwrap();
+        let valid = crate::validation::site::validate(&site, &cfg).unwrap();
+        let rendered = render::render(valid, &cfg, &inputs).unwrap();
         (site, rendered)
     }
 
@@ -178,7 +179,7 @@ mod tests {
         K: Resource + serde::Serialize + Clone,
     {
         let mut desired = desired;
-        ensure::stamp(&mut desired);
+        apply::stamp(&mut desired);
         let mut stored = desired.clone();
         let m = stored.meta_mut();
         m.managed_fields = Some(vec![Default::default()]);
@@ -190,8 +191,8 @@ mod tests {
         let full = serde_json::to_vec(&stored).unwrap().len();
         let mut slimmed = stored.clone();
         slim(&mut slimmed);
-        assert!(ensure::up_to_date(&stored, &desired));
-        assert!(ensure::up_to_date(&slimmed, &desired));
+        assert!(apply::up_to_date(&stored, &desired));
+        assert!(apply::up_to_date(&slimmed, &desired));
         let m = slimmed.meta();
         assert!(m.uid.is_none() && m.resource_version.is_none() && m.managed_fields.is_none());
         assert!(
@@ -205,8 +206,8 @@ mod tests {
             .meta_mut()
             .annotations
             .get_or_insert_default()
-            .insert(ensure::DESIRED_HASH_ANNOTATION.into(), "other".into());
-        assert!(!ensure::up_to_date(&slimmed, &other));
+            .insert(apply::DESIRED_HASH_ANNOTATION.into(), "other".into());
+        assert!(!apply::up_to_date(&slimmed, &other));
         (full, serde_json::to_vec(&slimmed).unwrap().len())
     }
 
@@ -309,7 +310,7 @@ mod tests {
                 crate::controller::status::pod_ready(&full)
             );
             assert!(p.spec.is_none());
-            assert_eq!(crate::controller::reconcile::pod_index_keys(&p), ["s"]);
+            assert_eq!(crate::controller::index::pod_keys(&p), ["s"]);
             let (slim, full) = (
                 serde_json::to_vec(&p).unwrap(),
                 serde_json::to_vec(&full).unwrap(),

@@ -13,15 +13,11 @@
 //!   those declaring no paths. A site where no application serves a path has no public path and
 //!   gets no route.
 
-use std::collections::{BTreeMap, BTreeSet};
-
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use crate::Error;
 use crate::config::{CatalogueApplication, PlatformConfig};
 use crate::crd::{Application, Site};
-use crate::render::route::{RoutePath, check_path};
-use crate::validation;
+use crate::render::route::RoutePath;
 
 /// Port of a custom application that does not set one.
 pub const CUSTOM_DEFAULT_PORT: i32 = 8000;
@@ -63,121 +59,63 @@ impl ResolvedApp<'_> {
     }
 }
 
-fn invalid(field: String, reason: impl Into<String>) -> Error {
-    Error::InvalidSpec {
-        field,
-        reason: reason.into(),
-    }
-}
-
 /// The image of a built-in application at the platform version.
 pub fn catalogue_image(entry: &CatalogueApplication, version: &str) -> String {
     format!("{}:{version}", entry.image)
 }
 
-/// Resolves every application of the site, in name order, rejecting what cannot become a container: a missing
-/// list, duplicate or invalid names, a custom application without an image, an invalid image
-/// reference, ports out of range or shared by two applications, invalid environment names.
-pub fn resolve<'a>(site: &'a Site, cfg: &'a PlatformConfig) -> Result<Vec<ResolvedApp<'a>>, Error> {
-    let apps = &site.spec.configuration.applications;
-    if apps.is_empty() {
-        return Err(invalid(
-            "spec.configuration.applications".into(),
-            "a site needs at least one application",
-        ));
-    }
-    let mut names = BTreeSet::new();
-    let mut ports: BTreeMap<i32, usize> = BTreeMap::new();
-    let mut out = Vec::with_capacity(apps.len());
-    for (index, spec) in apps.iter().enumerate() {
-        let field = |rest: &str| format!("spec.configuration.applications[{index}]{rest}");
-        validation::dns1123_label(&spec.name).map_err(|m| invalid(field(".name"), m))?;
-        if !names.insert(spec.name.as_str()) {
-            return Err(invalid(
-                field(".name"),
-                format!("{:?} is used by two applications", spec.name),
-            ));
-        }
-        let catalogue_index = cfg
-            .sites
-            .applications
-            .iter()
-            .position(|c| c.name == spec.name);
-        let builtin = catalogue_index.map(|i| &cfg.sites.applications[i]);
-        let image = match (builtin, &spec.image) {
-            (_, Some(image)) => image.clone(),
-            (Some(entry), None) => catalogue_image(entry, &cfg.sites.version),
-            (None, None) => {
-                return Err(invalid(
-                    field(".image"),
-                    "required for a custom application (one not in the platform catalogue)",
-                ));
+/// Every application of the site resolved against the catalogue, in the Site's order. Nothing
+/// is checked here: [`crate::validation::site`] holds the rules (and uses this resolution, so
+/// the two cannot disagree about an image or a port).
+pub fn resolve_each<'a>(
+    site: &'a Site,
+    cfg: &'a PlatformConfig,
+) -> impl Iterator<Item = ResolvedApp<'a>> + 'a {
+    site.spec
+        .configuration
+        .applications
+        .iter()
+        .enumerate()
+        .map(move |(index, spec)| {
+            let catalogue_index = cfg
+                .sites
+                .applications
+                .iter()
+                .position(|c| c.name == spec.name);
+            let builtin = catalogue_index.map(|i| &cfg.sites.applications[i]);
+            let image = match (builtin, &spec.image) {
+                (_, Some(image)) => image.clone(),
+                (Some(entry), None) => catalogue_image(entry, &cfg.sites.version),
+                // A custom application without an image is not valid; it has none to run.
+                (None, None) => String::new(),
+            };
+            let port = match (builtin, spec.port) {
+                (Some(entry), _) => i32::from(entry.port),
+                (None, Some(p)) => p,
+                (None, None) => CUSTOM_DEFAULT_PORT,
+            };
+            let readiness = match builtin.and_then(|b| b.readiness_path.clone()) {
+                Some(path) => Readiness::Http(path),
+                None => Readiness::Tcp,
+            };
+            ResolvedApp {
+                index,
+                spec,
+                builtin,
+                catalogue_index,
+                image,
+                port,
+                readiness,
             }
-        };
-        validation::image_reference(&image).map_err(|m| invalid(field(".image"), m))?;
-        let port = match (builtin, spec.port) {
-            (Some(entry), _) => i32::from(entry.port),
-            (None, Some(p)) => p,
-            (None, None) => CUSTOM_DEFAULT_PORT,
-        };
-        if !(1..=65535).contains(&port) {
-            return Err(invalid(
-                field(".port"),
-                format!("{port} must be between 1 and 65535"),
-            ));
-        }
-        if let Some(other) = ports.insert(port, index) {
-            return Err(invalid(
-                field(".port"),
-                format!("port {port} is already used by applications[{other}]"),
-            ));
-        }
-        for key in spec.env.keys() {
-            env_name(key).map_err(|m| invalid(validation::map_field(&field(".env"), key), m))?;
-        }
-        for key in spec.annotations.keys() {
-            validation::qualified_name(key)
-                .map_err(|m| invalid(validation::map_field(&field(".annotations"), key), m))?;
-        }
-        let readiness = match builtin.and_then(|b| b.readiness_path.clone()) {
-            Some(path) => Readiness::Http(path),
-            None => Readiness::Tcp,
-        };
-        out.push(ResolvedApp {
-            index,
-            spec,
-            builtin,
-            catalogue_index,
-            image,
-            port,
-            readiness,
-        });
-    }
-    // Reordering the Site's list is not a change (LIFE-02): everything rendered from the
-    // applications follows their names.
-    out.sort_by(|a, b| a.spec.name.cmp(&b.spec.name));
-    if cfg.sites.migration.enabled
-        && !names.contains(MIRROR_CONTAINER)
-        && cfg.sites.migration.image.is_none()
-    {
-        return Err(Error::MissingConfig {
-            key: "sitesConfig.migration.image",
-        });
-    }
-    Ok(out)
+        })
 }
 
-/// Environment variable names: printable ASCII without `=` (what Kubernetes accepts).
-pub fn env_name(key: &str) -> Result<(), String> {
-    if key.is_empty() {
-        return Err("environment variable names must not be empty".into());
-    }
-    if let Some(c) = key.chars().find(|c| !c.is_ascii_graphic() || *c == '=') {
-        return Err(format!(
-            "{key:?} contains {c:?}; environment variable names are printable ASCII without '='"
-        ));
-    }
-    Ok(())
+/// The applications of a valid site, in name order: reordering the Site's list is not a change
+/// (LIFE-02), so everything rendered from the applications follows their names.
+pub fn resolve<'a>(site: &'a Site, cfg: &'a PlatformConfig) -> Vec<ResolvedApp<'a>> {
+    let mut out: Vec<_> = resolve_each(site, cfg).collect();
+    out.sort_by(|a, b| a.spec.name.cmp(&b.spec.name));
+    out
 }
 
 /// The site path: `/<space>/<name>`.
@@ -197,15 +135,7 @@ pub fn site_app<'s, 'a>(apps: &'s [ResolvedApp<'a>]) -> Option<&'s ResolvedApp<'
 
 /// The public paths of the site, each with its backend (the site Service at the application's
 /// port). Empty when no application serves a path.
-pub fn route_paths(
-    site: &Site,
-    apps: &[ResolvedApp<'_>],
-    service: &str,
-) -> Result<Vec<RoutePath>, Error> {
-    let c = &site.spec.configuration;
-    validation::dns1123_label(&c.space)
-        .map_err(|m| invalid("spec.configuration.space".into(), m))?;
-    validation::dns1123_label(&site.spec.name).map_err(|m| invalid("spec.name".into(), m))?;
+pub fn route_paths(site: &Site, apps: &[ResolvedApp<'_>], service: &str) -> Vec<RoutePath> {
     let mut paths = Vec::new();
     if let Some(app) = site_app(apps) {
         paths.push(RoutePath {
@@ -216,8 +146,7 @@ pub fn route_paths(
         });
     }
     for app in apps {
-        for (i, p) in app.spec.paths.iter().enumerate() {
-            check_path(&app.field(&format!(".paths[{i}].path")), &p.path)?;
+        for p in &app.spec.paths {
             paths.push(RoutePath {
                 path: p.path.clone(),
                 path_type: p.path_type.clone(),
@@ -226,7 +155,7 @@ pub fn route_paths(
             });
         }
     }
-    Ok(paths)
+    paths
 }
 
 /// The upgrade rule (LIFE-06): every built-in application's image becomes the catalogue image

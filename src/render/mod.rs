@@ -1,6 +1,7 @@
 //! Pure rendering: every object a Site owns, as a function of the Site, the platform
 //! configuration and the few facts the caller read from the cluster or generated ([`Inputs`]).
-//! No I/O, no clock, no randomness: the same inputs always give the same objects.
+//! No I/O, no clock, no randomness: the same inputs always give the same objects. Rendering
+//! takes a [`Valid`] Site only and trusts it: the rules live in [`crate::validation::site`].
 //!
 //! The objects, in the order the reconciler ensures them (LIFE-01): Secret `<id>`, Secret
 //! `<id>-oauth2`, ConfigMaps `<id>` and `<id>-files`, PVC `<id>`, StatefulSet `<id>`, Service
@@ -21,11 +22,12 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret, Service};
 use k8s_openapi::api::networking::v1::Ingress;
 
-use crate::Error;
+use crate::Result;
 use crate::config::{PlatformConfig, RoutingMode};
 use crate::crd::Site;
-use crate::diff::Qualifying;
 use crate::policy::{self, PolicyFeature};
+use crate::restart::Qualifying;
+use crate::validation::site::Valid;
 
 pub use secret::SiteTokens;
 pub use workload::PodTemplateInputs;
@@ -147,12 +149,14 @@ impl Rendered {
     }
 }
 
-/// Renders every object of the site.
-pub fn render(site: &Site, cfg: &PlatformConfig, inputs: &Inputs<'_>) -> Result<Rendered, Error> {
+/// Renders every object of a valid site ([`crate::validation::site::validate`]). What can still fail is
+/// what the Site does not decide: the public host, configuration values, the Site's metadata.
+pub fn render(site: Valid<'_>, cfg: &PlatformConfig, inputs: &Inputs<'_>) -> Result<Rendered> {
+    let site = site.site();
     let (id, _) = crate::labels::id_and_namespace(site)?;
-    let apps = apps::resolve(site, cfg)?;
+    let apps = apps::resolve(site, cfg);
     let host = configmap::public_host(inputs.public_host)?;
-    let paths = apps::route_paths(site, &apps, id)?;
+    let paths = apps::route_paths(site, &apps, id);
     let route = match (paths.is_empty(), cfg.routing.mode) {
         (true, _) => None,
         (false, RoutingMode::Ingress) => {

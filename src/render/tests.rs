@@ -6,16 +6,20 @@
 use serde_json::{Value, json};
 
 use super::*;
-use crate::config::{Context, PlatformConfig, RoutingMode};
-use crate::diff;
+use crate::config::{Installation, PlatformConfig, RoutingMode};
+use crate::validation::site::validate;
+use crate::{Error, restart};
 
 const CONFIG: &str = include_str!("../../manifests/base/config.yaml");
 const NAMESPACE: &str = "sites";
 
 fn config(mode: RoutingMode) -> PlatformConfig {
-    let mut cfg =
-        PlatformConfig::from_yaml(CONFIG, "manifests/base/config.yaml", &Context::default())
-            .expect("the example configuration is valid");
+    let mut cfg = PlatformConfig::from_yaml(
+        CONFIG,
+        "manifests/base/config.yaml",
+        &Installation::default(),
+    )
+    .expect("the example configuration is valid");
     cfg.routing.mode = mode;
     cfg
 }
@@ -64,12 +68,14 @@ fn tokens() -> SiteTokens {
     }
 }
 
+/// Validates and renders, as the reconciler does.
 fn render_with(site: &Site, cfg: &PlatformConfig) -> Result<Rendered, Error> {
-    let state = diff::decide(None, site).state;
+    let valid = validate(site, cfg).map_err(Error::InvalidSite)?;
+    let state = restart::decide(None, site).state;
     let tokens = tokens();
     let host = cfg.routing.host.as_deref();
     let inputs = Inputs::new(NAMESPACE, host, b"test-session-key", &tokens, &state);
-    render(site, cfg, &inputs)
+    render(valid, cfg, &inputs)
 }
 
 fn objects(site: &Site, cfg: &PlatformConfig) -> Vec<Value> {
@@ -396,7 +402,7 @@ fn storage_request_grows_only_with_expansion_and_never_shrinks() {
         spec["configuration"]["quota"] = json!(quota);
         let mut cfg = config(RoutingMode::Ingress);
         cfg.sites.kubernetes.storage_expansion_supported = expansion;
-        let got = workload::storage_request(&site(spec), &cfg, stored).unwrap();
+        let got = workload::storage_request(&site(spec), &cfg, stored);
         assert_eq!(got, want, "{quota:?} {stored:?} {expansion}");
     }
 }
@@ -436,7 +442,7 @@ fn pvc_pins_a_retained_volume_and_keeps_stored_immutable_fields() {
 fn resources_take_site_limits_and_keep_requests_below_them() {
     let mut spec = base_spec(true, 1, false);
     spec["configuration"]["settings"]["resource_limits"] = json!({"cpu": "5m", "memory": "1Gi"});
-    let r = workload::resources(&site(spec), &config(RoutingMode::Ingress)).unwrap();
+    let r = workload::resources(&site(spec), &config(RoutingMode::Ingress));
     let v = serde_json::to_value(r).unwrap();
     assert_eq!(
         v,
@@ -445,8 +451,7 @@ fn resources_take_site_limits_and_keep_requests_below_them() {
     let defaults = workload::resources(
         &site(base_spec(true, 1, false)),
         &config(RoutingMode::Ingress),
-    )
-    .unwrap();
+    );
     assert_eq!(
         serde_json::to_value(defaults).unwrap(),
         json!({"limits": {"cpu": "500m", "memory": "256Mi"}, "requests": {"cpu": "10m", "memory": "32Mi"}})
@@ -457,8 +462,8 @@ fn resources_take_site_limits_and_keep_requests_below_them() {
 fn restart_inputs_land_on_the_pod_template() {
     let s = site(base_spec(true, 1, false));
     let cfg = config(RoutingMode::Ingress);
-    let apps = apps::resolve(&s, &cfg).unwrap();
-    let state = diff::decide(None, &s).state;
+    let apps = apps::resolve(&s, &cfg);
+    let state = restart::decide(None, &s).state;
     let sts = workload::statefulset(
         &s,
         &cfg,
@@ -481,7 +486,7 @@ fn restart_inputs_land_on_the_pod_template() {
         ann[workload::RESTARTED_AT_ANNOTATION],
         "2026-11-29T10:00:00Z"
     );
-    assert_eq!(ann[diff::SPEC_HASH_ANNOTATION], diff::spec_hash(&s));
+    assert_eq!(ann[restart::SPEC_HASH_ANNOTATION], restart::spec_hash(&s));
     assert_eq!(recorded_state(None), None);
 }
 
@@ -602,7 +607,8 @@ fn bad_sites_are_errors_naming_the_field() {
         let err = render_with(&site(spec), &config(RoutingMode::Gateway)).expect_err(case);
         assert!(!err.is_transient(), "{case}: {err}");
         assert!(
-            err.to_string().starts_with(&format!("{field}:")),
+            err.to_string()
+                .starts_with(&format!("invalid Site: {field}:")),
             "{case}: {err}"
         );
     }
@@ -614,7 +620,10 @@ fn unsupported_path_types_fail_in_both_modes() {
     spec["configuration"]["applications"] = json!([{"name": "app", "image": "x:1", "paths": [{"path": "/docs/handbook", "path_type": "Regex"}]}]);
     for mode in [RoutingMode::Ingress, RoutingMode::Gateway] {
         let err = render_with(&site(spec.clone()), &config(mode)).unwrap_err();
-        assert!(matches!(err, Error::UnsupportedRoute { .. }), "{err}");
+        assert!(
+            matches!(&err, Error::InvalidSite(v) if v[0].field.ends_with(".paths[0].path_type")),
+            "{err}"
+        );
     }
 }
 
@@ -629,7 +638,7 @@ fn too_many_paths_for_one_http_route_is_an_error() {
     let err = render_with(&site(spec.clone()), &config(RoutingMode::Gateway)).unwrap_err();
     assert!(
         err.to_string().starts_with(
-            "spec.configuration.applications: the site's paths need 18 HTTPRoute rules"
+            "invalid Site: spec.configuration.applications: the site's paths need 18 HTTPRoute rules"
         ),
         "{err}"
     );
@@ -717,7 +726,7 @@ fn secrets_never_appear_in_debug_output_of_inputs() {
         existing_claim: None,
         retained_volume: None,
         pod: PodTemplateInputs {
-            state: &diff::decide(None, &site(base_spec(true, 1, false))).state,
+            state: &restart::decide(None, &site(base_spec(true, 1, false))).state,
             restarted_at: None,
         },
     };

@@ -17,66 +17,38 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use crate::Error;
 use crate::config::PlatformConfig;
 use crate::crd::{OPERATOR_BOUND_ANNOTATION, Site};
-use crate::diff::Qualifying;
 use crate::labels;
 use crate::quantity;
 use crate::render::apps::{MIRROR_CONTAINER, Readiness, ResolvedApp};
 use crate::render::configmap::{DATA_MOUNT, FILES_MOUNT};
 use crate::render::secret::{API_TOKEN_KEY, COOKIE_SECRET_KEY, SECRET_KEY_KEY};
+use crate::restart::Qualifying;
 
 /// Annotation of a claim the operator pinned to a retained volume.
 pub const PINNED_VOLUME_ANNOTATION: &str = "sites.ecmwf.int/pinned-volume";
 /// The pod-template annotation whose change rolls the pods (what `kubectl rollout restart` sets).
 pub const RESTARTED_AT_ANNOTATION: &str = "kubectl.kubernetes.io/restartedAt";
 
-fn invalid(field: &str, reason: impl Into<String>) -> Error {
-    Error::InvalidSpec {
-        field: field.to_string(),
-        reason: reason.into(),
-    }
-}
-
-/// Parses a positive quantity, naming the field when it is not one.
-pub fn positive(field: &str, value: &str) -> Result<quantity::ParsedQuantity, Error> {
-    let q = quantity::parse(value).map_err(|e| invalid(field, e.to_string()))?;
-    if q.is_negative() || q.is_zero() {
-        return Err(invalid(
-            field,
-            format!("{value:?} must be greater than zero"),
-        ));
-    }
-    Ok(q)
-}
-
 /// The storage request of the claim: the quota (or the platform default) for a new claim; for an
 /// existing claim the stored request, grown to the quota only when the platform supports volume
 /// expansion. A claim never shrinks.
-pub fn storage_request(
-    site: &Site,
-    cfg: &PlatformConfig,
-    existing: Option<&str>,
-) -> Result<String, Error> {
+pub fn storage_request(site: &Site, cfg: &PlatformConfig, existing: Option<&str>) -> String {
     let desired = match &site.spec.configuration.quota {
-        Some(q) => {
-            positive("spec.configuration.quota", &q.0)?;
-            q.0.clone()
-        }
+        Some(q) => q.0.clone(),
         None => cfg.sites.kubernetes.default_quota.clone(),
     };
     let Some(current) = existing else {
-        return Ok(desired);
+        return desired;
     };
     let grows = match (quantity::parse(&desired), quantity::parse(current)) {
         (Ok(d), Ok(c)) => d > c,
         _ => false,
     };
-    Ok(
-        if grows && cfg.sites.kubernetes.storage_expansion_supported {
-            desired
-        } else {
-            current.to_string()
-        },
-    )
+    if grows && cfg.sites.kubernetes.storage_expansion_supported {
+        desired
+    } else {
+        current.to_string()
+    }
 }
 
 /// PVC `<id>`: ReadWriteOnce, storage class from the configuration, storage per
@@ -96,7 +68,7 @@ pub fn pvc(
         .and_then(|r| r.requests.as_ref())
         .and_then(|r| r.get("storage"))
         .map(|q| q.0.as_str());
-    let storage = storage_request(site, cfg, stored_request)?;
+    let storage = storage_request(site, cfg, stored_request);
     // Only what the operator decides goes into the desired claim, so the binder's and the API
     // server's fields (the bound volume, a default class) never look like a difference. A volume
     // the operator pinned is remembered in an annotation and stays in every later rendering.
@@ -137,7 +109,7 @@ pub fn pvc(
 
 /// Resource requirements of site containers: the platform defaults, with the Site's
 /// `resource_limits` replacing the default limits; a request above its limit is lowered to it.
-pub fn resources(site: &Site, cfg: &PlatformConfig) -> Result<ResourceRequirements, Error> {
+pub fn resources(site: &Site, cfg: &PlatformConfig) -> ResourceRequirements {
     let defaults = &cfg.sites.kubernetes.resources;
     let site_limits = site.spec.configuration.settings.resource_limits.as_ref();
     let mut limits = BTreeMap::new();
@@ -156,14 +128,9 @@ pub fn resources(site: &Site, cfg: &PlatformConfig) -> Result<ResourceRequiremen
             site_limits.and_then(|l| l.memory.as_ref()),
         ),
     ] {
-        let limit = match site_limit {
-            Some(q) => {
-                let field = format!("spec.configuration.settings.resource_limits.{name}");
-                positive(&field, &q.0)?;
-                Some(q.0.clone())
-            }
-            None => default_limit.cloned(),
-        };
+        let limit = site_limit
+            .map(|q| q.0.clone())
+            .or_else(|| default_limit.cloned());
         let mut request = default_request.cloned();
         if let (Some(l), Some(r)) = (&limit, &request)
             && let (Ok(lq), Ok(rq)) = (quantity::parse(l), quantity::parse(r))
@@ -178,11 +145,11 @@ pub fn resources(site: &Site, cfg: &PlatformConfig) -> Result<ResourceRequiremen
             requests.insert(name.to_string(), Quantity(r));
         }
     }
-    Ok(ResourceRequirements {
+    ResourceRequirements {
         limits: Some(limits).filter(|m| !m.is_empty()),
         requests: Some(requests).filter(|m| !m.is_empty()),
         ..Default::default()
-    })
+    }
 }
 
 fn secret_env(name: &str, secret: &str, key: &str) -> EnvVar {
@@ -280,7 +247,7 @@ fn container(id: &str, app: &ResolvedApp<'_>, resources: &ResourceRequirements) 
 }
 
 /// What the StatefulSet's pod template records besides the Site: the qualifying-change state
-/// ([`crate::diff::decide`]) and the `restartedAt` value (set by the reconciler from its clock
+/// ([`crate::restart::decide`]) and the `restartedAt` value (set by the reconciler from its clock
 /// when the decision says restart, else carried over from the stored StatefulSet).
 #[derive(Clone, Debug, PartialEq)]
 pub struct PodTemplateInputs<'a> {
@@ -300,14 +267,8 @@ pub fn statefulset(
 ) -> Result<StatefulSet, Error> {
     let (id, _) = labels::id_and_namespace(site)?;
     let c = &site.spec.configuration;
-    if c.settings.replicas < 0 {
-        return Err(invalid(
-            "spec.configuration.settings.replicas",
-            "must not be negative",
-        ));
-    }
     let replicas = if c.enabled { c.settings.replicas } else { 0 };
-    let resources = resources(site, cfg)?;
+    let resources = resources(site, cfg);
     let mut containers: Vec<Container> =
         apps.iter().map(|a| container(id, a, &resources)).collect();
     let migration = &cfg.sites.migration;

@@ -199,7 +199,7 @@ async fn killed_at_random_points_the_operator_converges_exactly_once() {
             .annotations
             .unwrap()["sites.ecmwf.int/spec-hash"]
             .clone();
-        assert_eq!(hash, sites_operator::diff::spec_hash(&site), "{name}");
+        assert_eq!(hash, sites_operator::restart::spec_hash(&site), "{name}");
     }
     // Exactly one restart per site for its one qualifying change.
     let seen = seen.lock().unwrap().clone();

@@ -19,10 +19,10 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use prometheus::Registry;
 use serde_json::{Value, json};
 use sites_emulator::controllers::Behaviour;
-use sites_operator::config::{Context as ConfigContext, PlatformConfig, RoutingMode};
+use sites_operator::config::{Installation as ConfigContext, PlatformConfig, RoutingMode};
 use sites_operator::controller::accounting;
+use sites_operator::controller::context::Tunables;
 use sites_operator::controller::leader::{Elector, Timing};
-use sites_operator::controller::reconcile::Settings;
 use sites_operator::controller::{Controller, Options};
 use sites_operator::crd::{Phase, Site, UPGRADE_REQUEST_ANNOTATION};
 use sites_operator::metrics;
@@ -182,7 +182,7 @@ async fn start_controller(
     let options = Options {
         namespace: NS.into(),
         workers: 4,
-        settings: Settings {
+        tunables: Tunables {
             pv_label_delay: (Duration::from_millis(10), Duration::from_millis(50)),
         },
         instance: Some("test".into()),
@@ -984,6 +984,11 @@ async fn an_unsupported_route_is_terminal_until_the_spec_changes() {
     let op = operator(&c, config(RoutingMode::Gateway)).await;
     let mut site = example("site-custom-app.yaml");
     site.spec.configuration.applications[1].paths[0].path_type = "ImplementationSpecific".into();
+    // Stored without the webhook: the reconciler runs the same rules and reports every violation.
+    site.spec
+        .configuration
+        .headers
+        .insert("X-Bad Name".into(), "v".into());
     sites(&c)
         .create(&PostParams::default(), &site)
         .await
@@ -996,11 +1001,25 @@ async fn an_unsupported_route_is_terminal_until_the_spec_changes() {
         "InvalidConfiguration",
     )
     .await;
+    let message = condition(&s, "Progressing").unwrap().2;
+    assert!(message.starts_with("invalid Site: "), "{message}");
     assert!(
-        condition(&s, "Progressing")
+        message.contains("spec.configuration.applications[1].paths[0].path_type: \"ImplementationSpecific\" is not supported in gateway mode"),
+        "{message}"
+    );
+    assert!(
+        message
+            .contains("spec.configuration.headers[\"X-Bad Name\"]: the header name contains ' '"),
+        "{message}"
+    );
+    // Nothing is written for an invalid Site.
+    let secrets: Api<Secret> = Api::namespaced(c.client.clone(), NS);
+    assert!(
+        secrets
+            .get_opt("research-dashboard")
+            .await
             .unwrap()
-            .2
-            .contains("not supported in gateway mode")
+            .is_none()
     );
     let errors = op.metric("controller_runtime_reconcile_errors_total");
     let retries = op.metric("workqueue_retries_total");
@@ -1019,7 +1038,7 @@ async fn an_unsupported_route_is_terminal_until_the_spec_changes() {
     );
     assert_eq!(op.metric("workqueue_retries_total"), retries);
     // Fixing the spec recovers.
-    let patch = json!({"spec": {"configuration": {"applications": [
+    let patch = json!({"spec": {"configuration": {"headers": null, "applications": [
         {"name": "static"},
         {"name": "dashboard", "image": "ghcr.io/example/dashboard:1.4.2", "port": 8050,
          "paths": [{"path": "/research/dashboard/api", "path_type": "Prefix"}]}

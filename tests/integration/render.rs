@@ -12,7 +12,7 @@ use k8s_openapi::api::networking::v1::Ingress;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
-use sites_operator::config::{Context, PlatformConfig, RoutingMode};
+use sites_operator::config::{Installation, PlatformConfig, RoutingMode};
 use sites_operator::crd::{OPERATOR_BOUND_ANNOTATION, Site};
 use sites_operator::render::{self, Inputs, Route, SiteTokens};
 
@@ -24,7 +24,7 @@ const NS: &str = "default";
 fn config(mode: RoutingMode) -> PlatformConfig {
     let mut cfg = PlatformConfig::load(
         &repo_file("manifests/base/config.yaml"),
-        &Context::default(),
+        &Installation::default(),
     )
     .expect("example configuration");
     cfg.routing.mode = mode;
@@ -68,13 +68,14 @@ async fn rendered_objects_are_accepted_and_cascade_with_the_site() {
     let id = site.metadata.name.clone().unwrap();
 
     let tokens = SiteTokens::keep_or_generate(None, || uuid::Uuid::new_v4().simple().to_string());
-    let state = sites_operator::diff::decide(None, &site).state;
+    let state = sites_operator::restart::decide(None, &site).state;
     let mut rendered = Vec::new();
     for mode in [RoutingMode::Ingress, RoutingMode::Gateway] {
         let cfg = config(mode);
         let host = cfg.routing.host.as_deref();
         let inputs = Inputs::new(NS, host, b"integration-session-key", &tokens, &state);
-        rendered.push(render::render(&site, &cfg, &inputs).expect("renders"));
+        let valid = sites_operator::validation::site::validate(&site, &cfg).expect("valid");
+        rendered.push(render::render(valid, &cfg, &inputs).expect("renders"));
     }
     let r = &rendered[0];
     create(&c, &r.secret).await;

@@ -14,7 +14,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use serde_json::{Value, json};
 use sites_operator::admission::server::{self, BODY_LIMIT, WebhookState};
 use sites_operator::certs::{self, Bundle};
-use sites_operator::config::{Context, PlatformConfig};
+use sites_operator::config::{Installation, PlatformConfig};
 use sites_operator::metrics::{self, WebhookMetrics};
 use sites_operator::tls::{self, CertStore, Reload};
 use tokio::net::TcpStream;
@@ -55,7 +55,7 @@ async fn start(client_ca: Option<&Bundle>) -> Server {
     let tls_config = Arc::new(tls::server_config(store.clone(), roots).unwrap());
     let config = PlatformConfig::load(
         &repo_file("manifests/base/config.yaml"),
-        &Context::default(),
+        &Installation::default(),
     )
     .unwrap();
     let registry = Registry::new();
@@ -672,7 +672,7 @@ async fn a_review_truncated_at_any_offset_is_a_400() {
     use tower::ServiceExt as _;
     let config = PlatformConfig::load(
         &repo_file("manifests/base/config.yaml"),
-        &Context::default(),
+        &Installation::default(),
     )
     .unwrap();
     let state = WebhookState {

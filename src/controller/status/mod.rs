@@ -17,25 +17,9 @@
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
+use crate::Error;
 use crate::crd::{Phase, Problem, Site, SiteStatus};
-
-/// The `Available` condition type.
-pub const AVAILABLE: &str = "Available";
-/// The `Progressing` condition type.
-pub const PROGRESSING: &str = "Progressing";
-
-/// How the last reconcile of the objects ended.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Outcome {
-    /// Every object is as rendered.
-    Ensured,
-    /// A retryable failure (API error, missing host, ...): Progressing True, TransientError.
-    Transient(String),
-    /// A route of this name belongs to another site: Progressing True, RouteConflict.
-    RouteConflict(String),
-    /// The spec cannot be rendered: Progressing False, InvalidConfiguration; no retries.
-    Terminal(String),
-}
+use crate::reasons::{self, AVAILABLE, PROGRESSING};
 
 /// The status of one pod.
 #[derive(Clone, Debug, PartialEq)]
@@ -203,12 +187,13 @@ fn condition(
 }
 
 /// The complete status to store for `site`: pod mapping, Available and Progressing, and
-/// `observedGeneration`. Condition transition times are kept from `previous` while a condition's
+/// `observedGeneration`. `stopped` is the error that stopped the last reconcile before every
+/// object was written (None: every object is as rendered); its class decides Progressing. Condition transition times are kept from `previous` while a condition's
 /// status does not change, so recomputing an unchanged state gives an equal value (and no write).
 pub fn site_status(
     site: &Site,
     pods: &[&Pod],
-    outcome: &Outcome,
+    stopped: Option<&Error>,
     previous: Option<&SiteStatus>,
     now: &Time,
 ) -> SiteStatus {
@@ -218,42 +203,56 @@ pub fn site_status(
     let live: Vec<&&Pod> = pods.iter().filter(|p| !terminating(p)).collect();
     let ready = live.iter().filter(|p| pod_ready(p)).count();
     let want = usize::try_from(c.settings.replicas).unwrap_or(0);
-    let ensured = *outcome == Outcome::Ensured;
+    let ensured = stopped.is_none();
 
     let (available, a_reason, a_message) = if !c.enabled {
         (
             false,
-            "Disabled",
+            reasons::DISABLED,
             "the site is archived: scaled to zero, requests redirect to the Hub's 410 page"
                 .to_string(),
         )
     } else if want == 0 {
-        (false, "ScaledToZero", "settings.replicas is 0".to_string())
+        (
+            false,
+            reasons::SCALED_TO_ZERO,
+            "settings.replicas is 0".to_string(),
+        )
     } else if !ensured {
         (
             false,
-            "ObjectsNotReady",
+            reasons::OBJECTS_NOT_READY,
             "not every object of the site is up to date yet".to_string(),
         )
     } else if ready >= want && pod_status.phase == Phase::Running {
-        (true, "Available", format!("{ready} of {want} pods ready"))
+        (
+            true,
+            reasons::AVAILABLE_REASON,
+            format!("{ready} of {want} pods ready"),
+        )
     } else {
         (
             false,
-            "PodsNotReady",
+            reasons::PODS_NOT_READY,
             format!("{ready} of {want} pods ready"),
         )
     };
-    let (progressing, p_reason, p_message) = match outcome {
-        Outcome::Terminal(e) => (false, "InvalidConfiguration", e.clone()),
-        Outcome::Transient(e) => (true, "TransientError", e.clone()),
-        Outcome::RouteConflict(e) => (true, "RouteConflict", e.clone()),
-        Outcome::Ensured if available => (false, "UpToDate", "the site is up to date".to_string()),
-        Outcome::Ensured if !c.enabled => (false, "Disabled", "the site is archived".to_string()),
-        Outcome::Ensured if want == 0 => (false, "ScaledToZero", "no pods requested".to_string()),
-        Outcome::Ensured => (
+    let (progressing, p_reason, p_message) = match stopped {
+        Some(e) => (e.is_transient(), e.reason(), e.to_string()),
+        None if available => (
+            false,
+            reasons::UP_TO_DATE,
+            "the site is up to date".to_string(),
+        ),
+        None if !c.enabled => (false, reasons::DISABLED, "the site is archived".to_string()),
+        None if want == 0 => (
+            false,
+            reasons::SCALED_TO_ZERO,
+            "no pods requested".to_string(),
+        ),
+        None => (
             true,
-            "PodsNotReady",
+            reasons::PODS_NOT_READY,
             format!("waiting for {want} ready pods ({ready} now)"),
         ),
     };

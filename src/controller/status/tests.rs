@@ -1,6 +1,7 @@
 use serde_json::{Value, json};
 
 use super::*;
+use crate::validation::FieldError;
 
 fn pod(name: &str, phase: &str, conditions: Value, containers: Value) -> Pod {
     serde_json::from_value(json!({
@@ -229,7 +230,7 @@ fn disabled_sites_report_disabled_whatever_the_pods_say() {
     let s = site_status(
         &site(false, 3),
         &[&p],
-        &Outcome::Ensured,
+        None,
         None,
         &time("2026-11-29T10:00:00Z"),
     );
@@ -265,66 +266,77 @@ fn conditions_follow_the_outcome_and_the_pods() {
     );
     // (case, replicas, pods, outcome, Available, reason, Progressing, reason)
     type Expect<'a> = (&'a str, &'a str, &'a str, &'a str);
-    let cases: Vec<(&str, i32, Vec<&Pod>, Outcome, Expect)> = vec![
+    type Case<'a> = (&'a str, i32, Vec<&'a Pod>, Option<Error>, Expect<'a>);
+    let cases: Vec<Case> = vec![
         (
             "all ready",
             1,
             vec![&ready],
-            Outcome::Ensured,
+            None,
             ("True", "Available", "False", "UpToDate"),
         ),
         (
             "one of two ready",
             2,
             vec![&ready, &starting],
-            Outcome::Ensured,
+            None,
             ("False", "PodsNotReady", "True", "PodsNotReady"),
         ),
         (
             "no pods yet",
             1,
             vec![],
-            Outcome::Ensured,
+            None,
             ("False", "PodsNotReady", "True", "PodsNotReady"),
         ),
         (
             "transient error",
             1,
             vec![&ready],
-            Outcome::Transient("API unreachable".into()),
+            Some(Error::PublicHostRequired),
             ("False", "ObjectsNotReady", "True", "TransientError"),
         ),
         (
             "terminal error",
             1,
             vec![&ready],
-            Outcome::Terminal("unsupported route".into()),
+            Some(Error::InvalidSite(vec![FieldError::new(
+                "spec.configuration.applications[0].paths[0].path_type",
+                "\"Regex\" is not supported in ingress mode",
+            )])),
             ("False", "ObjectsNotReady", "False", "InvalidConfiguration"),
         ),
         (
             "route conflict",
             1,
             vec![&ready],
-            Outcome::RouteConflict("owned by site other".into()),
+            Some(Error::RouteConflict {
+                kind: "Ingress".into(),
+                name: "docs".into(),
+            }),
             ("False", "ObjectsNotReady", "True", "RouteConflict"),
         ),
         (
             "scaled to zero",
             0,
             vec![],
-            Outcome::Ensured,
+            None,
             ("False", "ScaledToZero", "False", "ScaledToZero"),
         ),
     ];
     for (case, replicas, pods, outcome, (a, ar, p, pr)) in cases {
-        let s = site_status(&site(true, replicas), &pods, &outcome, None, &now);
+        let s = site_status(&site(true, replicas), &pods, outcome.as_ref(), None, &now);
         let (ac, pc) = (get(&s, AVAILABLE), get(&s, PROGRESSING));
         assert_eq!((ac.status.as_str(), ac.reason.as_str()), (a, ar), "{case}");
         assert_eq!((pc.status.as_str(), pc.reason.as_str()), (p, pr), "{case}");
         assert_eq!(s.observed_generation, Some(4), "{case}");
         assert_eq!(ac.observed_generation, Some(4), "{case}");
-        if let Outcome::Transient(m) | Outcome::Terminal(m) | Outcome::RouteConflict(m) = &outcome {
-            assert_eq!(&pc.message, m, "{case}: the message is the error");
+        if let Some(e) = &outcome {
+            assert_eq!(
+                pc.message,
+                e.to_string(),
+                "{case}: the message is the error"
+            );
         }
     }
 }
@@ -340,8 +352,8 @@ fn transition_times_are_stable_and_recomputing_is_a_fixed_point() {
         json!([running("static", true)]),
     );
     let s = site(true, 1);
-    let first = site_status(&s, &[&ready], &Outcome::Ensured, None, &t0);
-    let again = site_status(&s, &[&ready], &Outcome::Ensured, Some(&first), &t1);
+    let first = site_status(&s, &[&ready], None, None, &t0);
+    let again = site_status(&s, &[&ready], None, Some(&first), &t1);
     assert_eq!(first, again, "same state later: equal status, so no write");
     let broken = pod(
         "p-0",
@@ -349,14 +361,14 @@ fn transition_times_are_stable_and_recomputing_is_a_fixed_point() {
         not_ready(),
         json!([running("static", false)]),
     );
-    let changed = site_status(&s, &[&broken], &Outcome::Ensured, Some(&first), &t1);
+    let changed = site_status(&s, &[&broken], None, Some(&first), &t1);
     assert_eq!(get(&changed, AVAILABLE).last_transition_time, t1);
     assert_eq!(get(&changed, AVAILABLE).status, "False");
     // A reason change without a status change keeps the time.
     let failing = site_status(
         &s,
         &[&broken],
-        &Outcome::Transient("x".into()),
+        Some(&Error::PublicHostRequired),
         Some(&changed),
         &time("2026-11-29T12:00:00Z"),
     );

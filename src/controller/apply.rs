@@ -1,0 +1,360 @@
+//! Every write the reconciler makes to the cluster: owned objects (server-side apply, only when
+//! they differ from what is stored), deletions, the Site status, PersistentVolume patches, pod
+//! deletions of a stalled rollout, and Events. Nothing else in the controller writes.
+//!
+//! A real API server fills in many defaults (and may canonicalise values), so comparing the
+//! rendered object with the stored one field by field would see differences that are not there.
+//! Instead every written object carries the SHA-256 of its rendered form in the annotation
+//! [`DESIRED_HASH_ANNOTATION`]: the object is up to date when that hash, its owner references
+//! and its labels match the rendering. Writes are server-side applies with the operator's field
+//! manager, so the API server's defaults and other managers' fields are left alone.
+
+use std::fmt::Debug;
+
+use k8s_openapi::api::core::v1::{PersistentVolume, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType};
+use kube::{Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::controller::context::Context;
+use crate::controller::status;
+use crate::crd::{ID_LABEL, Site, SiteStatus};
+use crate::render::volume;
+use crate::{Error, Result, Target, reasons};
+
+/// Annotation holding the hash of the rendered object.
+pub const DESIRED_HASH_ANNOTATION: &str = "sites.ecmwf.int/desired-hash";
+/// The field manager of every write.
+pub const FIELD_MANAGER: &str = "sites-operator";
+
+/// Hex SHA-256 of the object's JSON (with the hash annotation itself left out).
+pub fn desired_hash<K: Serialize>(obj: &K) -> String {
+    let mut value = serde_json::to_value(obj).unwrap_or_default();
+    if let Some(meta) = value
+        .pointer_mut("/metadata")
+        .and_then(|m| m.as_object_mut())
+    {
+        let empty = match meta.get_mut("annotations").and_then(|a| a.as_object_mut()) {
+            Some(a) => {
+                a.remove(DESIRED_HASH_ANNOTATION);
+                a.is_empty()
+            }
+            None => false,
+        };
+        if empty {
+            meta.remove("annotations");
+        }
+    }
+    let digest = ring::digest::digest(&ring::digest::SHA256, value.to_string().as_bytes());
+    digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Puts the hash annotation on a rendered object.
+pub fn stamp<K: Serialize + Resource>(obj: &mut K) {
+    let hash = desired_hash(obj);
+    obj.annotations_mut()
+        .insert(DESIRED_HASH_ANNOTATION.to_string(), hash);
+}
+
+fn owners_match(stored: &[OwnerReference], desired: &[OwnerReference]) -> bool {
+    stored.len() == desired.len()
+        && desired.iter().all(|d| {
+            stored.iter().any(|s| {
+                s.uid == d.uid
+                    && s.api_version == d.api_version
+                    && s.kind == d.kind
+                    && s.name == d.name
+                    && s.controller == d.controller
+            })
+        })
+}
+
+/// Whether `stored` already is the stamped `desired`: same hash, exactly the desired owner
+/// references (LIFE-12), and the desired labels.
+pub fn up_to_date<K: Resource>(stored: &K, desired: &K) -> bool {
+    let hash = |o: &K| o.annotations().get(DESIRED_HASH_ANNOTATION).cloned();
+    hash(stored).is_some()
+        && hash(stored) == hash(desired)
+        && owners_match(stored.owner_references(), desired.owner_references())
+        && desired
+            .labels()
+            .iter()
+            .all(|(k, v)| stored.labels().get(k) == Some(v))
+}
+
+/// What [`apply`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Written {
+    /// Nothing: the stored object is up to date.
+    Unchanged,
+    /// The object did not exist and was created.
+    Created,
+    /// The object existed and was updated.
+    Updated,
+}
+
+/// Makes the object match `desired` (stamped here), writing only when the cached copy `stored`
+/// differs (None: not in the cache, so probably missing). Returns what the API server stored
+/// when it wrote.
+pub async fn apply<K>(
+    ctx: &Context,
+    stored: Option<&K>,
+    mut desired: K,
+) -> Result<(Written, Option<K>)>
+where
+    K: Resource<Scope = kube::core::NamespaceResourceScope>
+        + Clone
+        + Serialize
+        + DeserializeOwned
+        + Debug,
+    K::DynamicType: Default,
+{
+    stamp(&mut desired);
+    if let Some(s) = stored
+        && up_to_date(s, &desired)
+    {
+        return Ok((Written::Unchanged, None));
+    }
+    let name = desired.name_any();
+    let api = ctx.api::<K>();
+    let failed = |source| Error::Apply {
+        target: Target::of::<K>(&name),
+        source: Box::new(source),
+    };
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let written = api
+        .patch(&name, &params, &Patch::Apply(&desired))
+        .await
+        .map_err(failed)?;
+    // Server-side apply keeps owner references other managers set; the Site must be the only
+    // owner, so replace the list when it still differs.
+    let written = if owners_match(written.owner_references(), desired.owner_references()) {
+        written
+    } else {
+        let patch =
+            serde_json::json!({"metadata": {"ownerReferences": desired.owner_references()}});
+        api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(failed)?
+    };
+    let how = if stored.is_some() {
+        Written::Updated
+    } else {
+        Written::Created
+    };
+    tracing::info!(kind = %K::kind(&K::DynamicType::default()), object = %name, written = ?how, "wrote object");
+    Ok((how, Some(written)))
+}
+
+/// Deletes the object `name` (already gone: done).
+pub async fn delete<K>(ctx: &Context, name: &str) -> Result<(), kube::Error>
+where
+    K: Resource<Scope = kube::core::NamespaceResourceScope> + Clone + DeserializeOwned + Debug,
+    K::DynamicType: Default,
+{
+    match ctx.api::<K>().delete(name, &DeleteParams::default()).await {
+        Ok(_) => {
+            tracing::info!(kind = %K::kind(&K::DynamicType::default()), object = name, "deleted");
+            Ok(())
+        }
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Stores `new` as the Site's status (a merge patch of the status subresource that clears what
+/// `new` does not have).
+pub async fn patch_status(ctx: &Context, site: &Site, new: &SiteStatus) -> Result<()> {
+    let name = site.name_any();
+    let mut body = serde_json::to_value(new).unwrap_or_default();
+    if let Some(obj) = body.as_object_mut() {
+        // A merge patch leaves absent fields alone: clear what the new status does not have.
+        for key in [
+            "phase",
+            "problems",
+            "all_steps_started",
+            "observedGeneration",
+            "conditions",
+        ] {
+            obj.entry(key).or_insert(serde_json::Value::Null);
+        }
+    }
+    ctx.api::<Site>()
+        .patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(&serde_json::json!({"status": body})),
+        )
+        .await
+        .map_err(|source| Error::PatchStatus {
+            name,
+            source: Box::new(source),
+        })?;
+    Ok(())
+}
+
+/// Pre-binds the retained volume `pv` to the site's new claim (LIFE-01 step 4).
+pub async fn rebind_volume(ctx: &Context, site: &Site, pv: &PersistentVolume) -> Result<()> {
+    let id = site.name_any();
+    let name = pv.name_any();
+    let api: Api<PersistentVolume> = Api::all(ctx.client.clone());
+    let patch = volume::rebind_patch(&id, &ctx.namespace, &id);
+    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(|source| Error::PatchVolume {
+            target: Target::of::<PersistentVolume>(&name),
+            source: Box::new(source),
+        })?;
+    tracing::info!(site = %id, volume = %name, "re-binding a retained volume");
+    publish(
+        ctx,
+        site,
+        EventType::Normal,
+        reasons::VOLUME_REATTACHED,
+        format!("re-binding retained volume {name}"),
+    )
+    .await;
+    Ok(())
+}
+
+/// Labels `volume` with the site labels of `id` unless it already has them. Errors are logged:
+/// the label only helps a later re-creation find the volume.
+pub async fn label_volume(client: &kube::Client, volume: &str, id: &str) {
+    let api: Api<PersistentVolume> = Api::all(client.clone());
+    match api.get_opt(volume).await {
+        Ok(Some(pv)) if pv.labels().get(ID_LABEL).map(String::as_str) == Some(id) => {}
+        Ok(Some(_)) => {
+            if let Err(e) = api
+                .patch(
+                    volume,
+                    &PatchParams::default(),
+                    &Patch::Merge(&volume::label_patch(id)),
+                )
+                .await
+            {
+                tracing::warn!(site = %id, volume = %volume, error = %e, "cannot label the site volume");
+            }
+        }
+        Ok(None) => {
+            tracing::info!(site = %id, volume = %volume, "volume not found; not labelled")
+        }
+        Err(e) => {
+            tracing::warn!(site = %id, volume = %volume, error = %e, "cannot read the site volume")
+        }
+    }
+}
+
+/// LIFE-15: after a StatefulSet update, pods that are not Running and Ready and not terminating
+/// are deleted so the controller recreates them from the new template. Errors are logged only.
+pub async fn delete_not_ready_pods(ctx: &Context, id: &str) {
+    let api: Api<Pod> = ctx.api();
+    let pods = ctx.caches.pods_by_site.get(&ctx.caches.pods, id);
+    for pod in pods {
+        if status::pod_ready(&pod) || status::terminating(&pod) {
+            continue;
+        }
+        let name = pod.name_any();
+        match api.delete(&name, &DeleteParams::default()).await {
+            Ok(_) => {
+                tracing::info!(site = id, pod = %name, "deleted a not-ready pod so the rollout can go on")
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(kube::Error::Api(s)) if s.code == 403 => {
+                tracing::error!(site = id, pod = %name, "not allowed to delete pods (403): the Role must grant pods/delete")
+            }
+            Err(e) => {
+                tracing::warn!(site = id, pod = %name, error = %e, "cannot delete a not-ready pod")
+            }
+        }
+    }
+}
+
+/// Records an Event about the Site (failures are logged: an Event is never worth a retry).
+pub async fn publish(ctx: &Context, site: &Site, type_: EventType, reason: &str, note: String) {
+    let Some(recorder) = &ctx.recorder else {
+        return;
+    };
+    let event = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    if let Err(e) = recorder.publish(&event, &site.object_ref(&())).await {
+        tracing::warn!(error = %e, reason, "cannot record an event");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use serde_json::json;
+
+    fn cm(data: &str, owner_uid: &str) -> ConfigMap {
+        serde_json::from_value(json!({
+            "metadata": {"name": "a", "labels": {"sites.ecmwf.int/id": "a"},
+                         "ownerReferences": [{"apiVersion": "sites.ecmwf.int/v1", "kind": "Site", "name": "a", "uid": owner_uid, "controller": true}]},
+            "data": {"k": data}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn hash_ignores_itself_and_changes_with_content() {
+        let mut a = cm("1", "u");
+        let h = desired_hash(&a);
+        stamp(&mut a);
+        assert_eq!(
+            desired_hash(&a),
+            h,
+            "the annotation is not part of the hash"
+        );
+        assert_ne!(desired_hash(&cm("2", "u")), h);
+    }
+
+    #[test]
+    fn up_to_date_needs_hash_owners_and_labels() {
+        let mut desired = cm("1", "u");
+        stamp(&mut desired);
+        // The stored copy has server-added fields and extra labels: still up to date.
+        let mut stored = desired.clone();
+        stored.metadata.resource_version = Some("7".into());
+        stored.metadata.uid = Some("x".into());
+        stored.labels_mut().insert("extra".into(), "yes".into());
+        assert!(up_to_date(&stored, &desired));
+        // No hash (an object written by someone else): not up to date.
+        let mut foreign = stored.clone();
+        foreign.annotations_mut().clear();
+        assert!(!up_to_date(&foreign, &desired));
+        // A second owner, or another Site uid (a restored Site): not up to date (LIFE-12).
+        let mut two = stored.clone();
+        two.metadata
+            .owner_references
+            .as_mut()
+            .unwrap()
+            .push(OwnerReference {
+                api_version: "v1".into(),
+                kind: "ConfigMap".into(),
+                name: "b".into(),
+                uid: "b".into(),
+                ..Default::default()
+            });
+        assert!(!up_to_date(&two, &desired));
+        let mut restored = desired.clone();
+        restored.metadata.owner_references.as_mut().unwrap()[0].uid = "old".into();
+        assert!(!up_to_date(&restored, &desired));
+        // A label removed by hand: not up to date.
+        let mut unlabelled = stored.clone();
+        unlabelled.labels_mut().remove("sites.ecmwf.int/id");
+        assert!(!up_to_date(&unlabelled, &desired));
+        // Changed content: new hash.
+        let mut newer = cm("2", "u");
+        stamp(&mut newer);
+        assert!(!up_to_date(&stored, &newer));
+    }
+}

@@ -1,0 +1,218 @@
+//! What every reconcile shares: the client, the platform configuration, the caches the watches
+//! keep warm, the Event recorder, and the few values read from the cluster that are not Site
+//! objects (the session key, the master Ingress's host), cached for a minute.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use gateway_api::apis::standard::httproutes::HttpRoute;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{
+    ConfigMap, PersistentVolume, PersistentVolumeClaim, Pod, Secret, Service,
+};
+use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::Resource;
+use kube::api::Api;
+use kube::runtime::events::Recorder;
+use kube::runtime::reflector::{ObjectRef, Store};
+
+use crate::config::{PlatformConfig, RoutingMode};
+use crate::controller::index::Index;
+use crate::controller::volumes::Labeller;
+use crate::crd::Site;
+use crate::{Error, Result, Target};
+
+/// Name of the master Ingress whose host serves sites when `routing.host` is not set.
+pub const MASTER_INGRESS: &str = "sites-ingress-master";
+/// How long the session key and the master Ingress host are cached.
+const LOOKUP_TTL: Duration = Duration::from_secs(60);
+
+/// The cluster state the reconciler reads (reflector stores, kept warm by watches).
+#[derive(Clone)]
+pub struct Caches {
+    pub sites: Store<Site>,
+    pub secrets: Store<Secret>,
+    pub configmaps: Store<ConfigMap>,
+    pub pvcs: Store<PersistentVolumeClaim>,
+    pub statefulsets: Store<StatefulSet>,
+    pub services: Store<Service>,
+    pub ingresses: Store<Ingress>,
+    /// None when the cluster does not serve the Gateway API.
+    pub httproutes: Option<Store<HttpRoute>>,
+    pub pods: Store<Pod>,
+    /// PersistentVolumes (cluster-scoped): retained-volume lookup and the label check.
+    pub volumes: Store<PersistentVolume>,
+    /// Site pods by site id ([`crate::controller::index::pod_keys`]).
+    pub pods_by_site: Index<Pod>,
+    /// Volumes by site label and claim reference ([`crate::controller::index::volume_keys`]).
+    pub volumes_by_site: Index<PersistentVolume>,
+}
+
+/// Tunables of the reconciler (tests shorten the delays).
+#[derive(Clone, Debug)]
+pub struct Tunables {
+    /// Jitter range of the delayed PV label patch.
+    pub pv_label_delay: (Duration, Duration),
+}
+
+impl Default for Tunables {
+    fn default() -> Self {
+        Tunables {
+            pv_label_delay: (Duration::from_secs(20), Duration::from_secs(40)),
+        }
+    }
+}
+
+type Cached<T> = Mutex<Option<(Instant, T)>>;
+
+/// Everything a reconcile needs.
+pub struct Context {
+    pub client: kube::Client,
+    pub config: Arc<PlatformConfig>,
+    pub namespace: String,
+    pub caches: Caches,
+    pub recorder: Option<Recorder>,
+    pub tunables: Tunables,
+    session_key: Cached<Vec<u8>>,
+    master_host: Cached<Option<String>>,
+    /// The delayed volume label patches.
+    pub(crate) labeller: Labeller,
+    /// Where the clock comes from (tests may pin it).
+    pub now: fn() -> Time,
+}
+
+fn system_now() -> Time {
+    Time(k8s_openapi::jiff::Timestamp::now())
+}
+
+impl Context {
+    pub fn new(
+        client: kube::Client,
+        config: Arc<PlatformConfig>,
+        namespace: String,
+        caches: Caches,
+        recorder: Option<Recorder>,
+        tunables: Tunables,
+    ) -> Context {
+        Context {
+            client,
+            config,
+            namespace,
+            caches,
+            recorder,
+            tunables,
+            session_key: Mutex::new(None),
+            master_host: Mutex::new(None),
+            labeller: Labeller::default(),
+            now: system_now,
+        }
+    }
+
+    /// The API of a namespaced kind in the operator's namespace.
+    pub(crate) fn api<K>(&self) -> Api<K>
+    where
+        K: Resource<Scope = kube::core::NamespaceResourceScope>,
+        K::DynamicType: Default,
+    {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    /// The cached object `name` of the operator's namespace.
+    pub(crate) fn cached<K>(&self, store: &Store<K>, name: &str) -> Option<Arc<K>>
+    where
+        K: Resource + Clone + 'static,
+        K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+    {
+        store.get(&ObjectRef::new(name).within(&self.namespace))
+    }
+
+    /// The object `name` from the API server itself (the cache may lag behind a write made a
+    /// moment ago).
+    pub(crate) async fn read<K>(&self, name: &str) -> Result<Option<Arc<K>>>
+    where
+        K: Resource<Scope = kube::core::NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+        K::DynamicType: Default,
+    {
+        self.api::<K>()
+            .get_opt(name)
+            .await
+            .map(|o| o.map(Arc::new))
+            .map_err(|source| Error::Read {
+                target: Target::of::<K>(name),
+                source: Box::new(source),
+            })
+    }
+
+    /// The cached object, or when the cache has none, the API server's answer.
+    pub(crate) async fn cached_or_read<K>(
+        &self,
+        store: &Store<K>,
+        name: &str,
+    ) -> Result<Option<Arc<K>>>
+    where
+        K: Resource<Scope = kube::core::NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug
+            + 'static,
+        K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+    {
+        match self.cached(store, name) {
+            Some(o) => Ok(Some(o)),
+            None => self.read(name).await,
+        }
+    }
+
+    /// The platform session key (Secret reference in the configuration), cached for a minute.
+    pub(crate) async fn session_key(&self) -> Result<Vec<u8>> {
+        if let Some(key) = fresh(&self.session_key) {
+            return Ok(key);
+        }
+        let reference = &self.config.sites.session.secret_key;
+        let secret = self.read::<Secret>(&reference.secret_name).await?;
+        let key = secret
+            .and_then(|s| s.data.as_ref()?.get(&reference.key).cloned())
+            .map(|b| b.0)
+            .filter(|k| !k.is_empty())
+            .ok_or_else(|| Error::SessionKeyMissing {
+                namespace: self.namespace.clone(),
+                name: reference.secret_name.clone(),
+                key: reference.key.clone(),
+            })?;
+        remember(&self.session_key, key.clone());
+        Ok(key)
+    }
+
+    /// `routing.host`, or in ingress mode the first rule host of the master Ingress.
+    pub(crate) async fn public_host(&self) -> Result<Option<String>> {
+        if let Some(host) = self.config.routing.host.clone() {
+            return Ok(Some(host));
+        }
+        if self.config.routing.mode != RoutingMode::Ingress {
+            return Ok(None);
+        }
+        if let Some(host) = fresh(&self.master_host) {
+            return Ok(host);
+        }
+        let master = self.read::<Ingress>(MASTER_INGRESS).await?;
+        let host = master.and_then(|i| i.spec.as_ref()?.rules.as_ref()?.first()?.host.clone());
+        remember(&self.master_host, host.clone());
+        Ok(host)
+    }
+}
+
+fn fresh<T: Clone>(cell: &Cached<T>) -> Option<T> {
+    cell.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+        .filter(|(at, _)| at.elapsed() < LOOKUP_TTL)
+        .map(|(_, v)| v.clone())
+}
+
+fn remember<T>(cell: &Cached<T>, value: T) {
+    *cell.lock().unwrap_or_else(|e| e.into_inner()) = Some((Instant::now(), value));
+}

@@ -1,0 +1,40 @@
+//! Condition types and the reasons of conditions and Events: one place, so that status, Events,
+//! docs and tests spell them the same way.
+
+/// Condition type: the site's objects exist and its pods are Running and Ready.
+pub const AVAILABLE: &str = "Available";
+/// Condition type: another reconcile is expected before the status reflects the spec.
+pub const PROGRESSING: &str = "Progressing";
+
+// Condition reasons.
+/// Available: every wanted pod is ready.
+pub const AVAILABLE_REASON: &str = "Available";
+/// Available False / Progressing False: the site is archived and scaled to zero.
+pub const DISABLED: &str = "Disabled";
+/// Available False / Progressing False: `settings.replicas` is 0.
+pub const SCALED_TO_ZERO: &str = "ScaledToZero";
+/// Available False: the reconcile stopped before every object was written.
+pub const OBJECTS_NOT_READY: &str = "ObjectsNotReady";
+/// Available False / Progressing True: waiting for pods to become ready.
+pub const PODS_NOT_READY: &str = "PodsNotReady";
+/// Progressing False: nothing more to do.
+pub const UP_TO_DATE: &str = "UpToDate";
+/// Progressing True: a retryable failure (API unreachable, 5xx, 409, 429, missing host, ...).
+pub const TRANSIENT_ERROR: &str = "TransientError";
+/// Progressing False: the Site cannot be rendered, or the API server refused what it renders
+/// (400, 422); nothing is retried until the spec changes. Also a Warning Event.
+pub const INVALID_CONFIGURATION: &str = "InvalidConfiguration";
+/// Progressing False: the API server refused the operator a request (403): the Role lacks a
+/// permission. Also a Warning Event.
+pub const FORBIDDEN: &str = "Forbidden";
+/// Progressing True: a route of the site's name belongs to another site (RTG-03, LIFE-07).
+/// Also a Warning Event.
+pub const ROUTE_CONFLICT: &str = "RouteConflict";
+
+// Event reasons (Normal).
+/// The reconcile created objects (one Event listing them).
+pub const CREATED: &str = "Created";
+/// A qualifying change or upgrade request rolls the site pods.
+pub const RESTARTED: &str = "Restarted";
+/// A retained volume is re-bound to the new claim.
+pub const VOLUME_REATTACHED: &str = "VolumeReattached";

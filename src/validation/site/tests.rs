@@ -1,0 +1,142 @@
+//! Table tests of the Site rules that are not easier to show through the admission handler
+//! (`src/admission/tests.rs` covers every rule end to end), and of [`validate`]'s contract with
+//! the reconciler.
+
+use serde_json::json;
+
+use super::*;
+use crate::config::Installation;
+
+fn config(mode: RoutingMode) -> PlatformConfig {
+    let mut cfg = PlatformConfig::from_yaml(
+        include_str!("../../../manifests/base/config.yaml"),
+        "config.yaml",
+        &Installation::default(),
+    )
+    .unwrap();
+    cfg.routing.mode = mode;
+    cfg
+}
+
+fn site(spec: serde_json::Value) -> Site {
+    serde_json::from_value(json!({
+        "apiVersion": "sites.ecmwf.int/v1", "kind": "Site",
+        "metadata": {"name": "docs-handbook", "namespace": "sites", "uid": "u"},
+        "spec": spec,
+    }))
+    .unwrap()
+}
+
+#[test]
+fn headers_that_could_leave_their_directive_are_rejected() {
+    // (name, value, accepted)
+    let cases = [
+        ("X-Frame-Options", "SAMEORIGIN", true),
+        (
+            "Content-Security-Policy",
+            "default-src 'self'; img-src *",
+            true,
+        ),
+        ("X_Custom", "", true),
+        ("X-Bad Name", "v", false),
+        ("X-Bad;", "v", false),
+        ("X-Inject", "v\" always; return 200 \"x", false),
+        ("X-Newline", "a\r\nSet-Cookie: x", false),
+        ("X-Var", "$host", false),
+        ("X-Backslash", "a\\", false),
+        ("", "v", false),
+    ];
+    for (name, value, ok) in cases {
+        let got = header(name, value);
+        assert_eq!(got.is_ok(), ok, "{name:?}: {value:?} -> {got:?}");
+    }
+}
+
+#[test]
+fn unsafe_route_paths_are_rejected() {
+    let too_long = format!("/{}", "a".repeat(MAX_PATH_LEN));
+    // (path, accepted in ingress mode, accepted in gateway mode)
+    let cases = [
+        ("/docs/handbook", true, true),
+        ("/docs/handbook/", true, true),
+        ("/a%20b", true, true),
+        ("/x; return 200", false, false),
+        ("/x{", false, false),
+        ("/x\ny", false, false),
+        ("relative", false, false),
+        ("/a b", false, false),
+        ("/$host", false, false),
+        ("/a//b", false, false),
+        ("/a/../b", false, false),
+        ("/a%2Fb", false, false),
+        ("/a/..", false, false),
+        ("/café", true, false),
+        ("/a%zz", true, false),
+        (too_long.as_str(), false, false),
+    ];
+    for (path, ingress, gateway) in cases {
+        assert_eq!(route_path(path).is_ok(), ingress, "{path:?}");
+        assert_eq!(
+            route_path(path).is_ok() && gateway_route_path(path).is_ok(),
+            gateway,
+            "{path:?} (gateway)"
+        );
+    }
+}
+
+#[test]
+fn validate_returns_every_violation_or_a_valid_site() {
+    let cfg = config(RoutingMode::Ingress);
+    let good = site(json!({
+        "name": "handbook", "owner": "o", "type": "static",
+        "configuration": {"space": "docs", "applications": [{"name": "static"}]}
+    }));
+    let valid = validate(&good, &cfg).expect("valid");
+    assert_eq!(valid.site().metadata.name.as_deref(), Some("docs-handbook"));
+
+    // Several problems at once, as the webhook would report them, in the same words.
+    let bad = site(json!({
+        "name": "Handbook", "owner": "o", "type": "static",
+        "configuration": {"space": "docs", "headers": {"X-Bad;": "v"},
+                          "applications": [{"name": "web", "image": "x:1"}, {"name": "web", "image": "x:1"}]}
+    }));
+    let errors = validate(&bad, &cfg).unwrap_err();
+    let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+    assert_eq!(
+        fields,
+        [
+            "spec.name",
+            "spec.configuration.applications[1].name",
+            "spec.configuration.headers[\"X-Bad;\"]",
+        ]
+    );
+    assert_eq!(errors, violations(&bad, None, &cfg));
+    assert!(
+        errors[1]
+            .message
+            .contains("is already used by applications[0]"),
+        "{}",
+        errors[1]
+    );
+}
+
+#[test]
+fn rules_about_the_previous_version_are_admissions_only() {
+    let cfg = config(RoutingMode::Ingress);
+    let with_quota = |q: &str| {
+        site(json!({
+            "name": "handbook", "owner": "o", "type": "static",
+            "configuration": {"space": "docs", "quota": q, "applications": [{"name": "static"}]}
+        }))
+    };
+    let (old, new) = (with_quota("2Gi"), with_quota("1Gi"));
+    assert_eq!(
+        violations(&new, Some(&old), &cfg)
+            .iter()
+            .map(|e| e.field.as_str())
+            .collect::<Vec<_>>(),
+        ["spec.configuration.quota"]
+    );
+    // The reconciler has no previous version: the stored Site is valid.
+    assert!(validate(&new, &cfg).is_ok());
+}
