@@ -18,7 +18,6 @@ mod error;
 pub mod labels;
 pub mod metrics;
 pub mod policy;
-pub mod quantity;
 pub mod render;
 pub mod retention;
 pub mod telemetry;
@@ -27,3 +26,5 @@ pub mod upgrade;
 pub mod validation;
 
 pub use error::{Error, Result};
+/// Kubernetes resource quantities: a crate of their own because the API emulator parses them too.
+pub use sites_quantity as quantity;
