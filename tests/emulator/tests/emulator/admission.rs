@@ -1,4 +1,4 @@
-//! Admission webhooks through the emulator: EMULATOR.md checklist B rows for webhooks.
+//! Admission webhooks through the emulator: the webhook rows of checklist B in docs/emulator.md.
 
 use std::net::SocketAddr;
 use std::sync::Arc;

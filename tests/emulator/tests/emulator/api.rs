@@ -1,4 +1,4 @@
-//! The emulator's API semantics through `kube::Client`: EMULATOR.md checklist A.
+//! The emulator's API semantics through `kube::Client`: checklist A of docs/emulator.md.
 
 use std::time::Duration;
 
