@@ -23,7 +23,6 @@ pub mod error;
 pub mod labels;
 pub mod metrics;
 pub mod policy;
-pub mod quantity;
 pub mod reasons;
 pub mod render;
 pub mod restart;
@@ -34,3 +33,5 @@ pub mod upgrade;
 pub mod validation;
 
 pub use error::{Error, Result, Retry, Target};
+/// Kubernetes resource quantities: a crate of their own because the API emulator parses them too.
+pub use sites_quantity as quantity;

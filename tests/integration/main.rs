@@ -1,14 +1,10 @@
-//! Black-box tests: the `sites-operator` binary, and the Kubernetes API emulator through
-//! `kube::Client` and the real kubectl. One test binary with modules: faster to link than one
-//! binary per file.
+//! Black-box tests of the `sites-operator` binary and library against the Kubernetes API
+//! emulator. One test binary with modules: faster to link than one binary per file. The
+//! emulator's own tests live in its crate (`tests/emulator/tests/emulator/`).
 
 mod chaos;
 mod cli;
 mod e2e;
-mod emulator_admission;
-mod emulator_api;
-mod emulator_controllers;
-mod emulator_kubectl;
 mod playground;
 mod prometheus;
 mod reconcile;

@@ -147,25 +147,6 @@ pub fn repo_file(path: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)
 }
 
-/// The Status of an API error; panics (failing the test) on any other error.
-pub fn api_error(e: kube::Error) -> kube::core::Status {
-    match e {
-        kube::Error::Api(s) => *s,
-        other => panic!("expected an API error, got {other:?}"),
-    }
-}
-
-/// A minimal valid Site called `name` (namespace from the request).
-pub fn site(name: &str) -> sites_operator::crd::Site {
-    serde_json::from_value(serde_json::json!({
-        "apiVersion": "sites.ecmwf.int/v1",
-        "kind": "Site",
-        "metadata": {"name": name},
-        "spec": {"name": "handbook", "owner": "jdoe", "type": "static", "configuration": {"space": "docs"}}
-    }))
-    .expect("the fixture is a valid Site")
-}
-
 /// A free TCP port on 127.0.0.1 (bound and released; good enough for tests).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

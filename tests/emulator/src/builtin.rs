@@ -520,5 +520,5 @@ fn quantity(v: &Value) -> Option<i128> {
         Value::Number(n) => n.to_string(),
         _ => return None,
     };
-    crate::quantity::parse(&s).ok().map(|q| q.nanos())
+    sites_quantity::parse(&s).ok().map(|q| q.nanos())
 }

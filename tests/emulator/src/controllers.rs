@@ -889,8 +889,8 @@ pub fn check_claim_resize(
         return Ok(());
     }
     let parse = |v: &Value| match v {
-        Value::String(s) => crate::quantity::parse(s).ok().map(|q| q.nanos()),
-        Value::Number(n) => crate::quantity::parse(&n.to_string())
+        Value::String(s) => sites_quantity::parse(s).ok().map(|q| q.nanos()),
+        Value::Number(n) => sites_quantity::parse(&n.to_string())
             .ok()
             .map(|q| q.nanos()),
         _ => None,

@@ -28,10 +28,6 @@ pub mod status;
 pub mod store;
 pub mod table;
 
-#[allow(dead_code)] // shared with the operator; the emulator uses only parsing
-#[path = "../../../src/quantity.rs"]
-mod quantity;
-
 use std::net::SocketAddr;
 use std::sync::Arc;
 

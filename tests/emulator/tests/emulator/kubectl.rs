@@ -6,9 +6,8 @@ use std::time::Duration;
 
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
-use sites_operator::crd::Site;
 
-use crate::support::{Cluster, repo_file};
+use crate::support::{Cluster, Site, repo_file};
 
 /// The text of column `col` in line `row` of kubectl's table output, cut at the header's
 /// column positions (empty cells stay empty).

@@ -5,6 +5,9 @@
 //! a decimal SI suffix (`n`, `u`, `m`, ``, `k`, `M`, `G`, `T`, `P`, `E`) or a decimal exponent
 //! (`e3`, `E-2`). Values are held exactly, in nano-units, which covers the whole range Kubernetes
 //! accepts (magnitudes up to 2^63-1, precision down to 1n).
+//!
+//! A crate of its own so that the operator (`sites_operator::quantity`) and the API emulator
+//! compare quantities the same way.
 
 use std::fmt;
 

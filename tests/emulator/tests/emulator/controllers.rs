@@ -1,4 +1,4 @@
-//! Simulated controllers and built-in validation: EMULATOR.md checklist B (StatefulSet,
+//! Simulated controllers and built-in validation: checklist B of docs/emulator.md (StatefulSet,
 //! kubelet, volumes, immutable fields).
 
 use std::time::Duration;

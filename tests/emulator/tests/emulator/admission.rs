@@ -1,4 +1,4 @@
-//! Admission webhooks through the emulator: EMULATOR.md checklist B rows for webhooks.
+//! Admission webhooks through the emulator: the webhook rows of checklist B in docs/emulator.md.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -9,9 +9,8 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-use sites_operator::crd::Site;
 
-use crate::support::{Cluster, api_error, site};
+use crate::support::{Cluster, Site, api_error, site};
 
 /// A CA that signs webhook serving certificates.
 struct TestCa {

@@ -1,4 +1,4 @@
-//! The emulator's API semantics through `kube::Client`: EMULATOR.md checklist A.
+//! The emulator's API semantics through `kube::Client`: checklist A of docs/emulator.md.
 
 use std::time::Duration;
 
@@ -8,9 +8,8 @@ use kube::api::{
     Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
 };
 use serde_json::json;
-use sites_operator::crd::Site;
 
-use crate::support::{Cluster, api_error, eventually, site};
+use crate::support::{Cluster, Phase, Site, SiteStatus, api_error, eventually, site, site_crd};
 
 #[tokio::test]
 async fn already_exists_and_not_found_statuses() {
@@ -156,7 +155,7 @@ async fn main_path_ignores_status_and_status_writes_keep_generation() {
     let c = Cluster::start(false).await;
     let sites: Api<Site> = Api::namespaced(c.client.clone(), "default");
     let mut s = site("a");
-    s.status = Some(sites_operator::crd::SiteStatus {
+    s.status = Some(SiteStatus {
         observed_generation: Some(42),
         ..Default::default()
     });
@@ -165,7 +164,7 @@ async fn main_path_ignores_status_and_status_writes_keep_generation() {
     assert_eq!(created.metadata.generation, Some(1));
 
     let mut edited = created.clone();
-    edited.status = Some(sites_operator::crd::SiteStatus {
+    edited.status = Some(SiteStatus {
         observed_generation: Some(7),
         ..Default::default()
     });
@@ -801,7 +800,7 @@ async fn namespace_and_crd_deletion_remove_their_contents() {
             .unwrap_err(),
     );
     assert_eq!(e.code, 404);
-    crds.create(&PostParams::default(), &sites_operator::crd::crd())
+    crds.create(&PostParams::default(), &site_crd())
         .await
         .unwrap();
     assert!(
@@ -940,10 +939,7 @@ async fn server_side_apply_of_status_is_separate_from_the_main_resource() {
         .patch_status("a", &pp, &Patch::Apply(&status))
         .await
         .unwrap();
-    assert_eq!(
-        after.status.as_ref().unwrap().phase,
-        Some(sites_operator::crd::Phase::Running)
-    );
+    assert_eq!(after.status.as_ref().unwrap().phase, Some(Phase::Running));
     // The status apply removed nothing the same manager applied on the main resource.
     assert_eq!(after.metadata.labels.unwrap()["team"], "docs");
     assert_eq!(after.spec.owner, "jdoe");
@@ -955,10 +951,7 @@ async fn server_side_apply_of_status_is_separate_from_the_main_resource() {
     });
     let main = sites.patch("a", &pp, &Patch::Apply(&spec2)).await.unwrap();
     assert_eq!(main.spec.owner, "alice");
-    assert_eq!(
-        main.status.unwrap().phase,
-        Some(sites_operator::crd::Phase::Running)
-    );
+    assert_eq!(main.status.unwrap().phase, Some(Phase::Running));
     // Re-applying the same status is a no-op.
     let rv = sites.get("a").await.unwrap().metadata.resource_version;
     let again = sites

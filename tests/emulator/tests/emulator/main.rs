@@ -1,0 +1,8 @@
+//! Black-box tests of the Kubernetes API emulator, through `kube::Client` and the real kubectl.
+//! One test binary with modules: faster to link than one binary per file.
+
+mod admission;
+mod api;
+mod controllers;
+mod kubectl;
+mod support;
