@@ -15,6 +15,8 @@ pub mod controller;
 pub mod crd;
 pub mod diff;
 mod error;
+#[cfg(test)]
+pub(crate) mod fixtures;
 pub mod labels;
 pub mod metrics;
 pub mod policy;
