@@ -342,6 +342,7 @@ impl Site {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fixtures::SiteBuilder;
     use serde_json::{Value, json};
 
     const COMMITTED: &str = include_str!("../manifests/base/crd.yaml");
@@ -590,12 +591,7 @@ mod tests {
 
     #[test]
     fn minimal_site_decodes_with_defaults_and_serialises_without_nulls() {
-        let site: Site = serde_json::from_value(json!({
-            "apiVersion": "sites.ecmwf.int/v1", "kind": "Site",
-            "metadata": {"name": "a"},
-            "spec": {"name": "n", "owner": "o", "type": "static", "configuration": {"space": "s"}}
-        }))
-        .unwrap();
+        let site = SiteBuilder::new("a").build();
         assert!(site.spec.configuration.enabled);
         assert_eq!(site.spec.configuration.settings.replicas, 1);
         assert!(site.status.is_none());

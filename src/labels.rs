@@ -93,19 +93,15 @@ pub fn object_meta(site: &Site, name: &str) -> Result<ObjectMeta, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fixtures::SiteBuilder;
     use serde_json::json;
-
-    fn site(meta: serde_json::Value) -> Site {
-        serde_json::from_value(json!({
-            "apiVersion": "sites.ecmwf.int/v1", "kind": "Site", "metadata": meta,
-            "spec": {"name": "handbook", "owner": "jdoe", "type": "static", "configuration": {"space": "docs"}}
-        }))
-        .unwrap()
-    }
 
     #[test]
     fn owned_object_metadata() {
-        let s = site(json!({"name": "docs-handbook", "namespace": "sites", "uid": "u-1"}));
+        let s = SiteBuilder::new("docs-handbook")
+            .namespace("sites")
+            .uid("u-1")
+            .build();
         let meta = object_meta(&s, &files_configmap_name("docs-handbook")).unwrap();
         assert_eq!(meta.name.as_deref(), Some("docs-handbook-files"));
         assert_eq!(meta.namespace.as_deref(), Some("sites"));
@@ -141,7 +137,7 @@ mod tests {
             (json!({"name": "a", "uid": "u"}), "metadata.namespace"),
             (json!({"name": "a", "namespace": "sites"}), "metadata.uid"),
         ] {
-            let err = object_meta(&site(meta), "a").unwrap_err();
+            let err = object_meta(&SiteBuilder::new("a").metadata(meta).build(), "a").unwrap_err();
             assert!(
                 matches!(err, Error::MissingMetadata { field: f } if f == field),
                 "{err:?}"

@@ -20,6 +20,8 @@ pub mod config;
 pub mod controller;
 pub mod crd;
 pub mod error;
+#[cfg(test)]
+pub(crate) mod fixtures;
 pub mod labels;
 pub mod metrics;
 pub mod policy;

@@ -144,31 +144,27 @@ pub fn spec_hash(site: &Site) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fixtures::SiteBuilder;
 
-    fn base() -> Site {
-        serde_json::from_value(json!({
-            "apiVersion": "sites.ecmwf.int/v1", "kind": "Site",
-            "metadata": {"name": "docs-handbook", "annotations": {"unrelated": "x"}},
-            "spec": {
-                "name": "handbook", "owner": "jdoe", "type": "static", "description": "Team handbook",
-                "configuration": {
-                    "space": "docs",
-                    "applications": [{"name": "static"}, {"name": "api", "image": "ghcr.io/x/api:1", "port": 8050}],
-                    "headers": {"X-Frame-Options": "SAMEORIGIN"},
-                    "quota": "1Gi",
-                    "retention_date": "2027-12-31",
-                    "share": {"users": ["a"]},
-                    "settings": {"replicas": 1, "resource_limits": {"cpu": "500m", "memory": "256Mi"}, "error_handling": "platform"}
-                }
-            }
-        }))
-        .unwrap()
+    /// A Site with every qualifying property set.
+    fn base() -> SiteBuilder {
+        SiteBuilder::new("docs-handbook")
+            .annotation("unrelated", "x")
+            .description("Team handbook")
+            .app("static")
+            .app_json(json!({"name": "api", "image": "ghcr.io/x/api:1", "port": 8050}))
+            .header("X-Frame-Options", "SAMEORIGIN")
+            .quota("1Gi")
+            .retention(Some("2027-12-31"))
+            .share(json!({"users": ["a"]}))
+            .replicas(1)
+            .limits("500m", "256Mi")
+            .error_handling("platform")
     }
 
+    /// `base()` with an RFC 7386 merge patch applied.
     fn with(patch: Value) -> Site {
-        let mut v = serde_json::to_value(base()).unwrap();
-        json_patch::merge(&mut v, &patch);
-        serde_json::from_value(v).unwrap()
+        base().edit(|v| json_patch::merge(v, &patch)).build()
     }
 
     fn rendered(site: &Site) -> Qualifying {
@@ -177,7 +173,7 @@ mod tests {
 
     #[test]
     fn new_statefulsets_need_no_restart() {
-        let d = decide(None, &base());
+        let d = decide(None, &base().build());
         assert!(!d.restart);
         assert_eq!(d.state.spec_hash.len(), 64);
         assert_eq!(d.state.upgrade_request, None);
@@ -185,7 +181,7 @@ mod tests {
 
     #[test]
     fn qualifying_changes_restart_and_others_do_not() {
-        let before = rendered(&base());
+        let before = rendered(&base().build());
         // (case, merge patch, restart?)
         let cases: &[(&str, Value, bool)] = &[
             ("nothing", json!({}), false),
@@ -315,7 +311,7 @@ mod tests {
         let second = "6fa459ea-ee8a-3ca4-894e-db77e160355e";
         let req =
             |u: &str| with(json!({"metadata": {"annotations": {UPGRADE_REQUEST_ANNOTATION: u}}}));
-        let start = rendered(&base());
+        let start = rendered(&base().build());
         let d1 = decide(Some(&start), &req(first));
         assert!(d1.restart);
         assert_eq!(d1.state.upgrade_request.as_deref(), Some(first));
@@ -323,7 +319,7 @@ mod tests {
         let d2 = decide(Some(&d1.state), &req(first));
         assert!(!d2.restart);
         // Removing the annotation keeps the handled request: no restart.
-        let d3 = decide(Some(&d2.state), &base());
+        let d3 = decide(Some(&d2.state), &base().build());
         assert!(!d3.restart);
         assert_eq!(d3.state.upgrade_request.as_deref(), Some(first));
         // A new request restarts again.
@@ -342,11 +338,11 @@ mod tests {
             Some(d.state.clone())
         );
         assert_eq!(Qualifying::from_annotations(&BTreeMap::new()), None);
-        assert_eq!(spec_hash(&base()), spec_hash(&base()));
+        assert_eq!(spec_hash(&base().build()), spec_hash(&base().build()));
         // Serialising the same Site twice gives the same canonical form.
         assert_eq!(
-            qualifying_properties(&base()).to_string(),
-            qualifying_properties(&base()).to_string()
+            qualifying_properties(&base().build()).to_string(),
+            qualifying_properties(&base().build()).to_string()
         );
     }
 }

@@ -116,21 +116,7 @@ pub fn today() -> Date {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
-
-    fn site(retention: Option<&str>, enabled: bool, archived_at: Option<&str>) -> Site {
-        let mut v = json!({
-            "apiVersion": "sites.ecmwf.int/v1", "kind": "Site",
-            "metadata": {"name": "s"},
-            "spec": {"name": "s", "owner": "o", "type": "t", "configuration": {
-                "space": "x", "enabled": enabled, "retention_date": retention
-            }}
-        });
-        if let Some(a) = archived_at {
-            v["metadata"]["annotations"] = json!({ARCHIVED_AT_ANNOTATION: a});
-        }
-        serde_json::from_value(v).unwrap()
-    }
+    use crate::fixtures::SiteBuilder;
 
     #[test]
     fn retention_decisions() {
@@ -143,55 +129,78 @@ mod tests {
         let cases = [
             (
                 "no retention date",
-                site(None, true, None),
+                SiteBuilder::new("s").enabled(true).retention(None).build(),
                 "2030-01-01",
                 Action::Keep,
             ),
             (
                 "unparsable date",
-                site(Some("someday"), true, None),
+                SiteBuilder::new("s")
+                    .enabled(true)
+                    .retention(Some("someday"))
+                    .build(),
                 "2030-01-01",
                 Action::Keep,
             ),
             (
                 "on the retention date",
-                site(Some("2027-06-30"), true, None),
+                SiteBuilder::new("s")
+                    .enabled(true)
+                    .retention(Some("2027-06-30"))
+                    .build(),
                 "2027-06-30",
                 Action::Keep,
             ),
             (
                 "the day after",
-                site(Some("2027-06-30"), true, None),
+                SiteBuilder::new("s")
+                    .enabled(true)
+                    .retention(Some("2027-06-30"))
+                    .build(),
                 "2027-07-01",
                 Action::Archive,
             ),
             (
                 "archived 90 days ago",
-                site(Some("2027-06-30"), false, Some("2027-07-01")),
+                SiteBuilder::new("s")
+                    .enabled(false)
+                    .retention(Some("2027-06-30"))
+                    .annotation(ARCHIVED_AT_ANNOTATION, "2027-07-01")
+                    .build(),
                 "2027-09-29",
                 Action::Keep,
             ),
             (
                 "archived 91 days ago",
-                site(Some("2027-06-30"), false, Some("2027-07-01")),
+                SiteBuilder::new("s")
+                    .enabled(false)
+                    .retention(Some("2027-06-30"))
+                    .annotation(ARCHIVED_AT_ANNOTATION, "2027-07-01")
+                    .build(),
                 "2027-09-30",
                 Action::Delete,
             ),
             (
                 "archived by hand before the date",
-                site(Some("2027-06-30"), false, None),
+                SiteBuilder::new("s")
+                    .enabled(false)
+                    .retention(Some("2027-06-30"))
+                    .build(),
                 "2027-08-01",
                 Action::Keep,
             ),
             (
                 "archived by hand, counted from the policy date",
-                site(Some("2027-06-30"), false, None),
+                SiteBuilder::new("s")
+                    .enabled(false)
+                    .retention(Some("2027-06-30"))
+                    .build(),
                 "2027-09-29",
                 Action::Delete,
             ),
             (
                 "disabled without a retention date",
-                site(None, false, None),
+                SiteBuilder::new("s").enabled(false).retention(None).build(),
                 "2040-01-01",
                 Action::Keep,
             ),
@@ -205,7 +214,10 @@ mod tests {
         };
         assert_eq!(
             decide(
-                &site(Some("2027-06-30"), true, None),
+                &SiteBuilder::new("s")
+                    .enabled(true)
+                    .retention(Some("2027-06-30"))
+                    .build(),
                 d("2027-07-30"),
                 &later
             ),
@@ -213,7 +225,10 @@ mod tests {
         );
         assert_eq!(
             decide(
-                &site(Some("2027-06-30"), true, None),
+                &SiteBuilder::new("s")
+                    .enabled(true)
+                    .retention(Some("2027-06-30"))
+                    .build(),
                 d("2027-07-31"),
                 &later
             ),
@@ -221,7 +236,11 @@ mod tests {
         );
         assert_eq!(
             decide(
-                &site(Some("2027-06-30"), false, Some("2027-07-31")),
+                &SiteBuilder::new("s")
+                    .enabled(false)
+                    .retention(Some("2027-06-30"))
+                    .annotation(ARCHIVED_AT_ANNOTATION, "2027-07-31")
+                    .build(),
                 d("2027-08-01"),
                 &later
             ),

@@ -2,28 +2,7 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::config::{Installation, RoutingMode};
-
-const CONFIG: &str = include_str!("../../manifests/base/config.yaml");
-
-fn config(mode: RoutingMode) -> PlatformConfig {
-    let mut cfg =
-        PlatformConfig::from_yaml(CONFIG, "config.yaml", &Installation::default()).unwrap();
-    cfg.routing.mode = mode;
-    cfg
-}
-
-fn site_json(spec_edit: impl FnOnce(&mut Value)) -> Value {
-    let mut site = json!({
-        "apiVersion": "sites.ecmwf.int/v1", "kind": "Site",
-        "metadata": {"name": "docs-handbook", "namespace": "sites"},
-        "spec": {"name": "handbook", "owner": "jdoe", "type": "static", "configuration": {
-            "space": "docs", "enabled": true, "applications": [{"name": "static"}], "quota": "2Gi",
-            "settings": {"replicas": 1}
-        }}
-    });
-    spec_edit(&mut site);
-    site
-}
+use crate::fixtures::{CONFIG_YAML as CONFIG, config, config_for, config_gateway, handbook};
 
 fn request(
     operation: &str,
@@ -87,11 +66,13 @@ const FRESH: &str = "5f0b3a52-9d57-4c3c-8f8e-1a2b3c4d5e6f";
 #[test]
 fn upgrade_annotation_stamping() {
     let with = |v: Option<&str>| {
-        site_json(|s| {
-            if let Some(v) = v {
-                s["metadata"]["annotations"] = json!({UPGRADE_REQUEST_ANNOTATION: v});
-            }
-        })
+        handbook()
+            .edit(|s| {
+                if let Some(v) = v {
+                    s["metadata"]["annotations"] = json!({UPGRADE_REQUEST_ANNOTATION: v});
+                }
+            })
+            .json()
     };
     // (case, operation, new value, old value, expected stamped value or None for no patch)
     let cases = [
@@ -180,8 +161,8 @@ fn upgrade_annotation_stamping() {
 fn a_valid_site_is_allowed() {
     for mode in [RoutingMode::Ingress, RoutingMode::Gateway] {
         let r = validate_site(
-            &request("CREATE", Some(site_json(|_| {})), None),
-            &config(mode),
+            &request("CREATE", Some(handbook().json()), None),
+            &config_for(mode),
         );
         assert!(r.allowed, "{:?}", r.result);
         assert_eq!(r.uid, "req-1");
@@ -195,10 +176,7 @@ fn a_valid_site_is_allowed() {
         let mut obj: Value =
             serde_yaml_ng::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
         obj["metadata"]["namespace"] = json!("sites");
-        let r = validate_site(
-            &request("CREATE", Some(obj), None),
-            &config(RoutingMode::Ingress),
-        );
+        let r = validate_site(&request("CREATE", Some(obj), None), &config());
         assert!(r.allowed, "{example}: {:?}", r.result.message);
     }
 }
@@ -373,8 +351,8 @@ fn every_rule_names_its_field() {
     ];
     for (case, edit, want) in cases {
         let r = validate_site(
-            &request("CREATE", Some(site_json(edit)), None),
-            &config(RoutingMode::Ingress),
+            &request("CREATE", Some(handbook().edit(edit).json()), None),
+            &config(),
         );
         assert!(!r.allowed, "{case}: allowed");
         assert_eq!(
@@ -394,16 +372,15 @@ fn every_rule_names_its_field() {
 
 #[test]
 fn several_violations_are_reported_together() {
-    let obj = site_json(|s| {
-        s["spec"]["name"] = json!("Bad Name");
-        s["spec"]["configuration"]["routing"] = json!({"mode": "gateway"});
-        s["spec"]["configuration"]["applications"] =
-            json!([{"name": "x"}, {"name": "y", "image": "y:1", "port": 99999}]);
-    });
-    let r = validate_site(
-        &request("CREATE", Some(obj), None),
-        &config(RoutingMode::Ingress),
-    );
+    let obj = handbook()
+        .edit(|s| {
+            s["spec"]["name"] = json!("Bad Name");
+            s["spec"]["configuration"]["routing"] = json!({"mode": "gateway"});
+            s["spec"]["configuration"]["applications"] =
+                json!([{"name": "x"}, {"name": "y", "image": "y:1", "port": 99999}]);
+        })
+        .json();
+    let r = validate_site(&request("CREATE", Some(obj), None), &config());
     let fields: Vec<String> = r
         .result
         .details
@@ -433,46 +410,40 @@ fn several_violations_are_reported_together() {
 
 #[test]
 fn gateway_mode_restricts_path_types_and_warns_about_replicas() {
-    let obj = site_json(
+    let obj = handbook().edit(
         |s| s["spec"]["configuration"]["applications"] = json!([{"name": "static", "paths": [{"path": "/a", "path_type": "ImplementationSpecific"}]}]),
-    );
-    assert!(
-        validate_site(
-            &request("CREATE", Some(obj.clone()), None),
-            &config(RoutingMode::Ingress)
-        )
-        .allowed
-    );
-    let r = validate_site(
-        &request("CREATE", Some(obj), None),
-        &config(RoutingMode::Gateway),
-    );
+    ).json();
+    assert!(validate_site(&request("CREATE", Some(obj.clone()), None), &config()).allowed);
+    let r = validate_site(&request("CREATE", Some(obj), None), &config_gateway());
     assert!(
         messages(&r)[0].contains("is not supported in gateway mode (use Prefix or Exact)"),
         "{:?}",
         messages(&r)
     );
 
-    let three = site_json(|s| s["spec"]["configuration"]["settings"]["replicas"] = json!(3));
+    let three = handbook()
+        .edit(|s| s["spec"]["configuration"]["settings"]["replicas"] = json!(3))
+        .json();
     let r = validate_site(
         &request("CREATE", Some(three.clone()), None),
-        &config(RoutingMode::Gateway),
+        &config_gateway(),
     );
     assert!(r.allowed);
     assert!(r.warnings.unwrap()[0].contains("without session affinity"));
     assert!(
-        validate_site(
-            &request("CREATE", Some(three), None),
-            &config(RoutingMode::Ingress)
-        )
-        .warnings
-        .is_none()
+        validate_site(&request("CREATE", Some(three), None), &config())
+            .warnings
+            .is_none()
     );
 }
 
 #[test]
 fn quota_never_decreases_on_update() {
-    let q = |v: Option<&str>| site_json(|s| s["spec"]["configuration"]["quota"] = json!(v));
+    let q = |v: Option<&str>| {
+        handbook()
+            .edit(|s| s["spec"]["configuration"]["quota"] = json!(v))
+            .json()
+    };
     // (new, old, allowed)
     let cases = [
         (Some("2Gi"), Some("2Gi"), true),
@@ -483,10 +454,7 @@ fn quota_never_decreases_on_update() {
         (Some("1Gi"), None, true),
     ];
     for (new, old, allowed) in cases {
-        let r = validate_site(
-            &request("UPDATE", Some(q(new)), Some(q(old))),
-            &config(RoutingMode::Ingress),
-        );
+        let r = validate_site(&request("UPDATE", Some(q(new)), Some(q(old))), &config());
         assert_eq!(
             r.allowed, allowed,
             "{new:?} <- {old:?}: {}",
@@ -503,13 +471,7 @@ fn quota_never_decreases_on_update() {
         }
     }
     // On CREATE there is nothing to compare with.
-    assert!(
-        validate_site(
-            &request("CREATE", Some(q(Some("1Gi"))), None),
-            &config(RoutingMode::Ingress)
-        )
-        .allowed
-    );
+    assert!(validate_site(&request("CREATE", Some(q(Some("1Gi"))), None), &config()).allowed);
 }
 
 #[test]
@@ -522,7 +484,7 @@ fn objects_that_are_not_sites_are_denied_not_crashed() {
             ),
             None,
         ),
-        &config(RoutingMode::Ingress),
+        &config(),
     );
     assert!(!r.allowed);
     assert!(
@@ -530,19 +492,10 @@ fn objects_that_are_not_sites_are_denied_not_crashed() {
         "{}",
         r.result.message
     );
-    let r = validate_site(
-        &request("CREATE", None, None),
-        &config(RoutingMode::Ingress),
-    );
+    let r = validate_site(&request("CREATE", None, None), &config());
     assert!(!r.allowed);
     // DELETE is never blocked.
-    assert!(
-        validate_site(
-            &request("DELETE", None, Some(site_json(|_| {}))),
-            &config(RoutingMode::Ingress)
-        )
-        .allowed
-    );
+    assert!(validate_site(&request("DELETE", None, Some(handbook().json())), &config()).allowed);
 }
 
 fn configmap_request(name: &str, data: Value) -> AdmissionRequest<DynamicObject> {
@@ -633,10 +586,7 @@ fn invalid_examples_are_denied_with_the_message_their_first_line_names() {
             .to_string();
         let mut obj: Value = serde_yaml_ng::from_str(&text).unwrap();
         obj["metadata"]["namespace"] = json!("sites");
-        let r = validate_site(
-            &request("CREATE", Some(obj), None),
-            &config(RoutingMode::Ingress),
-        );
+        let r = validate_site(&request("CREATE", Some(obj), None), &config());
         if r.allowed || !r.result.message.contains(&expected) {
             mismatches.push(format!(
                 "{}:\n  expected: {expected}\n  got:      {}",
@@ -678,7 +628,7 @@ fn set(doc: &mut Value, pointer: &str, value: Value) {
 }
 
 fn with(edits: &[(&str, Value)]) -> Value {
-    let mut site = site_json(|_| {});
+    let mut site = handbook().json();
     for (pointer, value) in edits {
         set(&mut site, pointer, value.clone());
     }
@@ -786,7 +736,7 @@ fn invalid_sites_table() {
             Some(old_edits) => ("UPDATE", Some(with(&old_edits))),
             None => ("CREATE", None),
         };
-        let r = validate_site(&request(op, Some(object), old), &config(mode));
+        let r = validate_site(&request(op, Some(object), old), &config_for(mode));
         let msgs = messages(&r);
         if r.allowed || !msgs.iter().any(|m| m.starts_with(&want)) || r.result.code != 403 {
             failures.push(format!("{edits:?}\n  want: {want}\n  got:  {msgs:?}"));
@@ -998,7 +948,7 @@ fn valid_edge_cases_table() {
             Some(old_edits) => ("UPDATE", Some(with(&old_edits))),
             None => ("CREATE", None),
         };
-        let r = validate_site(&request(op, Some(with(&edits)), old), &config(mode));
+        let r = validate_site(&request(op, Some(with(&edits)), old), &config_for(mode));
         assert!(r.allowed, "{case}: {}", r.result.message);
     }
 }
@@ -1211,11 +1161,14 @@ fn limits_at_and_past_table() {
     ];
     let mut failures = Vec::new();
     for (case, at, past, mode, want) in cases {
-        let r = validate_site(&request("CREATE", Some(with(&at)), None), &config(mode));
+        let r = validate_site(&request("CREATE", Some(with(&at)), None), &config_for(mode));
         if !r.allowed {
             failures.push(format!("{case}: at the limit denied: {}", r.result.message));
         }
-        let r = validate_site(&request("CREATE", Some(with(&past)), None), &config(mode));
+        let r = validate_site(
+            &request("CREATE", Some(with(&past)), None),
+            &config_for(mode),
+        );
         let msgs = messages(&r);
         if r.allowed || r.result.code != 403 || !msgs.iter().any(|m| m.starts_with(&want)) {
             failures.push(format!(
@@ -1228,7 +1181,7 @@ fn limits_at_and_past_table() {
     // Ingress mode has no rule limit: the paths that are one too many for an HTTPRoute pass.
     let r = validate_site(
         &request("CREATE", Some(with(&[(APPS, paths(0, 16))])), None),
-        &config(ing),
+        &config_for(ing),
     );
     assert!(r.allowed, "{}", r.result.message);
 }
@@ -1483,7 +1436,10 @@ fn injection_attempts_are_denied_naming_the_field() {
     assert!(cases.len() >= 90, "{} cases", cases.len());
     let mut failures = Vec::new();
     for (edits, mode, want) in cases {
-        let r = validate_site(&request("CREATE", Some(with(&edits)), None), &config(mode));
+        let r = validate_site(
+            &request("CREATE", Some(with(&edits)), None),
+            &config_for(mode),
+        );
         let msgs = messages(&r);
         if r.allowed || r.result.code != 403 || !msgs.iter().any(|m| m.starts_with(&want)) {
             failures.push(format!("{edits:?}\n  want: {want}\n  got:  {msgs:?}"));
@@ -1562,14 +1518,17 @@ fn legal_values_that_look_like_injections_are_allowed() {
         ),
     ];
     for (case, edits) in cases {
-        let r = validate_site(&request("CREATE", Some(with(&edits)), None), &config(ing));
+        let r = validate_site(
+            &request("CREATE", Some(with(&edits)), None),
+            &config_for(ing),
+        );
         assert!(r.allowed, "{case}: {}", r.result.message);
     }
     // The percent escape is legal in gateway mode too.
     let edits = vec![(APPS, custom(json!({"paths": [{"path": "/docs/a%20b"}]})))];
     let r = validate_site(
         &request("CREATE", Some(with(&edits)), None),
-        &config(RoutingMode::Gateway),
+        &config_gateway(),
     );
     assert!(r.allowed, "{}", r.result.message);
 }
@@ -1581,10 +1540,7 @@ fn field_paths_of_keys_holding_a_colon_stay_whole() {
         "/spec/configuration/headers",
         json!({"X-Frame-Options: DENY": "v"}),
     )];
-    let r = validate_site(
-        &request("CREATE", Some(with(&edits)), None),
-        &config(RoutingMode::Ingress),
-    );
+    let r = validate_site(&request("CREATE", Some(with(&edits)), None), &config());
     let causes = r.result.details.unwrap().causes;
     assert_eq!(causes.len(), 1, "{causes:?}");
     assert_eq!(
@@ -1646,14 +1602,13 @@ fn objects_of_another_kind_are_denied_naming_the_object() {
         ("sites.ecmwf.int/v2", "Site"),
         ("sites.ecmwf.int/v1", "Sites"),
     ] {
-        let object = site_json(|s| {
-            s["apiVersion"] = json!(api_version);
-            s["kind"] = json!(kind);
-        });
-        let r = validate_site(
-            &request("CREATE", Some(object), None),
-            &config(RoutingMode::Ingress),
-        );
+        let object = handbook()
+            .edit(|s| {
+                s["apiVersion"] = json!(api_version);
+                s["kind"] = json!(kind);
+            })
+            .json();
+        let r = validate_site(&request("CREATE", Some(object), None), &config());
         assert!(!r.allowed, "{api_version} {kind}");
         assert_eq!(
             messages(&r),
@@ -1679,9 +1634,9 @@ fn sites_take_the_typed_path_and_other_objects_the_generic_one() {
         }))
         .unwrap()
     };
-    let cfg = config(RoutingMode::Ingress);
+    let cfg = config();
     let typed =
-        server::decode_as::<SiteObject>(&body(site_json(|_| {}))).expect("a Site decodes typed");
+        server::decode_as::<SiteObject>(&body(handbook().json())).expect("a Site decodes typed");
     assert_eq!(typed.types.kind, "AdmissionReview");
     assert!(validate_site_object(typed, &cfg).allowed);
     // A ConfigMap does not decode as a Site; the generic path names the problem.
@@ -1697,7 +1652,7 @@ fn sites_take_the_typed_path_and_other_objects_the_generic_one() {
         messages(&r)
     );
     // A Site-shaped object of another kind decodes typed and is still refused.
-    let mut other = site_json(|_| {});
+    let mut other = handbook().json();
     other["kind"] = json!("Pod");
     let typed = server::decode_as::<SiteObject>(&body(other)).unwrap();
     let r = validate_site_object(typed, &cfg);
@@ -1752,7 +1707,7 @@ fn typed_metadata_keeps_own_annotations_and_checks_skipped_ones() {
     for (case, metadata, kept) in cases {
         let object = format!(
             r#"{{"apiVersion": "sites.ecmwf.int/v1", "kind": "Site", "metadata": {metadata}, "spec": {}}}"#,
-            serde_json::to_string(&site_json(|_| {})["spec"]).unwrap()
+            serde_json::to_string(&handbook().json()["spec"]).unwrap()
         );
         let generic_ok = serde_json::from_str::<Value>(&object).is_ok_and(|v| {
             v["metadata"]["annotations"]

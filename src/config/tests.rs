@@ -3,7 +3,7 @@
 
 use super::*;
 
-const EXAMPLE: &str = include_str!("../../manifests/base/config.yaml");
+use crate::fixtures::CONFIG_YAML as EXAMPLE;
 
 /// The committed example with `patch` merged in (RFC 7386: null removes a key).
 fn example_with(patch: &str) -> Value {

@@ -144,18 +144,13 @@ pub fn volume(v: &mut PersistentVolume) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{Installation, PlatformConfig};
     use crate::controller::apply;
+    use crate::fixtures;
     use crate::render::{self, Inputs, SiteTokens};
     use serde_json::json;
 
     fn rendered() -> (Site, render::Rendered) {
-        let cfg = PlatformConfig::from_yaml(
-            include_str!("../../manifests/base/config.yaml"),
-            "config.yaml",
-            &Installation::default(),
-        )
-        .unwrap();
+        let cfg = fixtures::config();
         let site: Site =
             serde_yaml_ng::from_str(include_str!("../../manifests/examples/site.yaml")).unwrap();
         let mut site = site;

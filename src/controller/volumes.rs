@@ -160,16 +160,12 @@ async fn label_when_due(client: kube::Client, mut rx: mpsc::UnboundedReceiver<La
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fixtures::SiteBuilder;
     use serde_json::json;
 
     #[test]
     fn claims_of_a_previous_site_of_the_same_name_are_recognised() {
-        let site: Site = serde_json::from_value(json!({
-            "apiVersion": "sites.ecmwf.int/v1", "kind": "Site",
-            "metadata": {"name": "s", "uid": "new"},
-            "spec": {"name": "s", "owner": "o", "type": "static", "configuration": {"space": "x"}}
-        }))
-        .unwrap();
+        let site = SiteBuilder::new("s").uid("new").build();
         let claim = |meta: serde_json::Value| -> PersistentVolumeClaim {
             serde_json::from_value(json!({"metadata": meta})).unwrap()
         };

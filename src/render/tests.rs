@@ -6,59 +6,35 @@
 use serde_json::{Value, json};
 
 use super::*;
-use crate::config::{Installation, PlatformConfig, RoutingMode};
+use crate::config::{PlatformConfig, RoutingMode};
+use crate::fixtures::{SiteBuilder, config, config_for, config_gateway, handbook};
 use crate::validation::site::validate;
 use crate::{Error, restart};
 
-const CONFIG: &str = include_str!("../../manifests/base/config.yaml");
 const NAMESPACE: &str = "sites";
 
-fn config(mode: RoutingMode) -> PlatformConfig {
-    let mut cfg = PlatformConfig::from_yaml(
-        CONFIG,
-        "manifests/base/config.yaml",
-        &Installation::default(),
-    )
-    .expect("the example configuration is valid");
-    cfg.routing.mode = mode;
-    cfg
-}
-
-fn site(spec: Value) -> Site {
-    serde_json::from_value(json!({
-        "apiVersion": "sites.ecmwf.int/v1",
-        "kind": "Site",
-        "metadata": {"name": "docs-handbook", "namespace": NAMESPACE, "uid": "0b4d6f2e-1c1a-4f55-9a52-7d4c2a8e9f10"},
-        "spec": spec,
-    }))
-    .expect("fixture is a valid Site")
-}
+const UID: &str = "0b4d6f2e-1c1a-4f55-9a52-7d4c2a8e9f10";
 
 /// The representative Site: a static site, optionally with a custom application.
-fn base_spec(enabled: bool, replicas: i32, custom: bool) -> Value {
-    let mut apps = vec![json!({"name": "static"})];
-    if custom {
-        apps.push(json!({
-            "name": "dashboard",
-            "image": "ghcr.io/example/dashboard:1.4.2",
-            "port": 8050,
-            "env": {"DASH_DEBUG": "false"},
-            "annotations": {"nginx.org/proxy-read-timeout": "120s"},
-            "paths": [{"path": "/docs/handbook/api/", "path_type": "Prefix"}]
-        }));
+fn base(enabled: bool, replicas: i32, custom: bool) -> SiteBuilder {
+    let site = handbook()
+        .uid(UID)
+        .enabled(enabled)
+        .header("X-Frame-Options", "SAMEORIGIN")
+        .share(json!({"administrator_users": ["jdoe"], "groups": ["docs-team"]}))
+        .replicas(replicas)
+        .limits("500m", "256Mi");
+    if !custom {
+        return site;
     }
-    json!({
-        "name": "handbook", "owner": "jdoe", "type": "static",
-        "configuration": {
-            "space": "docs",
-            "enabled": enabled,
-            "applications": apps,
-            "headers": {"X-Frame-Options": "SAMEORIGIN"},
-            "quota": "2Gi",
-            "share": {"administrator_users": ["jdoe"], "groups": ["docs-team"]},
-            "settings": {"replicas": replicas, "resource_limits": {"cpu": "500m", "memory": "256Mi"}}
-        }
-    })
+    site.app_json(json!({
+        "name": "dashboard",
+        "image": "ghcr.io/example/dashboard:1.4.2",
+        "port": 8050,
+        "env": {"DASH_DEBUG": "false"},
+        "annotations": {"nginx.org/proxy-read-timeout": "120s"},
+        "paths": [{"path": "/docs/handbook/api/", "path_type": "Prefix"}]
+    }))
 }
 
 fn tokens() -> SiteTokens {
@@ -101,8 +77,8 @@ fn snapshots_of_the_representative_matrix() {
                         if enabled { "enabled" } else { "disabled" },
                         if custom { "custom" } else { "static" },
                     );
-                    let s = site(base_spec(enabled, replicas, custom));
-                    insta::assert_yaml_snapshot!(name, objects(&s, &config(mode)));
+                    let s = base(enabled, replicas, custom).build();
+                    insta::assert_yaml_snapshot!(name, objects(&s, &config_for(mode)));
                 }
             }
         }
@@ -111,25 +87,26 @@ fn snapshots_of_the_representative_matrix() {
 
 #[test]
 fn snapshots_of_monitored_migration_and_no_public_path() {
-    let mut monitored = base_spec(true, 1, false);
-    monitored["configuration"]["settings"]["monitored"] = json!(true);
-    insta::assert_yaml_snapshot!(
-        "ingress-monitored",
-        objects(&site(monitored), &config(RoutingMode::Ingress))
-    );
+    let monitored = base(true, 1, false)
+        .setting("monitored", json!(true))
+        .build();
+    insta::assert_yaml_snapshot!("ingress-monitored", objects(&monitored, &config()));
 
-    let mut cfg = config(RoutingMode::Gateway);
+    let mut cfg = config_gateway();
     cfg.sites.migration.enabled = true;
     insta::assert_yaml_snapshot!(
         "gateway-migration",
-        objects(&site(base_spec(true, 1, true)), &cfg)
+        objects(&base(true, 1, true).build(), &cfg)
     );
 
     // Only a custom worker without paths: nothing serves a public path, so no route.
-    let mut worker = base_spec(true, 1, false);
-    worker["configuration"]["applications"] =
-        json!([{"name": "worker", "image": "ghcr.io/example/worker:2"}]);
-    let objs = objects(&site(worker), &config(RoutingMode::Ingress));
+    let worker = base(true, 1, false)
+        .configuration(
+            "applications",
+            json!([{"name": "worker", "image": "ghcr.io/example/worker:2"}]),
+        )
+        .build();
+    let objs = objects(&worker, &config());
     assert!(
         objs.iter()
             .all(|o| o["kind"] != "Ingress" && o["kind"] != "HTTPRoute")
@@ -140,7 +117,7 @@ fn snapshots_of_monitored_migration_and_no_public_path() {
 #[test]
 fn objects_come_in_creation_order_with_the_site_as_controller_owner() {
     for mode in [RoutingMode::Ingress, RoutingMode::Gateway] {
-        let objs = objects(&site(base_spec(true, 1, true)), &config(mode));
+        let objs = objects(&base(true, 1, true).build(), &config_for(mode));
         let kinds: Vec<&str> = objs.iter().map(|o| o["kind"].as_str().unwrap()).collect();
         let route = if mode == RoutingMode::Ingress {
             "Ingress"
@@ -203,9 +180,10 @@ fn replicas_follow_enabled_and_priority_follows_monitored() {
         (true, 0, false, 0, "low-priority"),
     ];
     for (enabled, replicas, monitored, want, priority) in cases {
-        let mut spec = base_spec(enabled, replicas, false);
-        spec["configuration"]["settings"]["monitored"] = json!(monitored);
-        let objs = objects(&site(spec), &config(RoutingMode::Ingress));
+        let site = base(enabled, replicas, false)
+            .setting("monitored", json!(monitored))
+            .build();
+        let objs = objects(&site, &config());
         let sts = find(&objs, "StatefulSet");
         assert_eq!(sts["spec"]["replicas"], want, "{enabled} {replicas}");
         assert_eq!(
@@ -224,14 +202,14 @@ fn replicas_follow_enabled_and_priority_follows_monitored() {
 #[test]
 fn disabled_sites_redirect_to_the_410_page_in_both_modes() {
     // RTG-06 / LIFE-04 on the full route objects.
-    let s = site(base_spec(false, 1, true));
-    let ingress = objects(&s, &config(RoutingMode::Ingress));
+    let s = base(false, 1, true).build();
+    let ingress = objects(&s, &config());
     let snippets = find(&ingress, "Ingress")["metadata"]["annotations"][route::LOCATION_SNIPPETS]
         .as_str()
         .unwrap()
         .to_string();
     assert!(snippets.ends_with(route::DISABLED_SNIPPET), "{snippets}");
-    let gateway = objects(&s, &config(RoutingMode::Gateway));
+    let gateway = objects(&s, &config_gateway());
     let rules = find(&gateway, "HTTPRoute")["spec"]["rules"]
         .as_array()
         .unwrap()
@@ -250,10 +228,7 @@ fn disabled_sites_redirect_to_the_410_page_in_both_modes() {
 #[test]
 fn service_keeps_not_ready_pods_and_client_affinity() {
     // RTG-13
-    let objs = objects(
-        &site(base_spec(true, 3, true)),
-        &config(RoutingMode::Gateway),
-    );
+    let objs = objects(&base(true, 3, true).build(), &config_gateway());
     let svc = &find(&objs, "Service")["spec"];
     assert_eq!(svc["publishNotReadyAddresses"], true);
     assert_eq!(svc["sessionAffinity"], "ClientIP");
@@ -273,16 +248,21 @@ fn service_keeps_not_ready_pods_and_client_affinity() {
 
 #[test]
 fn reordering_applications_renders_the_same_objects() {
-    let spec = base_spec(true, 2, true);
-    let mut reordered = spec.clone();
-    reordered["configuration"]["applications"]
-        .as_array_mut()
-        .unwrap()
-        .reverse();
+    let site = base(true, 2, true);
+    let reordered = site
+        .clone()
+        .edit(|s| {
+            s["spec"]["configuration"]["applications"]
+                .as_array_mut()
+                .unwrap()
+                .reverse()
+        })
+        .build();
+    let site = site.build();
     for mode in [RoutingMode::Ingress, RoutingMode::Gateway] {
         assert_eq!(
-            objects(&site(spec.clone()), &config(mode)),
-            objects(&site(reordered.clone()), &config(mode))
+            objects(&site, &config_for(mode)),
+            objects(&reordered, &config_for(mode))
         );
     }
 }
@@ -324,9 +304,10 @@ fn image_and_port_rules() {
         ),
     ];
     for (app, image, port, probe) in cases {
-        let mut spec = base_spec(true, 1, false);
-        spec["configuration"]["applications"] = json!([app]);
-        let objs = objects(&site(spec), &config(RoutingMode::Ingress));
+        let site = base(true, 1, false)
+            .configuration("applications", json!([app]))
+            .build();
+        let objs = objects(&site, &config());
         let c = &find(&objs, "StatefulSet")["spec"]["template"]["spec"]["containers"][0];
         assert_eq!(c["image"], image, "{app}");
         assert_eq!(c["ports"][0]["containerPort"], port, "{app}");
@@ -337,11 +318,13 @@ fn image_and_port_rules() {
 #[test]
 fn upgrade_rewrites_builtin_images_and_keeps_custom_ones() {
     // LIFE-06
-    let mut spec = base_spec(true, 1, true);
-    spec["configuration"]["applications"][0]["image"] =
-        json!("registry.example.org/sites/static:1.0.0");
-    let s = site(spec);
-    let upgraded = apps::upgraded_applications(&s, &config(RoutingMode::Ingress));
+    let s = base(true, 1, true)
+        .edit(|s| {
+            s["spec"]["configuration"]["applications"][0]["image"] =
+                json!("registry.example.org/sites/static:1.0.0")
+        })
+        .build();
+    let upgraded = apps::upgraded_applications(&s, &config());
     assert_eq!(
         upgraded[0].image.as_deref(),
         Some("registry.example.org/sites/static:2.4.0")
@@ -355,10 +338,10 @@ fn upgrade_rewrites_builtin_images_and_keeps_custom_ones() {
 
 #[test]
 fn migration_adds_site_mirror_once() {
-    let mut cfg = config(RoutingMode::Ingress);
+    let mut cfg = config();
     cfg.sites.migration.enabled = true;
-    let names = |spec: Value, cfg: &PlatformConfig| -> Vec<String> {
-        let objs = objects(&site(spec), cfg);
+    let names = |site: SiteBuilder, cfg: &PlatformConfig| -> Vec<String> {
+        let objs = objects(&site.build(), cfg);
         find(&objs, "StatefulSet")["spec"]["template"]["spec"]["containers"]
             .as_array()
             .unwrap()
@@ -366,24 +349,17 @@ fn migration_adds_site_mirror_once() {
             .map(|c| c["name"].as_str().unwrap().to_string())
             .collect()
     };
-    assert_eq!(
-        names(base_spec(true, 1, false), &cfg),
-        ["static", "site-mirror"]
+    assert_eq!(names(base(true, 1, false), &cfg), ["static", "site-mirror"]);
+    let listed = base(true, 1, false).app_json(
+        json!({"name": "site-mirror", "image": "registry.example.org/sites/site-mirror:2.3.0"}),
     );
-    let mut listed = base_spec(true, 1, false);
-    listed["configuration"]["applications"]
-        .as_array_mut()
-        .unwrap()
-        .push(
-            json!({"name": "site-mirror", "image": "registry.example.org/sites/site-mirror:2.3.0"}),
-        );
     assert_eq!(
         names(listed, &cfg),
         ["site-mirror", "static"],
         "a listed site-mirror is kept (in name order with the others), not doubled"
     );
     cfg.sites.migration.enabled = false;
-    assert_eq!(names(base_spec(true, 1, false), &cfg), ["static"]);
+    assert_eq!(names(base(true, 1, false), &cfg), ["static"]);
 }
 
 #[test]
@@ -398,19 +374,20 @@ fn storage_request_grows_only_with_expansion_and_never_shrinks() {
         (Some("2048Mi"), Some("2Gi"), true, "2Gi"),
     ];
     for (quota, stored, expansion, want) in cases {
-        let mut spec = base_spec(true, 1, false);
-        spec["configuration"]["quota"] = json!(quota);
-        let mut cfg = config(RoutingMode::Ingress);
+        let site = base(true, 1, false)
+            .configuration("quota", json!(quota))
+            .build();
+        let mut cfg = config();
         cfg.sites.kubernetes.storage_expansion_supported = expansion;
-        let got = workload::storage_request(&site(spec), &cfg, stored);
+        let got = workload::storage_request(&site, &cfg, stored);
         assert_eq!(got, want, "{quota:?} {stored:?} {expansion}");
     }
 }
 
 #[test]
 fn pvc_pins_a_retained_volume_and_keeps_stored_immutable_fields() {
-    let s = site(base_spec(true, 1, false));
-    let cfg = config(RoutingMode::Ingress);
+    let s = base(true, 1, false).build();
+    let cfg = config();
     let fresh = workload::pvc(&s, &cfg, Some("pv-old"), None).unwrap();
     let spec = fresh.spec.as_ref().unwrap();
     assert_eq!(spec.volume_name.as_deref(), Some("pv-old"));
@@ -440,18 +417,14 @@ fn pvc_pins_a_retained_volume_and_keeps_stored_immutable_fields() {
 
 #[test]
 fn resources_take_site_limits_and_keep_requests_below_them() {
-    let mut spec = base_spec(true, 1, false);
-    spec["configuration"]["settings"]["resource_limits"] = json!({"cpu": "5m", "memory": "1Gi"});
-    let r = workload::resources(&site(spec), &config(RoutingMode::Ingress));
+    let site = base(true, 1, false).limits("5m", "1Gi").build();
+    let r = workload::resources(&site, &config());
     let v = serde_json::to_value(r).unwrap();
     assert_eq!(
         v,
         json!({"limits": {"cpu": "5m", "memory": "1Gi"}, "requests": {"cpu": "5m", "memory": "32Mi"}})
     );
-    let defaults = workload::resources(
-        &site(base_spec(true, 1, false)),
-        &config(RoutingMode::Ingress),
-    );
+    let defaults = workload::resources(&base(true, 1, false).build(), &config());
     assert_eq!(
         serde_json::to_value(defaults).unwrap(),
         json!({"limits": {"cpu": "500m", "memory": "256Mi"}, "requests": {"cpu": "10m", "memory": "32Mi"}})
@@ -460,8 +433,8 @@ fn resources_take_site_limits_and_keep_requests_below_them() {
 
 #[test]
 fn restart_inputs_land_on_the_pod_template() {
-    let s = site(base_spec(true, 1, false));
-    let cfg = config(RoutingMode::Ingress);
+    let s = base(true, 1, false).build();
+    let cfg = config();
     let apps = apps::resolve(&s, &cfg);
     let state = restart::decide(None, &s).state;
     let sts = workload::statefulset(
@@ -602,9 +575,8 @@ fn bad_sites_are_errors_naming_the_field() {
         ("name", |s| s["name"] = json!("hand{book}"), "spec.name"),
     ];
     for (case, edit, field) in cases {
-        let mut spec = base_spec(true, 1, false);
-        edit(&mut spec);
-        let err = render_with(&site(spec), &config(RoutingMode::Gateway)).expect_err(case);
+        let site = base(true, 1, false).edit(|s| edit(&mut s["spec"])).build();
+        let err = render_with(&site, &config_gateway()).expect_err(case);
         assert!(!err.is_transient(), "{case}: {err}");
         assert!(
             err.to_string()
@@ -616,10 +588,11 @@ fn bad_sites_are_errors_naming_the_field() {
 
 #[test]
 fn unsupported_path_types_fail_in_both_modes() {
-    let mut spec = base_spec(true, 1, false);
-    spec["configuration"]["applications"] = json!([{"name": "app", "image": "x:1", "paths": [{"path": "/docs/handbook", "path_type": "Regex"}]}]);
+    let site = base(true, 1, false)
+        .configuration("applications", json!([{"name": "app", "image": "x:1", "paths": [{"path": "/docs/handbook", "path_type": "Regex"}]}]))
+        .build();
     for mode in [RoutingMode::Ingress, RoutingMode::Gateway] {
-        let err = render_with(&site(spec.clone()), &config(mode)).unwrap_err();
+        let err = render_with(&site, &config_for(mode)).unwrap_err();
         assert!(
             matches!(&err, Error::InvalidSite(v) if v[0].field.ends_with(".paths[0].path_type")),
             "{err}"
@@ -632,10 +605,13 @@ fn too_many_paths_for_one_http_route_is_an_error() {
     let paths: Vec<Value> = (0..9)
         .map(|i| json!({"path": format!("/docs/handbook/p{i}/"), "path_type": "Prefix"}))
         .collect();
-    let mut spec = base_spec(true, 1, false);
-    spec["configuration"]["applications"] =
-        json!([{"name": "app", "image": "x:1", "paths": paths}]);
-    let err = render_with(&site(spec.clone()), &config(RoutingMode::Gateway)).unwrap_err();
+    let site = base(true, 1, false)
+        .configuration(
+            "applications",
+            json!([{"name": "app", "image": "x:1", "paths": paths}]),
+        )
+        .build();
+    let err = render_with(&site, &config_gateway()).unwrap_err();
     assert!(
         err.to_string().starts_with(
             "invalid Site: spec.configuration.applications: the site's paths need 18 HTTPRoute rules"
@@ -643,14 +619,14 @@ fn too_many_paths_for_one_http_route_is_an_error() {
         "{err}"
     );
     // Ingress has no such limit.
-    assert!(render_with(&site(spec), &config(RoutingMode::Ingress)).is_ok());
+    assert!(render_with(&site, &config()).is_ok());
 }
 
 #[test]
 fn missing_host_is_the_transient_public_host_error() {
-    let mut cfg = config(RoutingMode::Ingress);
+    let mut cfg = config();
     cfg.routing.host = None;
-    let err = render_with(&site(base_spec(true, 1, false)), &cfg).unwrap_err();
+    let err = render_with(&base(true, 1, false).build(), &cfg).unwrap_err();
     assert!(
         err.to_string().starts_with("Public host name required"),
         "{err}"
@@ -665,9 +641,10 @@ fn site_path_goes_to_the_first_catalogue_application() {
         json!([{"name": "site-api"}, {"name": "static"}]),
         json!([{"name": "static"}, {"name": "site-api"}]),
     ] {
-        let mut spec = base_spec(true, 1, false);
-        spec["configuration"]["applications"] = order;
-        let objs = objects(&site(spec), &config(RoutingMode::Ingress));
+        let site = base(true, 1, false)
+            .configuration("applications", order)
+            .build();
+        let objs = objects(&site, &config());
         let paths = &find(&objs, "Ingress")["spec"]["rules"][0]["http"]["paths"];
         assert_eq!(
             paths,
@@ -678,17 +655,11 @@ fn site_path_goes_to_the_first_catalogue_application() {
 
 #[test]
 fn gateway_warning_for_replicas_without_session_affinity() {
-    let s3 = site(base_spec(true, 3, false));
-    let s1 = site(base_spec(true, 1, false));
-    assert_eq!(
-        warnings(&s3, &config(RoutingMode::Ingress)),
-        Vec::<String>::new()
-    );
-    assert_eq!(
-        warnings(&s1, &config(RoutingMode::Gateway)),
-        Vec::<String>::new()
-    );
-    let w = warnings(&s3, &config(RoutingMode::Gateway));
+    let s3 = base(true, 3, false).build();
+    let s1 = base(true, 1, false).build();
+    assert_eq!(warnings(&s3, &config()), Vec::<String>::new());
+    assert_eq!(warnings(&s1, &config_gateway()), Vec::<String>::new());
+    let w = warnings(&s3, &config_gateway());
     assert_eq!(w.len(), 1);
     assert!(
         w[0].starts_with("spec.configuration.settings.replicas: 3 replicas"),
@@ -699,10 +670,10 @@ fn gateway_warning_for_replicas_without_session_affinity() {
 
 #[test]
 fn http_route_annotations_layer_provider_then_route_annotations() {
-    let mut cfg = config(RoutingMode::Gateway);
+    let mut cfg = config_gateway();
     cfg.routing.gateway.route_annotations =
         [("example.org/team".to_string(), "web".to_string())].into();
-    let objs = objects(&site(base_spec(true, 1, false)), &cfg);
+    let objs = objects(&base(true, 1, false).build(), &cfg);
     let route = find(&objs, "HTTPRoute");
     assert_eq!(
         route["metadata"]["annotations"],
@@ -726,7 +697,7 @@ fn secrets_never_appear_in_debug_output_of_inputs() {
         existing_claim: None,
         retained_volume: None,
         pod: PodTemplateInputs {
-            state: &restart::decide(None, &site(base_spec(true, 1, false))).state,
+            state: &restart::decide(None, &base(true, 1, false).build()).state,
             restarted_at: None,
         },
     };
@@ -799,9 +770,9 @@ mod properties {
 
         #[test]
         fn rendering_is_deterministic_and_never_panics(spec in any_site(), gateway in any::<bool>(), migration in any::<bool>()) {
-            let mut cfg = config(if gateway { RoutingMode::Gateway } else { RoutingMode::Ingress });
+            let mut cfg = config_for(if gateway { RoutingMode::Gateway } else { RoutingMode::Ingress });
             cfg.sites.migration.enabled = migration;
-            let s = site(spec);
+            let s = handbook().uid(UID).spec(spec).build();
             let first = render_with(&s, &cfg).map(|r| serde_json::to_vec(&r.to_values()).unwrap());
             let second = render_with(&s, &cfg).map(|r| serde_json::to_vec(&r.to_values()).unwrap());
             match (first, second) {
@@ -876,9 +847,10 @@ fn values_that_look_like_injections_stay_inside_their_directive() {
         "",
     ];
     let files = |headers: Value| {
-        let mut spec = base_spec(true, 1, false);
-        spec["configuration"]["headers"] = headers;
-        let objects = objects(&site(spec), &config(RoutingMode::Ingress));
+        let site = base(true, 1, false)
+            .configuration("headers", headers)
+            .build();
+        let objects = objects(&site, &config());
         let cm = objects
             .iter()
             .find(|o| o["kind"] == "ConfigMap" && o["metadata"]["name"] == "docs-handbook-files")
@@ -923,11 +895,15 @@ fn values_that_look_like_injections_stay_inside_their_directive() {
     // Values that never reach nginx or a YAML text: carried verbatim as one value each.
     let value =
         "x\"; } include /etc/passwd; $host \\\n  key: value\n---\n!!python/object:os.system";
-    let mut spec = base_spec(true, 1, true);
-    spec["owner"] = json!(value);
-    spec["configuration"]["applications"][1]["env"] = json!({ "NASTY": value });
-    spec["configuration"]["applications"][1]["annotations"] = json!({ "example.org/nasty": value });
-    let objects = objects(&site(spec), &config(RoutingMode::Ingress));
+    let site = base(true, 1, true)
+        .owner(value)
+        .edit(|s| {
+            let app = &mut s["spec"]["configuration"]["applications"][1];
+            app["env"] = json!({ "NASTY": value });
+            app["annotations"] = json!({ "example.org/nasty": value });
+        })
+        .build();
+    let objects = objects(&site, &config());
     let env = objects
         .iter()
         .find(|o| o["kind"] == "ConfigMap" && o["metadata"]["name"] == "docs-handbook")

@@ -1,6 +1,7 @@
 use serde_json::{Value, json};
 
 use super::*;
+use crate::fixtures::SiteBuilder;
 use crate::validation::FieldError;
 
 fn pod(name: &str, phase: &str, conditions: Value, containers: Value) -> Pod {
@@ -199,18 +200,6 @@ fn resolve_pod_status_cases() {
     }
 }
 
-fn site(enabled: bool, replicas: i32) -> Site {
-    serde_json::from_value(json!({
-        "apiVersion": "sites.ecmwf.int/v1", "kind": "Site",
-        "metadata": {"name": "docs-handbook", "namespace": "sites", "generation": 4},
-        "spec": {"name": "handbook", "owner": "jdoe", "type": "static", "configuration": {
-            "space": "docs", "enabled": enabled, "applications": [{"name": "static"}],
-            "settings": {"replicas": replicas}
-        }}
-    }))
-    .unwrap()
-}
-
 fn time(s: &str) -> Time {
     serde_json::from_value(json!(s)).unwrap()
 }
@@ -228,7 +217,13 @@ fn disabled_sites_report_disabled_whatever_the_pods_say() {
         json!([waiting("app", "CrashLoopBackOff", "x")]),
     );
     let s = site_status(
-        &site(false, 3),
+        &SiteBuilder::new("docs-handbook")
+            .namespace("sites")
+            .generation(4)
+            .enabled(false)
+            .app("static")
+            .replicas(3)
+            .build(),
         &[&p],
         None,
         None,
@@ -325,7 +320,19 @@ fn conditions_follow_the_outcome_and_the_pods() {
         ),
     ];
     for (case, replicas, pods, outcome, (a, ar, p, pr)) in cases {
-        let s = site_status(&site(true, replicas), &pods, outcome.as_ref(), None, &now);
+        let s = site_status(
+            &SiteBuilder::new("docs-handbook")
+                .namespace("sites")
+                .generation(4)
+                .enabled(true)
+                .app("static")
+                .replicas(replicas)
+                .build(),
+            &pods,
+            outcome.as_ref(),
+            None,
+            &now,
+        );
         let (ac, pc) = (get(&s, AVAILABLE), get(&s, PROGRESSING));
         assert_eq!((ac.status.as_str(), ac.reason.as_str()), (a, ar), "{case}");
         assert_eq!((pc.status.as_str(), pc.reason.as_str()), (p, pr), "{case}");
@@ -351,7 +358,13 @@ fn transition_times_are_stable_and_recomputing_is_a_fixed_point() {
         all_good(),
         json!([running("static", true)]),
     );
-    let s = site(true, 1);
+    let s = SiteBuilder::new("docs-handbook")
+        .namespace("sites")
+        .generation(4)
+        .enabled(true)
+        .app("static")
+        .replicas(1)
+        .build();
     let first = site_status(&s, &[&ready], None, None, &t0);
     let again = site_status(&s, &[&ready], None, Some(&first), &t1);
     assert_eq!(first, again, "same state later: equal status, so no write");
@@ -378,7 +391,13 @@ fn transition_times_are_stable_and_recomputing_is_a_fixed_point() {
 
 #[test]
 fn pods_aggregate_to_the_worst_phase_and_the_union_of_problems() {
-    let s = site(true, 3);
+    let s = SiteBuilder::new("docs-handbook")
+        .namespace("sites")
+        .generation(4)
+        .enabled(true)
+        .app("static")
+        .replicas(3)
+        .build();
     let ready = pod(
         "p-0",
         "Running",

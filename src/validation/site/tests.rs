@@ -5,27 +5,7 @@
 use serde_json::json;
 
 use super::*;
-use crate::config::Installation;
-
-fn config(mode: RoutingMode) -> PlatformConfig {
-    let mut cfg = PlatformConfig::from_yaml(
-        include_str!("../../../manifests/base/config.yaml"),
-        "config.yaml",
-        &Installation::default(),
-    )
-    .unwrap();
-    cfg.routing.mode = mode;
-    cfg
-}
-
-fn site(spec: serde_json::Value) -> Site {
-    serde_json::from_value(json!({
-        "apiVersion": "sites.ecmwf.int/v1", "kind": "Site",
-        "metadata": {"name": "docs-handbook", "namespace": "sites", "uid": "u"},
-        "spec": spec,
-    }))
-    .unwrap()
-}
+use crate::fixtures::{config, handbook};
 
 #[test]
 fn headers_that_could_leave_their_directive_are_rejected() {
@@ -86,20 +66,20 @@ fn unsafe_route_paths_are_rejected() {
 
 #[test]
 fn validate_returns_every_violation_or_a_valid_site() {
-    let cfg = config(RoutingMode::Ingress);
-    let good = site(json!({
-        "name": "handbook", "owner": "o", "type": "static",
-        "configuration": {"space": "docs", "applications": [{"name": "static"}]}
-    }));
+    let cfg = config();
+    let good = handbook().build();
     let valid = validate(&good, &cfg).expect("valid");
     assert_eq!(valid.site().metadata.name.as_deref(), Some("docs-handbook"));
 
     // Several problems at once, as the webhook would report them, in the same words.
-    let bad = site(json!({
-        "name": "Handbook", "owner": "o", "type": "static",
-        "configuration": {"space": "docs", "headers": {"X-Bad;": "v"},
-                          "applications": [{"name": "web", "image": "x:1"}, {"name": "web", "image": "x:1"}]}
-    }));
+    let bad = handbook()
+        .edit(|s| s["spec"]["name"] = json!("Handbook"))
+        .header("X-Bad;", "v")
+        .configuration(
+            "applications",
+            json!([{"name": "web", "image": "x:1"}, {"name": "web", "image": "x:1"}]),
+        )
+        .build();
     let errors = validate(&bad, &cfg).unwrap_err();
     let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
     assert_eq!(
@@ -122,13 +102,8 @@ fn validate_returns_every_violation_or_a_valid_site() {
 
 #[test]
 fn rules_about_the_previous_version_are_admissions_only() {
-    let cfg = config(RoutingMode::Ingress);
-    let with_quota = |q: &str| {
-        site(json!({
-            "name": "handbook", "owner": "o", "type": "static",
-            "configuration": {"space": "docs", "quota": q, "applications": [{"name": "static"}]}
-        }))
-    };
+    let cfg = config();
+    let with_quota = |q: &str| handbook().quota(q).build();
     let (old, new) = (with_quota("2Gi"), with_quota("1Gi"));
     assert_eq!(
         violations(&new, Some(&old), &cfg)
