@@ -273,6 +273,7 @@ fn main() {
     let state = WebhookState {
         config: Arc::new(config),
         metrics: WebhookMetrics::register(&registry).expect("metrics"),
+        platform: Default::default(),
     };
     let app = server::router(state).route(
         FIXED,

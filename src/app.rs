@@ -17,8 +17,8 @@ use prometheus::Registry;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::admission::selfsigned;
 use crate::admission::server::{self, WebhookState};
+use crate::admission::{self, selfsigned};
 use crate::certs::{CERT_FILE, KEY_FILE};
 use crate::config::{ConfigError, Installation, PlatformConfig};
 use crate::controller::accounting::{self, CountLayer};
@@ -62,6 +62,28 @@ pub struct RunOptions {
     pub client_ca: Option<PathBuf>,
     pub cert_reload_interval: Duration,
     pub shutdown_timeout: Duration,
+    /// Names of the platform's objects in the namespace that no Site object may take, besides
+    /// the ones the configuration and the constants name ([`reserved_names`]).
+    pub reserved_names: Vec<String>,
+}
+
+/// The metrics Service of the manifests.
+pub const METRICS_SERVICE: &str = "sites-operator-metrics";
+
+/// Every name no Site object may take: `extra` (the webhook Service and TLS Secret, the Lease)
+/// and the session-key Secret, the `sites-config` ConfigMap, the metrics Service and the master
+/// Ingress.
+pub fn reserved_names(config: &PlatformConfig, extra: &[String]) -> Vec<String> {
+    let mut names = extra.to_vec();
+    names.extend([
+        config.sites.session.secret_key.secret_name.clone(),
+        crate::config::CONFIGMAP_NAME.to_string(),
+        METRICS_SERVICE.to_string(),
+        crate::controller::context::MASTER_INGRESS.to_string(),
+    ]);
+    names.sort();
+    names.dedup();
+    names
 }
 
 /// Why the process did not start. Each prints as one line.
@@ -286,9 +308,14 @@ pub async fn run(
             .clone()
             .watch(opts.cert_reload_interval, stopped(stop_rx.clone())),
     );
+    let platform = Arc::new(admission::Platform {
+        reserved: reserved_names(&config, &opts.reserved_names),
+        ..Default::default()
+    });
     let app = server::router(WebhookState {
         config: config.clone(),
         metrics: webhook_metrics,
+        platform: platform.clone(),
     });
     let webhook_task = tokio::spawn(server::serve_tls(
         webhook_listener,
@@ -325,7 +352,9 @@ pub async fn run(
         c = Controller::start(client.clone(), config.clone(), &registry, controller_options, leading_rx) => Some(c?),
         _ = &mut shutdown => None,
     };
-    if controller.is_some() {
+    if let Some(c) = &controller {
+        // One path, one Site: from now on the webhook answers from the synced Site cache.
+        let _ = platform.sites.set(Arc::new(c.context.caches.clone()));
         ready.store(true, Ordering::Release);
         tracing::info!("ready");
         shutdown.await;

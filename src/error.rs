@@ -4,7 +4,7 @@
 //! | class | what | status | retry |
 //! |---|---|---|---|
 //! | transient | API unreachable, timeouts, 409, 429, 5xx, a missing host, session key or configuration value | Progressing True, `TransientError` | exponential backoff |
-//! | transient, fixed delay | a route of another site (60 s), a previous claim or volume still going away (1 s) | Progressing True | after the delay |
+//! | transient, fixed delay | an object of the Site's name it does not control, a route of another site, another Site's path (60 s); a previous Site's objects, claim or volume still going away (1 s) | Progressing True (`ObjectConflict`, `RouteConflict`, `PathConflict`: one Warning Event each) | after the delay |
 //! | terminal | an invalid Site, an unsupported route, the API server refusing what is rendered (400, 422) | Progressing False, `InvalidConfiguration`, Warning Event | none until the spec changes |
 //! | terminal, cluster | a request the API server forbids (403): a permission of the Role is missing | Progressing False, `Forbidden`, Warning Event | slowly ([`CLUSTER_RETRY`]): RBAC is not watched |
 
@@ -15,6 +15,8 @@ use crate::validation::{self, FieldError};
 
 /// How long a route conflict waits before the next attempt (LIFE-07, RTG-03).
 pub const ROUTE_CONFLICT_RETRY: Duration = Duration::from_secs(60);
+/// How long an object or path conflict waits before the next attempt (SPEC 4.6).
+pub const CONFLICT_RETRY: Duration = Duration::from_secs(60);
 /// How long a failed deletion of the other mode's route waits (LIFE-13).
 pub const OTHER_MODE_RETRY: Duration = Duration::from_secs(30);
 /// How long a reconcile waits for a previous claim or volume to go away.
@@ -93,6 +95,19 @@ pub enum Error {
         "gateway mode, but the cluster does not serve HTTPRoutes (gateway.networking.k8s.io/v1)"
     )]
     NoHttpRoutes,
+    /// An object of an owned object's name exists and this Site does not control it: it is
+    /// left untouched (SPEC 4.6).
+    #[error(
+        "{target} exists and is {controller}; it is left alone and retried in {}s",
+        CONFLICT_RETRY.as_secs()
+    )]
+    ObjectConflict { target: Target, controller: String },
+    /// An older Site serves the same public path: this one gets no route (SPEC 4.6).
+    #[error(
+        "the path {path} is already used by Site {site}; this Site gets no route (retried in {}s)",
+        CONFLICT_RETRY.as_secs()
+    )]
+    PathConflict { path: String, site: String },
     /// A route of the site's name belongs to another site (RTG-03, LIFE-07).
     #[error(
         "a {kind} named {name} belongs to another site; it is left alone and retried in {}s",
@@ -192,6 +207,8 @@ impl Error {
             | Error::SessionKeyMissing { .. }
             | Error::NoHttpRoutes
             | Error::RouteConflict { .. }
+            | Error::ObjectConflict { .. }
+            | Error::PathConflict { .. }
             | Error::Waiting { .. } => true,
             // 400, 403 and 422 answer the same until the object or the cluster changes; 409,
             // 429, 5xx, timeouts and connection errors pass on a later try.
@@ -203,6 +220,9 @@ impl Error {
     pub fn retry(&self) -> Retry {
         match self {
             Error::RouteConflict { .. } => Retry::After(ROUTE_CONFLICT_RETRY),
+            Error::ObjectConflict { .. } | Error::PathConflict { .. } => {
+                Retry::After(CONFLICT_RETRY)
+            }
             Error::DeleteOtherModeRoute { .. } if self.is_transient() => {
                 Retry::After(OTHER_MODE_RETRY)
             }
@@ -217,6 +237,8 @@ impl Error {
     pub fn reason(&self) -> &'static str {
         match self {
             Error::RouteConflict { .. } => reasons::ROUTE_CONFLICT,
+            Error::ObjectConflict { .. } => reasons::OBJECT_CONFLICT,
+            Error::PathConflict { .. } => reasons::PATH_CONFLICT,
             _ if self.status_code() == Some(403) => reasons::FORBIDDEN,
             _ if self.is_transient() => reasons::TRANSIENT_ERROR,
             _ => reasons::INVALID_CONFIGURATION,
@@ -226,7 +248,13 @@ impl Error {
     /// Whether the problem deserves a Warning Event (once per distinct message): a terminal
     /// error or a conflict, which a user has to act on; transient errors heal by themselves.
     pub fn warns(&self) -> bool {
-        !self.is_transient() || matches!(self, Error::RouteConflict { .. })
+        !self.is_transient()
+            || matches!(
+                self,
+                Error::RouteConflict { .. }
+                    | Error::ObjectConflict { .. }
+                    | Error::PathConflict { .. }
+            )
     }
 }
 
@@ -344,6 +372,26 @@ mod tests {
                 "RouteConflict",
             ),
             (
+                "object conflict",
+                Error::ObjectConflict {
+                    target: Target::of::<k8s_openapi::api::core::v1::Secret>("sites-session"),
+                    controller: "not controlled by any Site".into(),
+                },
+                true,
+                Retry::After(CONFLICT_RETRY),
+                "ObjectConflict",
+            ),
+            (
+                "path conflict",
+                Error::PathConflict {
+                    path: "/docs/handbook/".into(),
+                    site: "docs-handbook".into(),
+                },
+                true,
+                Retry::After(CONFLICT_RETRY),
+                "PathConflict",
+            ),
+            (
                 "waiting",
                 Error::Waiting {
                     what: "volume v".into(),
@@ -391,6 +439,14 @@ mod tests {
         assert!(
             forbidden.ends_with("(the operator's Role must grant patch on statefulsets.apps)"),
             "{forbidden}"
+        );
+        assert_eq!(
+            Error::ObjectConflict {
+                target: Target::of::<k8s_openapi::api::core::v1::Secret>("sites-session"),
+                controller: "not controlled by any Site".into(),
+            }
+            .to_string(),
+            "Secret sites-session exists and is not controlled by any Site; it is left alone and retried in 60s"
         );
         assert_eq!(Target::of::<StatefulSet>("x").resource, "statefulsets.apps");
         assert_eq!(

@@ -1,4 +1,6 @@
-//! Names, labels and owner references shared by every object the operator renders for a Site.
+//! Names, labels and owner references shared by every object the operator renders for a Site,
+//! and who controls an existing object ([`control`]): the operator writes only what its Site
+//! controls (SPEC 4.6).
 
 use std::collections::BTreeMap;
 
@@ -90,6 +92,51 @@ pub fn object_meta(site: &Site, name: &str) -> Result<ObjectMeta, Error> {
     })
 }
 
+/// Names of the objects a Site owns: `<id>` (Secret, ConfigMap, claim, StatefulSet, Service,
+/// route), `<id>-oauth2` (Secret) and `<id>-files` (ConfigMap).
+pub fn owned_names(id: &str) -> [String; 3] {
+    [
+        id.to_string(),
+        oauth2_secret_name(id),
+        files_configmap_name(id),
+    ]
+}
+
+/// Who controls an existing object, as far as one Site is concerned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Control {
+    /// Its controller owner reference is this Site (same uid): the Site may write it.
+    ThisSite,
+    /// It is controlled by a deleted Site of the same name (another uid): garbage collection
+    /// removes it; the Site waits.
+    PreviousSite,
+    /// Anything else: controlled by another Site or object, or by nothing. It is left alone.
+    Other {
+        /// `controlled by Site a`, `controlled by Deployment x`, `not controlled by any Site`.
+        controller: String,
+    },
+}
+
+/// Who controls an object with these owner references, for `site`.
+pub fn control(owners: &[OwnerReference], site: &Site) -> Control {
+    let Some(controller) = owners.iter().find(|o| o.controller == Some(true)) else {
+        return Control::Other {
+            controller: "not controlled by any Site".into(),
+        };
+    };
+    let is_site = controller.kind == Site::kind(&())
+        && controller.api_version.split('/').next() == Some(Site::group(&()).as_ref());
+    if is_site && site.metadata.uid.as_deref() == Some(controller.uid.as_str()) {
+        Control::ThisSite
+    } else if is_site && site.metadata.name.as_deref() == Some(controller.name.as_str()) {
+        Control::PreviousSite
+    } else {
+        Control::Other {
+            controller: format!("controlled by {} {}", controller.kind, controller.name),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -144,5 +191,66 @@ mod tests {
             );
             assert!(err.to_string().contains(field));
         }
+    }
+
+    #[test]
+    fn who_controls_an_object() {
+        let site = SiteBuilder::new("a").uid("uid-a").build();
+        let owner = |kind: &str, api: &str, name: &str, uid: &str, controller: Option<bool>| {
+            OwnerReference {
+                api_version: api.into(),
+                kind: kind.into(),
+                name: name.into(),
+                uid: uid.into(),
+                controller,
+                block_owner_deletion: None,
+            }
+        };
+        let other = |c: &str| Control::Other {
+            controller: c.into(),
+        };
+        let site_ref =
+            |name: &str, uid: &str| owner("Site", "sites.ecmwf.int/v1", name, uid, Some(true));
+        let cases = vec![
+            ("this Site", vec![site_ref("a", "uid-a")], Control::ThisSite),
+            (
+                "a deleted Site of the same name",
+                vec![site_ref("a", "uid-old")],
+                Control::PreviousSite,
+            ),
+            (
+                "another Site",
+                vec![site_ref("a-files", "uid-b")],
+                other("controlled by Site a-files"),
+            ),
+            ("no owner", vec![], other("not controlled by any Site")),
+            (
+                "this Site, but not as controller",
+                vec![owner("Site", "sites.ecmwf.int/v1", "a", "uid-a", None)],
+                other("not controlled by any Site"),
+            ),
+            (
+                "another kind",
+                vec![owner("Deployment", "apps/v1", "x", "uid-x", Some(true))],
+                other("controlled by Deployment x"),
+            ),
+            (
+                "a Site of another group",
+                vec![owner("Site", "example.org/v1", "a", "uid-a", Some(true))],
+                other("controlled by Site a"),
+            ),
+            (
+                "a second, non-controller owner",
+                vec![
+                    owner("ConfigMap", "v1", "c", "uid-c", None),
+                    site_ref("a", "uid-a"),
+                ],
+                Control::ThisSite,
+            ),
+        ];
+        for (case, owners, want) in cases {
+            assert_eq!(control(&owners, &site), want, "{case}");
+        }
+        assert_eq!(owned_names("a"), ["a", "a-oauth2", "a-files"]);
     }
 }

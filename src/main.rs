@@ -255,6 +255,12 @@ fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
 }
 
 fn run(args: RunArgs) -> ExitCode {
+    // The platform objects a Site's objects may never be named like (with the configuration's).
+    let reserved_names = vec![
+        args.webhook_service.clone(),
+        args.self_signed_secret.clone(),
+        args.lease_name.clone(),
+    ];
     let certs = if args.self_signed {
         let mut dns_names =
             sites_operator::certs::service_dns_names(&args.webhook_service, &args.namespace);
@@ -294,6 +300,7 @@ fn run(args: RunArgs) -> ExitCode {
         client_ca: args.client_ca,
         cert_reload_interval: args.cert_reload_interval,
         shutdown_timeout: args.shutdown_timeout,
+        reserved_names,
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -30,6 +30,12 @@ pub const FORBIDDEN: &str = "Forbidden";
 /// Progressing True: a route of the site's name belongs to another site (RTG-03, LIFE-07).
 /// Also a Warning Event.
 pub const ROUTE_CONFLICT: &str = "RouteConflict";
+/// Progressing True: an object of an owned object's name exists and this Site does not control
+/// it; it and the objects after it are not written (SPEC 4.6). Also a Warning Event.
+pub const OBJECT_CONFLICT: &str = "ObjectConflict";
+/// Progressing True: an older Site serves the same public path; this Site gets no route (SPEC
+/// 4.6). Also a Warning Event.
+pub const PATH_CONFLICT: &str = "PathConflict";
 
 // Event reasons (Normal).
 /// The reconcile created objects (one Event listing them).

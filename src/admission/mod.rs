@@ -12,6 +12,7 @@ pub mod server;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 use kube::core::response::{StatusCause, StatusDetails};
 use std::borrow::Cow;
+use std::sync::{Arc, OnceLock};
 
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -289,11 +290,65 @@ pub fn mutate_site<K: Resource>(
     }
 }
 
-/// Site validation: every rule of [`validation::site::violations`]; on UPDATE the rules comparing
-/// with the stored object. Warnings for legal but suspicious input.
+/// What the Site webhook knows besides the configuration: the names of the platform's own
+/// objects in the namespace, and, once the operator's Site cache has synced, which Sites use
+/// which public path (until then the path rule allows, and the reconciler's backstop applies).
+#[derive(Default)]
+pub struct Platform {
+    /// Names no Site object may take (the session-key Secret, `sites-config`, the webhook and
+    /// metrics Services, the webhook TLS Secret, the Lease, the master Ingress).
+    pub reserved: Vec<String>,
+    /// The Sites by public path; set when the cache has synced.
+    pub sites: OnceLock<Arc<dyn SiteDirectory>>,
+}
+
+impl std::fmt::Debug for Platform {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Platform")
+            .field("reserved", &self.reserved)
+            .field("synced", &self.sites.get().is_some())
+            .finish()
+    }
+}
+
+/// Who uses a public path.
+pub trait SiteDirectory: Send + Sync {
+    /// Names of the other Sites (not `site` itself, not being deleted) whose public path
+    /// `/<space>/<name>/` in `site`'s namespace is `site`'s.
+    fn path_users(&self, site: &Site) -> Vec<String>;
+}
+
+impl Platform {
+    /// Every rule a Site must satisfy in this platform: [`validation::site::violations`], the
+    /// reserved names, and one path per Site.
+    fn violations(&self, site: &Site, old: Option<&Site>, cfg: &PlatformConfig) -> Vec<FieldError> {
+        let mut v = validation::site::violations(site, old, cfg);
+        v.extend(validation::site::reserved_names(site, &self.reserved));
+        if let Some(directory) = self.sites.get() {
+            v.extend(validation::site::path_in_use(
+                site,
+                &directory.path_users(site),
+            ));
+        }
+        v
+    }
+}
+
+/// Site validation without platform context (no reserved names, no Site cache): every rule of
+/// [`validation::site::violations`]; on UPDATE the rules comparing with the stored object, and
+/// ratcheting. Warnings for legal but suspicious input.
 pub fn validate_site(
     req: &AdmissionRequest<DynamicObject>,
     cfg: &PlatformConfig,
+) -> AdmissionResponse {
+    validate_site_in(req, cfg, &Platform::default())
+}
+
+/// [`validate_site`] with the platform's reserved names and Site directory.
+pub fn validate_site_in(
+    req: &AdmissionRequest<DynamicObject>,
+    cfg: &PlatformConfig,
+    platform: &Platform,
 ) -> AdmissionResponse {
     if !matches!(req.operation, Operation::Create | Operation::Update) {
         return AdmissionResponse::from(req);
@@ -304,13 +359,22 @@ pub fn validate_site(
     let old = typed_site(req.old_object.as_ref(), "oldObject")
         .ok()
         .flatten();
-    judge(req, site, old.as_ref(), cfg)
+    judge(req, site, old.as_ref(), cfg, platform)
 }
 
 /// [`validate_site`] on a request decoded with typed objects (the same answers).
 pub fn validate_site_object(
+    req: AdmissionRequest<SiteObject>,
+    cfg: &PlatformConfig,
+) -> AdmissionResponse {
+    validate_site_object_in(req, cfg, &Platform::default())
+}
+
+/// [`validate_site_in`] on a request decoded with typed objects (the same answers).
+pub fn validate_site_object_in(
     mut req: AdmissionRequest<SiteObject>,
     cfg: &PlatformConfig,
+    platform: &Platform,
 ) -> AdmissionResponse {
     if !matches!(req.operation, Operation::Create | Operation::Update) {
         return AdmissionResponse::from(&req);
@@ -320,7 +384,7 @@ pub fn validate_site_object(
         .old_object
         .take()
         .and_then(|o| o.into_site("oldObject").ok());
-    judge(&req, site, old.as_ref(), cfg)
+    judge(&req, site, old.as_ref(), cfg, platform)
 }
 
 fn judge<K: Resource>(
@@ -328,6 +392,7 @@ fn judge<K: Resource>(
     site: Result<Option<Site>, FieldError>,
     old: Option<&Site>,
     cfg: &PlatformConfig,
+    platform: &Platform,
 ) -> AdmissionResponse {
     let site = match site {
         Ok(Some(site)) => site,
@@ -342,7 +407,15 @@ fn judge<K: Resource>(
         }
         Err(v) => return deny(req, &[v]),
     };
-    let violations = validation::site::violations(&site, old, cfg);
+    let mut violations = platform.violations(&site, old, cfg);
+    if let Some(old) = old
+        && !violations.is_empty()
+    {
+        // Ratcheting: a field the update leaves as it was is not denied for a rule the stored
+        // object already broke (a rule that tightened after it was stored).
+        let before = platform.violations(old, None, cfg);
+        violations = validation::site::ratchet(violations, &before, old, &site);
+    }
     if !violations.is_empty() {
         return deny(req, &violations);
     }

@@ -45,6 +45,8 @@ pub const VALIDATE_CONFIG: &str = "/validate-config";
 pub struct WebhookState {
     pub config: Arc<PlatformConfig>,
     pub metrics: WebhookMetrics,
+    /// Reserved names and the Site directory (see [`super::Platform`]).
+    pub platform: Arc<super::Platform>,
 }
 
 /// The webhook routes.
@@ -185,9 +187,15 @@ async fn mutate_sites(body: Bytes) -> Response {
 
 async fn validate_sites(State(state): State<WebhookState>, body: Bytes) -> Response {
     if let Ok(req) = decode_as::<SiteObject>(&body) {
-        return respond(&super::validate_site_object(req, &state.config));
+        return respond(&super::validate_site_object_in(
+            req,
+            &state.config,
+            &state.platform,
+        ));
     }
-    answer(&body, |req| super::validate_site(req, &state.config))
+    answer(&body, |req| {
+        super::validate_site_in(req, &state.config, &state.platform)
+    })
 }
 
 async fn validate_config(body: Bytes) -> Response {

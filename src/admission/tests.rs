@@ -1728,3 +1728,183 @@ fn typed_metadata_keeps_own_annotations_and_checks_skipped_ones() {
         }
     }
 }
+
+/// A Site directory answering from a fixed list: (name, path) of the stored Sites.
+struct Directory(Vec<(&'static str, &'static str)>);
+
+impl SiteDirectory for Directory {
+    fn path_users(&self, site: &Site) -> Vec<String> {
+        let path = format!("{}/", crate::render::apps::site_path(site));
+        self.0
+            .iter()
+            .filter(|(name, p)| *p == path && Some(*name) != site.metadata.name.as_deref())
+            .map(|(name, _)| name.to_string())
+            .collect()
+    }
+}
+
+fn platform(stored: Vec<(&'static str, &'static str)>) -> Platform {
+    let platform = Platform {
+        reserved: crate::app::reserved_names(
+            &config(),
+            &[
+                "sites-operator-webhook".into(),
+                "sites-operator-webhook-tls".into(),
+                "sites-operator".into(),
+            ],
+        ),
+        ..Default::default()
+    };
+    let _ = platform.sites.set(Arc::new(Directory(stored)));
+    platform
+}
+
+/// Validates both ways (generic and typed) with `platform`; the answers must be the same.
+fn validate_in(req: &AdmissionRequest<DynamicObject>, platform: &Platform) -> AdmissionResponse {
+    let generic = validate_site_in(req, &config(), platform);
+    let body = serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": req
+    }))
+    .unwrap();
+    let typed = validate_site_object_in(
+        server::decode_as::<SiteObject>(&body).unwrap(),
+        &config(),
+        platform,
+    );
+    assert_eq!(
+        serde_json::to_value(typed.into_review()).unwrap(),
+        serde_json::to_value(generic.clone().into_review()).unwrap(),
+    );
+    generic
+}
+
+#[test]
+fn one_path_one_site() {
+    let platform = platform(vec![
+        ("docs-handbook", "/docs/handbook/"),
+        ("other", "/docs/other/"),
+    ]);
+    let twin = handbook().edit(|s| s["metadata"]["name"] = json!("handbook-copy"));
+    let r = validate_in(
+        &request("CREATE", Some(twin.clone().json()), None),
+        &platform,
+    );
+    assert!(!r.allowed);
+    assert_eq!(
+        messages(&r),
+        [
+            "spec.configuration.space: the path /docs/handbook/ is already used by Site docs-handbook"
+        ]
+    );
+    // The Site itself, another path, and a cache not synced yet: allowed.
+    let itself = handbook().json();
+    assert!(
+        validate_in(
+            &request("UPDATE", Some(itself.clone()), Some(itself)),
+            &platform
+        )
+        .allowed
+    );
+    let elsewhere = twin
+        .clone()
+        .edit(|s| s["spec"]["name"] = json!("guide"))
+        .json();
+    assert!(validate_in(&request("CREATE", Some(elsewhere), None), &platform).allowed);
+    let unsynced = Platform::default();
+    assert!(validate_in(&request("CREATE", Some(twin.json()), None), &unsynced).allowed);
+}
+
+#[test]
+fn platform_object_names_are_reserved() {
+    let platform = platform(vec![]);
+    for (id, denied) in [
+        ("sites-session", true),
+        ("sites-config", true),
+        ("sites-operator-webhook", true),
+        ("sites-operator-metrics", true),
+        ("sites-operator", true),
+        ("sites-ingress-master", true),
+        ("sites", false),
+        ("sites-operator-docs", false),
+    ] {
+        let site = handbook()
+            .edit(|s| s["metadata"]["name"] = json!(id))
+            .json();
+        let r = validate_in(&request("CREATE", Some(site), None), &platform);
+        assert_eq!(!r.allowed, denied, "{id}: {:?}", messages(&r));
+        if denied {
+            let m = messages(&r);
+            assert_eq!(m.len(), 1, "{m:?}");
+            assert!(
+                m[0].starts_with(&format!("metadata.name: {id:?} is reserved")),
+                "{m:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn updates_ratchet_rules_on_fields_they_leave_unchanged() {
+    // Stored before the header rule tightened: a value with '$', and a valid header.
+    let stored = handbook()
+        .header("X-Var", "$host")
+        .header("X-Ok", "1")
+        .json();
+    let ok = |r: &AdmissionResponse| (r.allowed, messages(r));
+    // Archiving, annotating or upgrading leave the header alone: allowed.
+    for edit in [
+        json!({"spec": {"configuration": {"enabled": false}}}),
+        json!({"metadata": {"annotations": {UPGRADE_REQUEST_ANNOTATION: UUID_A}}}),
+        json!({"spec": {"configuration": {"applications": [{"name": "static", "image": "registry.example.org/sites/static:2.5.0"}]}}}),
+    ] {
+        let mut new = stored.clone();
+        json_patch::merge(&mut new, &edit);
+        let r = validate_site(
+            &request("UPDATE", Some(new), Some(stored.clone())),
+            &config(),
+        );
+        assert_eq!(ok(&r), (true, vec![]), "{edit}");
+    }
+    // Changing the header to another bad value, or breaking another field: denied, naming only
+    // what the update touched.
+    let mut changed = stored.clone();
+    json_patch::merge(
+        &mut changed,
+        &json!({"spec": {"configuration": {"headers": {"X-Var": "$uri"}}}}),
+    );
+    let r = validate_site(
+        &request("UPDATE", Some(changed), Some(stored.clone())),
+        &config(),
+    );
+    assert_eq!(
+        messages(&r),
+        [
+            r#"spec.configuration.headers["X-Var"]: the value contains '$', which could inject nginx directives (control characters, '"', '\' and '$' are not allowed)"#
+        ]
+    );
+    let mut other = stored.clone();
+    json_patch::merge(
+        &mut other,
+        &json!({"spec": {"configuration": {"headers": {"X-Ok": "a\"b"}}}}),
+    );
+    let r = validate_site(
+        &request("UPDATE", Some(other), Some(stored.clone())),
+        &config(),
+    );
+    assert_eq!(messages(&r).len(), 1, "{:?}", messages(&r));
+    assert!(messages(&r)[0].starts_with(r#"spec.configuration.headers["X-Ok"]"#));
+    // A CREATE of the same stored object gets every rule.
+    assert!(!validate_site(&request("CREATE", Some(stored), None), &config()).allowed);
+    // A violation new to the update is denied even on a field it did not change: two
+    // applications whose ports collide because the other one changed.
+    let two = handbook()
+        .configuration(
+            "applications",
+            json!([{"name": "a", "image": "x:1", "port": 8000}, {"name": "b", "image": "x:1", "port": 9000}]),
+        )
+        .json();
+    let mut collide = two.clone();
+    collide["spec"]["configuration"]["applications"][1]["port"] = json!(8000);
+    let r = validate_site(&request("UPDATE", Some(collide), Some(two)), &config());
+    assert!(!r.allowed);
+}

@@ -47,6 +47,30 @@ pub struct Caches {
     pub pods_by_site: Index<Pod>,
     /// Volumes by site label and claim reference ([`crate::controller::index::volume_keys`]).
     pub volumes_by_site: Index<PersistentVolume>,
+    /// Sites by public path ([`crate::controller::index::path_key`]).
+    pub sites_by_path: Index<Site>,
+}
+
+impl Caches {
+    /// The other Sites (not being deleted) whose public path is `site`'s.
+    pub fn sharing_path(&self, site: &Site) -> Vec<Arc<Site>> {
+        let name = site.metadata.name.as_deref();
+        self.sites_by_path
+            .get(&self.sites, &crate::controller::index::path_key(site))
+            .into_iter()
+            .filter(|other| other.metadata.name.as_deref() != name)
+            .filter(|other| other.metadata.deletion_timestamp.is_none())
+            .collect()
+    }
+}
+
+impl crate::admission::SiteDirectory for Caches {
+    fn path_users(&self, site: &Site) -> Vec<String> {
+        self.sharing_path(site)
+            .iter()
+            .filter_map(|other| other.metadata.name.clone())
+            .collect()
+    }
 }
 
 /// Tunables of the reconciler (tests shorten the delays).

@@ -18,7 +18,23 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
-use crate::crd::{ID_LABEL, OPERATOR_BOUND_ANNOTATION};
+use crate::crd::{ID_LABEL, OPERATOR_BOUND_ANNOTATION, Site};
+use crate::render::apps::site_path;
+
+/// Index key of a Site: its public path `/<space>/<name>/` within its namespace (one path, one
+/// Site: admission and the route backstop look up who else uses it).
+pub fn path_key(site: &Site) -> String {
+    format!(
+        "{}:{}/",
+        site.metadata.namespace.as_deref().unwrap_or_default(),
+        site_path(site)
+    )
+}
+
+/// [`path_key`] as the index key function.
+pub fn site_path_keys(site: &Site) -> Vec<String> {
+    vec![path_key(site)]
+}
 
 /// Index key of a site pod: its site id, for pods the operator created (id label and
 /// operator_bound annotation); other pods are not indexed.

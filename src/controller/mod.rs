@@ -258,22 +258,49 @@ impl Controller {
             watcher::Config::default().labels(&format!("app.kubernetes.io/managed-by={MANAGED_BY}"))
         };
         let api = |c: &kube::Client| c.clone();
+        let sites_by_path = Index::new(index::site_path_keys);
+        let path_index = sites_by_path.clone();
+        let sharers = (sites_by_path.clone(), queue.clone());
         let sites = watch_kind_observed(
             Api::<Site>::namespaced(api(&client), &ns),
             watcher::Config::default(),
             queue.clone(),
             slim::site,
             |s: &Site| s.metadata.name.clone(),
-            |before: &Store<Site>, event: &watcher::Event<Site>| {
+            move |before: &Store<Site>, event: &watcher::Event<Site>| {
+                let old = match event {
+                    watcher::Event::Apply(new) => before.get(&reflector::ObjectRef::from(new)),
+                    watcher::Event::Delete(gone) => Some(Arc::new(gone.clone())),
+                    _ => None,
+                };
                 if let watcher::Event::Apply(new) = event
-                    && let Some(old) = before.get(&reflector::ObjectRef::from(new))
-                    && changes::site_edited(&old, new)
+                    && let Some(old) = &old
+                    && changes::site_edited(old, new)
                 {
                     let view = |s: &Site| serde_json::json!({"metadata": {"annotations": s.metadata.annotations, "labels": s.metadata.labels}, "spec": s.spec});
-                    changes::log_site_changes(&new.name_any(), &view(&old), &view(new));
+                    changes::log_site_changes(&new.name_any(), &view(old), &view(new));
+                }
+                // A Site leaving a public path (deleted, moved, being deleted) frees it: the
+                // other Sites of that path are reconciled, so the next one gets the route now.
+                if let Some(old) = old {
+                    let left = match event {
+                        watcher::Event::Apply(new) => {
+                            new.metadata.deletion_timestamp.is_some()
+                                || index::path_key(new) != index::path_key(&old)
+                        }
+                        _ => true,
+                    };
+                    let (index, queue) = &sharers;
+                    if left {
+                        for other in index.get(before, &index::path_key(&old)) {
+                            if other.metadata.name != old.metadata.name {
+                                queue.add(other.name_any());
+                            }
+                        }
+                    }
                 }
             },
-            |_: &watcher::Event<Site>| {},
+            move |event: &watcher::Event<Site>| path_index.observe(event),
         );
         let secrets = watch_kind(
             Api::<Secret>::namespaced(api(&client), &ns),
@@ -360,6 +387,7 @@ impl Controller {
             move |event: &watcher::Event<PersistentVolume>| index.observe(event),
         );
         let caches = Caches {
+            sites_by_path,
             pods_by_site,
             volumes_by_site,
             volumes,

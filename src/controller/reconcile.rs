@@ -27,6 +27,7 @@ use crate::controller::apply::{self, Written};
 use crate::controller::context::Context;
 use crate::controller::{status, volumes};
 use crate::crd::{ID_LABEL, Site};
+use crate::labels::{self, Control};
 use crate::render::{self, Inputs, PodTemplateInputs, Rendered, Route, SiteTokens};
 use crate::{Error, Result, Retry, Target, reasons, restart, validation};
 
@@ -51,12 +52,13 @@ impl From<Retry> for Next {
     }
 }
 
-/// What a reconcile wrote: the objects it created (for the one Created Event) and whether it
-/// updated any (then the status records the new generation).
+/// What a reconcile wrote: the objects it created (for the one Created Event), and whether the
+/// StatefulSet is as the spec asks (only then may the status say what the spec asks for, e.g.
+/// Disabled).
 #[derive(Default)]
 struct Writes {
     created: Vec<String>,
-    updated: bool,
+    workload_current: bool,
 }
 
 impl Writes {
@@ -64,17 +66,10 @@ impl Writes {
     where
         K::DynamicType: Default,
     {
-        match written {
-            Written::Unchanged => {}
-            Written::Created => self
-                .created
-                .push(format!("{} {name}", K::kind(&K::DynamicType::default()))),
-            Written::Updated => self.updated = true,
+        if written == Written::Created {
+            self.created
+                .push(format!("{} {name}", K::kind(&K::DynamicType::default())));
         }
-    }
-
-    fn any(&self) -> bool {
-        !self.created.is_empty() || self.updated
     }
 }
 
@@ -102,7 +97,7 @@ pub async fn reconcile(ctx: &Context, name: &str) -> Next {
             e.retry().into()
         }
     };
-    match write_status(ctx, &site, result.as_ref().err(), writes.any()).await {
+    match write_status(ctx, &site, result.as_ref().err(), writes.workload_current).await {
         Ok(()) => next,
         Err(e) => {
             tracing::warn!(site = name, error = %e, "cannot write the status");
@@ -137,10 +132,12 @@ async fn converge(ctx: &Context, site: &Site, writes: &mut Writes) -> Result<()>
 
 /// What rendering needs from the cluster.
 struct Gathered {
+    /// The stored Secret `<id>` (its tokens are kept).
+    secret: Option<Arc<Secret>>,
     tokens: SiteTokens,
     session_key: Vec<u8>,
     host: Option<String>,
-    /// The site's stored claim.
+    /// The stored claim `<id>`.
     claim: Option<Arc<PersistentVolumeClaim>>,
     /// The retained volume a new claim re-binds to.
     retained: Option<PersistentVolume>,
@@ -151,28 +148,23 @@ async fn gather(ctx: &Context, site: &Site) -> Result<Gathered> {
     let id = site.name_any();
     let c = &ctx.caches;
     // Tokens are generated only when the API server confirms there are none: the cache may not
-    // have seen a Secret written a moment ago.
-    let stored_secret = ctx.cached_or_read::<Secret>(&c.secrets, &id).await?;
-    let tokens = SiteTokens::keep_or_generate(stored_secret.as_deref(), random_token);
+    // have seen a Secret written a moment ago. Only a Secret this Site controls gives its tokens.
+    let secret = ctx.cached_or_read::<Secret>(&c.secrets, &id).await?;
+    let own_secret = secret
+        .as_deref()
+        .filter(|s| labels::control(s.owner_references(), site) == Control::ThisSite);
+    let tokens = SiteTokens::keep_or_generate(own_secret, random_token);
     let session_key = ctx.session_key().await?;
     let host = ctx.public_host().await?;
-    let claim = ctx.cached(&c.pvcs, &id);
-    if let Some(claim) = claim
-        .as_deref()
-        .filter(|claim| volumes::previous_incarnation(claim, site))
-    {
-        // The claim of a deleted Site of the same name (owned by the old uid): garbage
-        // collection removes it. Writing now would create a new claim and provision a new
-        // volume before the old one can be found and re-bound.
-        return Err(Error::Waiting {
-            what: format!("the previous claim {} to be deleted", claim.name_any()),
-        });
-    }
+    let claim = ctx
+        .cached_or_read::<PersistentVolumeClaim>(&c.pvcs, &id)
+        .await?;
     let retained = match claim {
         Some(_) => None,
         None => volumes::retained(ctx, site),
     };
     Ok(Gathered {
+        secret,
         tokens,
         session_key,
         host,
@@ -222,7 +214,8 @@ async fn decide(
     })
 }
 
-/// Step 5 and 6: the objects in the LIFE-01 order, then the route of each mode.
+/// Step 5 and 6: the objects in the LIFE-01 order, each only if this Site controls it, then the
+/// route of each mode.
 async fn apply_in_order(
     ctx: &Context,
     site: &Site,
@@ -233,28 +226,29 @@ async fn apply_in_order(
 ) -> Result<()> {
     let id = site.name_any();
     let c = &ctx.caches;
-    step(ctx, writes, &c.secrets, rendered.secret).await?;
-    step(ctx, writes, &c.secrets, rendered.oauth2_secret).await?;
-    step(ctx, writes, &c.configmaps, rendered.env_configmap).await?;
-    step(ctx, writes, &c.configmaps, rendered.files_configmap).await?;
-    if let Some(pv) = &gathered.retained {
+    write_owned(ctx, site, writes, gathered.secret.clone(), rendered.secret).await?;
+    step(ctx, site, writes, &c.secrets, rendered.oauth2_secret).await?;
+    step(ctx, site, writes, &c.configmaps, rendered.env_configmap).await?;
+    step(ctx, site, writes, &c.configmaps, rendered.files_configmap).await?;
+    if let Some(claim) = &gathered.claim {
+        controlled(claim.as_ref(), site)?;
+    } else if let Some(pv) = &gathered.retained {
         apply::rebind_volume(ctx, site, pv).await?;
-    } else if gathered.claim.is_none()
-        && let Some(pv) = volumes::still_bound(ctx, &id)
-    {
+    } else if let Some(pv) = volumes::still_bound(ctx, &id) {
         // The site's previous claim is gone but its volume is not Released yet (or the claim
         // cache lags): wait instead of provisioning a new volume and losing the retained data.
         return Err(Error::Waiting {
             what: format!("volume {pv} to be released by the previous claim"),
         });
     }
-    let (_, claim) = step(ctx, writes, &c.pvcs, rendered.pvc).await?;
+    let (_, claim) = write_owned(ctx, site, writes, gathered.claim.clone(), rendered.pvc).await?;
     volumes::label_later(
         ctx,
         &id,
         claim.as_ref().or(ctx.cached(&c.pvcs, &id).as_deref()),
     );
-    let (sts_written, _) = step(ctx, writes, &c.statefulsets, rendered.statefulset).await?;
+    let (sts_written, _) = step(ctx, site, writes, &c.statefulsets, rendered.statefulset).await?;
+    writes.workload_current = true;
     if decision.restart.restart {
         let note = "a qualifying change or upgrade request rolls the site pods";
         apply::publish(
@@ -269,13 +263,60 @@ async fn apply_in_order(
     if sts_written == Written::Updated && site.spec.configuration.enabled {
         apply::delete_not_ready_pods(ctx, &id).await;
     }
-    step(ctx, writes, &c.services, rendered.service).await?;
-    routes(ctx, &id, rendered.route, writes).await
+    step(ctx, site, writes, &c.services, rendered.service).await?;
+    let taken = path_taken_by(ctx, site);
+    // An older Site serves this path: no route for this one (its own is removed).
+    let route = rendered.route.filter(|_| taken.is_none());
+    routes(ctx, &id, route, writes).await?;
+    match taken {
+        Some(other) => Err(Error::PathConflict {
+            path: format!("{}/", render::apps::site_path(site)),
+            site: other,
+        }),
+        None => Ok(()),
+    }
 }
 
-/// Applies one object against its cached copy and records what was written.
+/// The older Site (creationTimestamp, then name) that serves this Site's public path, if any:
+/// the backstop for two Sites admitted with one path (webhook down, a race).
+fn path_taken_by(ctx: &Context, site: &Site) -> Option<String> {
+    let age = |s: &Site| (s.metadata.creation_timestamp.clone(), s.name_any());
+    ctx.caches
+        .sharing_path(site)
+        .into_iter()
+        .filter(|other| age(other) < age(site))
+        .min_by_key(|other| age(other))
+        .map(|other| other.name_any())
+}
+
+/// Whether this Site may write the existing object: it controls it; a deleted Site of the same
+/// name still does (wait for garbage collection); anything else is a conflict.
+fn controlled<K>(obj: &K, site: &Site) -> Result<()>
+where
+    K: Resource,
+    K::DynamicType: Default,
+{
+    match labels::control(obj.owner_references(), site) {
+        Control::ThisSite => Ok(()),
+        Control::PreviousSite => Err(Error::Waiting {
+            what: format!(
+                "the previous Site's {} to be deleted",
+                Target::of::<K>(&obj.name_any())
+            ),
+        }),
+        Control::Other { controller } => Err(Error::ObjectConflict {
+            target: Target::of::<K>(&obj.name_any()),
+            controller,
+        }),
+    }
+}
+
+/// Applies one object: what exists of that name is looked up (the cache, which holds the objects
+/// carrying the operator's label, or else the API server), then written only if this Site
+/// controls it (or nothing of that name exists) and it differs.
 async fn step<K>(
     ctx: &Context,
+    site: &Site,
     writes: &mut Writes,
     store: &Store<K>,
     desired: K,
@@ -289,8 +330,30 @@ where
         + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
+    let stored = ctx.cached_or_read(store, &desired.name_any()).await?;
+    write_owned(ctx, site, writes, stored, desired).await
+}
+
+/// [`step`] with what exists already looked up.
+async fn write_owned<K>(
+    ctx: &Context,
+    site: &Site,
+    writes: &mut Writes,
+    stored: Option<Arc<K>>,
+    desired: K,
+) -> Result<(Written, Option<K>)>
+where
+    K: Resource<Scope = kube::core::NamespaceResourceScope>
+        + Clone
+        + serde::Serialize
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    if let Some(existing) = &stored {
+        controlled(existing.as_ref(), site)?;
+    }
     let name = desired.name_any();
-    let stored = ctx.cached(store, &name);
     let (written, obj) = apply::apply(ctx, stored.as_deref(), desired).await?;
     writes.record::<K>(&name, written);
     Ok((written, obj))
@@ -361,7 +424,11 @@ where
         });
     }
     match desired {
-        Some(route) => step(ctx, writes, store, route).await.map(|_| ()),
+        Some(route) => {
+            let (written, _) = apply::apply(ctx, stored.as_deref(), route).await?;
+            writes.record::<K>(id, written);
+            Ok(())
+        }
         None if stored.is_some() => {
             apply::delete::<K>(ctx, id)
                 .await
@@ -421,12 +488,13 @@ async fn warn_once(ctx: &Context, site: &Site, e: &Error) {
     }
 }
 
-/// Step 7: the status, written only when it changed.
+/// Step 7: the status, written only when it changed (a new generation is a change: every
+/// processed edit reaches `observedGeneration`, audit-only ones included).
 async fn write_status(
     ctx: &Context,
     site: &Site,
     stopped: Option<&Error>,
-    objects_written: bool,
+    workload_current: bool,
 ) -> Result<()> {
     let pods = ctx
         .caches
@@ -434,12 +502,9 @@ async fn write_status(
         .get(&ctx.caches.pods, &site.name_any());
     let pods: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();
     let previous = site.status.as_ref();
-    let new = status::site_status(site, &pods, stopped, previous, &(ctx.now)());
-    // Objects written: the spec change mattered, so the status records the new generation even
-    // when nothing else in it changes. Without writes (an audit-only edit) nothing is written.
-    if previous == Some(&new)
-        || (!objects_written && previous.is_some_and(|p| status::same_state(p, &new)))
-    {
+    let enabled = status::deployed_enabled(site, previous, workload_current);
+    let new = status::site_status(site, &pods, stopped, enabled, previous, &(ctx.now)());
+    if previous == Some(&new) {
         return Ok(());
     }
     apply::patch_status(ctx, site, &new).await?;

@@ -1,6 +1,6 @@
 //! The site volume across Site re-creations (LIFE-01 step 4, LIFE-05): which retained volume a
-//! new claim re-binds to, when a new claim must wait for the previous one to go away, and the
-//! delayed labelling of a bound volume with its site (so a later re-creation can find it).
+//! new claim re-binds to, when a new claim must wait for the previous volume to be released,
+//! and the delayed labelling of a bound volume with its site (so a later re-creation can find it).
 //!
 //! Decisions here read the caches only; the writes they lead to are in
 //! [`crate::controller::apply`].
@@ -21,38 +21,16 @@ use crate::controller::index::{claim_key, site_key};
 use crate::crd::{ID_LABEL, Site};
 use crate::render::volume;
 
-/// Whether a cached claim belongs to a previous Site of the same name: its owner references
-/// name a Site with another uid (garbage collection deletes it). A claim without owner
-/// references is adopted as before; this Site's own claim being deleted (by hand) does not
-/// hold the other objects back.
-pub fn previous_incarnation(claim: &PersistentVolumeClaim, site: &Site) -> bool {
-    let site_uid = site.metadata.uid.as_deref().unwrap_or_default();
-    claim
-        .owner_references()
-        .iter()
-        .any(|o| o.kind == "Site" && o.uid != site_uid)
-}
-
 /// The retained volume a new claim re-binds to: among the volumes labelled for the site or
-/// claimed under one of its old names (the cache's index), the one
-/// [`volume::find_retained_volume`] picks.
+/// claimed by its claim (the cache's index), the one [`volume::find_retained_volume`] picks.
 pub fn retained(ctx: &Context, site: &Site) -> Option<PersistentVolume> {
     let id = site.name_any();
-    let old_names = [id.as_str(), site.spec.owner.as_str()];
     let (index, store) = (&ctx.caches.volumes_by_site, &ctx.caches.volumes);
     let mut candidates = index.get(store, &site_key(&id));
-    for name in old_names {
-        candidates.extend(index.get(store, &claim_key(&ctx.namespace, name)));
-    }
+    candidates.extend(index.get(store, &claim_key(&ctx.namespace, &id)));
     candidates.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     candidates.dedup_by(|a, b| a.metadata.name == b.metadata.name);
-    volume::find_retained_volume(
-        candidates.iter().map(AsRef::as_ref),
-        &id,
-        &ctx.namespace,
-        &old_names,
-    )
-    .cloned()
+    volume::find_retained_volume(candidates.iter().map(AsRef::as_ref), &id, &ctx.namespace).cloned()
 }
 
 /// The volume still Bound to the site's deleted claim, if any: a new claim must wait for it to
@@ -153,56 +131,6 @@ async fn label_when_due(client: kube::Client, mut rx: mpsc::UnboundedReceiver<La
                     apply::label_volume(&client, &l.volume, &l.id).await;
                 }
             }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::fixtures::SiteBuilder;
-    use serde_json::json;
-
-    #[test]
-    fn claims_of_a_previous_site_of_the_same_name_are_recognised() {
-        let site = SiteBuilder::new("s").uid("new").build();
-        let claim = |meta: serde_json::Value| -> PersistentVolumeClaim {
-            serde_json::from_value(json!({"metadata": meta})).unwrap()
-        };
-        let owner = |uid: &str| json!([{"apiVersion": "sites.ecmwf.int/v1", "kind": "Site", "name": "s", "uid": uid}]);
-        for (case, meta, previous) in [
-            (
-                "owned by this Site",
-                json!({"name": "s", "ownerReferences": owner("new")}),
-                false,
-            ),
-            (
-                "owned by a deleted Site",
-                json!({"name": "s", "ownerReferences": owner("old")}),
-                true,
-            ),
-            (
-                "this Site's claim deleted by hand",
-                json!({"name": "s", "ownerReferences": owner("new"), "deletionTimestamp": "2026-11-29T10:00:00Z"}),
-                false,
-            ),
-            (
-                "a deleted Site's claim being collected",
-                json!({"name": "s", "ownerReferences": owner("old"), "deletionTimestamp": "2026-11-29T10:00:00Z"}),
-                true,
-            ),
-            ("no owner: adopted", json!({"name": "s"}), false),
-            (
-                "owned by something else",
-                json!({"name": "s", "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "x"}]}),
-                false,
-            ),
-        ] {
-            assert_eq!(
-                previous_incarnation(&claim(meta), &site),
-                previous,
-                "{case}"
-            );
         }
     }
 }

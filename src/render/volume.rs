@@ -2,7 +2,7 @@
 //! recreated with the same identity finds the PersistentVolume its data lives on and re-binds
 //! it. Pure decisions over PersistentVolumes the caller listed; the caller does the API calls.
 
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::PersistentVolume;
 use serde_json::{Value, json};
 
 use crate::crd::ID_LABEL;
@@ -35,16 +35,15 @@ fn reusable(pv: &PersistentVolume, namespace: &str) -> bool {
         && claim_ref(pv).is_none_or(|(ns, _)| ns.is_empty() || ns == namespace)
 }
 
-/// Finds a retained volume for the site's claim, before the claim is created: first a reusable
-/// volume labelled with the site id, then one whose old claim reference names one of
-/// `old_claim_names` (the names the site's data lived under before, e.g. the site id or the
-/// owner's account) in the site's namespace. Ties go to the volume that sorts first by name, so
-/// the choice is stable.
+/// Finds a retained volume for the site's claim `<id>`, before the claim is created: first a
+/// reusable volume labelled with the site id, then a volume Released from the site's own claim
+/// (`namespace/<id>`). Nothing else: a volume released from a claim of another name holds
+/// someone else's data (SPEC 4.6). Ties go to the volume that sorts first by name, so the choice
+/// is stable.
 pub fn find_retained_volume<'a>(
     volumes: impl IntoIterator<Item = &'a PersistentVolume>,
     id: &str,
     namespace: &str,
-    old_claim_names: &[&str],
 ) -> Option<&'a PersistentVolume> {
     let mut candidates: Vec<&PersistentVolume> = volumes
         .into_iter()
@@ -55,10 +54,9 @@ pub fn find_retained_volume<'a>(
         .iter()
         .find(|pv| has_site_label(pv, id))
         .or_else(|| {
-            candidates.iter().find(|pv| {
-                claim_ref(pv)
-                    .is_some_and(|(ns, name)| ns == namespace && old_claim_names.contains(&name))
-            })
+            candidates
+                .iter()
+                .find(|pv| phase(pv) == Some("Released") && claim_ref(pv) == Some((namespace, id)))
         })
         .copied()
 }
@@ -93,39 +91,6 @@ pub fn rebind_patch(id: &str, namespace: &str, claim_name: &str) -> Value {
             "resourceVersion": null,
         }},
     })
-}
-
-/// The volume to label after the claim is bound: the claim's `volumeName`, then a volume
-/// labelled with the site id, then one whose claim reference names the claim. None while the
-/// claim is not bound yet (the caller tries again later).
-pub fn bound_volume<'a>(
-    volumes: &'a [PersistentVolume],
-    claim: &PersistentVolumeClaim,
-    id: &str,
-) -> Option<&'a PersistentVolume> {
-    let namespace = claim.metadata.namespace.as_deref().unwrap_or_default();
-    let claim_name = claim.metadata.name.as_deref().unwrap_or_default();
-    let by_volume_name = claim
-        .spec
-        .as_ref()
-        .and_then(|s| s.volume_name.as_deref())
-        .filter(|v| !v.is_empty())
-        .and_then(|v| {
-            volumes
-                .iter()
-                .find(|pv| pv.metadata.name.as_deref() == Some(v))
-        });
-    by_volume_name
-        .or_else(|| {
-            volumes
-                .iter()
-                .find(|pv| has_site_label(pv, id) && phase(pv) == Some("Bound"))
-        })
-        .or_else(|| {
-            volumes.iter().find(|pv| {
-                claim_ref(pv) == Some((namespace, claim_name)) && phase(pv) == Some("Bound")
-            })
-        })
 }
 
 /// The merge patch that puts the site labels on its bound volume (so a later recreation finds it).
@@ -196,57 +161,55 @@ mod tests {
     #[test]
     fn retained_volume_lookup() {
         let site = "docs-handbook";
-        // (case, volumes, old claim names, expected volume)
-        type Case<'a> = (
-            &'a str,
-            Vec<PersistentVolume>,
-            Vec<&'a str>,
-            Option<&'a str>,
-        );
+        // (case, volumes, expected volume)
+        type Case<'a> = (&'a str, Vec<PersistentVolume>, Option<&'a str>);
         let cases: Vec<Case> = vec![
             (
                 "nothing retained",
                 vec![pv("pv-a", "Bound", Some(site), Some(("sites", site)))],
-                vec![site],
                 None,
             ),
             (
                 "by site label",
                 vec![pv("pv-a", "Released", Some(site), Some(("sites", site)))],
-                vec![],
                 Some("pv-a"),
             ),
             (
-                "label wins over old claim name",
+                "label wins over the claim reference",
                 vec![
                     pv("pv-a", "Released", None, Some(("sites", site))),
                     pv("pv-b", "Released", Some(site), Some(("sites", "other"))),
                 ],
-                vec![site],
                 Some("pv-b"),
             ),
             (
-                "by old claim name",
-                vec![pv("pv-a", "Released", None, Some(("sites", "jdoe")))],
-                vec![site, "jdoe"],
+                "released from the site's own claim",
+                vec![pv("pv-a", "Released", None, Some(("sites", site)))],
                 Some("pv-a"),
             ),
             (
-                "old claim name in another namespace",
+                "available, unlabelled, naming the site's claim: not released from it",
+                vec![pv("pv-a", "Available", None, Some(("sites", site)))],
+                None,
+            ),
+            (
+                "released from a claim of another name (the owner's)",
+                vec![pv("pv-a", "Released", None, Some(("sites", "jdoe")))],
+                None,
+            ),
+            (
+                "the site's claim name in another namespace",
                 vec![pv("pv-a", "Released", None, Some(("other", site)))],
-                vec![site],
                 None,
             ),
             (
                 "labelled but bound elsewhere",
                 vec![pv("pv-a", "Bound", Some(site), Some(("sites", "x")))],
-                vec![],
                 None,
             ),
             (
                 "available, pre-bound to nobody",
                 vec![pv("pv-a", "Available", Some(site), None)],
-                vec![],
                 Some("pv-a"),
             ),
             (
@@ -257,7 +220,6 @@ mod tests {
                     Some("other-site"),
                     Some(("sites", "other-site")),
                 )],
-                vec![site],
                 None,
             ),
             (
@@ -266,13 +228,12 @@ mod tests {
                     pv("pv-z", "Released", Some(site), None),
                     pv("pv-a", "Released", Some(site), None),
                 ],
-                vec![],
                 Some("pv-a"),
             ),
         ];
-        for (case, volumes, old, want) in cases {
+        for (case, volumes, want) in cases {
             assert_eq!(
-                names(find_retained_volume(&volumes, site, "sites", &old)),
+                names(find_retained_volume(&volumes, site, "sites")),
                 want,
                 "{case}"
             );
@@ -295,41 +256,5 @@ mod tests {
                 .unwrap()
                 .contains_key("uid")
         );
-    }
-
-    #[test]
-    fn bound_volume_lookup() {
-        let site = "docs-handbook";
-        let claim = |volume: Option<&str>| -> PersistentVolumeClaim {
-            let mut c = json!({"metadata": {"name": site, "namespace": "sites"}, "spec": {}});
-            if let Some(v) = volume {
-                c["spec"]["volumeName"] = json!(v);
-            }
-            serde_json::from_value(c).unwrap()
-        };
-        let volumes = vec![
-            pv("pv-named", "Bound", None, Some(("sites", site))),
-            pv("pv-labelled", "Bound", Some(site), Some(("sites", "x"))),
-        ];
-        assert_eq!(
-            names(bound_volume(&volumes, &claim(Some("pv-named")), site)),
-            Some("pv-named")
-        );
-        assert_eq!(
-            names(bound_volume(&volumes, &claim(None), site)),
-            Some("pv-labelled")
-        );
-        let unlabelled = vec![pv("pv-ref", "Bound", None, Some(("sites", site)))];
-        assert_eq!(
-            names(bound_volume(&unlabelled, &claim(None), site)),
-            Some("pv-ref")
-        );
-        let pending = vec![pv("pv-ref", "Available", None, None)];
-        assert_eq!(
-            names(bound_volume(&pending, &claim(None), site)),
-            None,
-            "not bound yet"
-        );
-        assert_eq!(label_patch(site)["metadata"]["labels"][ID_LABEL], site);
     }
 }

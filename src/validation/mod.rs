@@ -85,3 +85,102 @@ impl FieldErrors {
         self.0
     }
 }
+
+/// The value a field path (`spec.configuration.applications[2].port`,
+/// `spec.configuration.headers["X-Frame-Options"]`) names in a JSON document, if the path is
+/// well-formed and the value exists. Map keys are in the quoting of [`map_field`].
+pub fn value_at<'a>(doc: &'a serde_json::Value, path: &str) -> Option<&'a serde_json::Value> {
+    let mut value = doc;
+    let mut rest = path;
+    while !rest.is_empty() {
+        if let Some(inner) = rest.strip_prefix('[') {
+            if let Some(quoted) = inner.strip_prefix('"') {
+                let (key, after) = unquote(quoted)?;
+                value = value.get(key.as_str())?;
+                rest = after.strip_prefix(']')?;
+            } else {
+                let end = inner.find(']')?;
+                value = value.get(inner[..end].parse::<usize>().ok()?)?;
+                rest = &inner[end + 1..];
+            }
+        } else {
+            let rest_after_dot = rest.strip_prefix('.').unwrap_or(rest);
+            let end = rest_after_dot
+                .find(['.', '['])
+                .unwrap_or(rest_after_dot.len());
+            value = value.get(&rest_after_dot[..end])?;
+            rest = &rest_after_dot[end..];
+        }
+    }
+    Some(value)
+}
+
+/// Reads a string quoted by Rust's `{:?}` (the closing quote not yet read); returns the string
+/// and what follows the closing quote.
+fn unquote(quoted: &str) -> Option<(String, &str)> {
+    let mut out = String::new();
+    let mut chars = quoted.char_indices();
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '"' => return Some((out, &quoted[i + 1..])),
+            '\\' => match chars.next()?.1 {
+                'n' => out.push('\n'),
+                'r' => out.push('\r'),
+                't' => out.push('\t'),
+                '0' => out.push('\0'),
+                'u' => {
+                    // \u{XXXX}
+                    let (_, open) = chars.next()?;
+                    if open != '{' {
+                        return None;
+                    }
+                    let mut hex = String::new();
+                    for (_, h) in chars.by_ref() {
+                        if h == '}' {
+                            break;
+                        }
+                        hex.push(h);
+                    }
+                    out.push(char::from_u32(u32::from_str_radix(&hex, 16).ok()?)?);
+                }
+                other => out.push(other),
+            },
+            c => out.push(c),
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn field_paths_name_their_value() {
+        let doc = json!({"spec": {"name": "a", "configuration": {
+            "applications": [{"name": "x"}, {"name": "y", "port": 9}],
+            "headers": {"X-A": "1", "we\"ird\\key\n\u{1}": "2", "a.b[0]": "3"}
+        }}});
+        let weird = map_field("spec.configuration.headers", "we\"ird\\key\n\u{1}");
+        let dotted = map_field("spec.configuration.headers", "a.b[0]");
+        let cases: Vec<(&str, Option<serde_json::Value>)> = vec![
+            ("spec.name", Some(json!("a"))),
+            ("spec.configuration.applications[1].port", Some(json!(9))),
+            (
+                "spec.configuration.applications[1]",
+                Some(json!({"name": "y", "port": 9})),
+            ),
+            ("spec.configuration.headers[\"X-A\"]", Some(json!("1"))),
+            (weird.as_str(), Some(json!("2"))),
+            (dotted.as_str(), Some(json!("3"))),
+            ("spec.configuration.applications[2].port", None),
+            ("spec.missing", None),
+            ("spec.configuration.headers[\"X-A", None),
+            ("spec.configuration.applications[x]", None),
+        ];
+        for (path, want) in cases {
+            assert_eq!(value_at(&doc, path).cloned(), want, "{path}");
+        }
+    }
+}

@@ -288,6 +288,58 @@ fn resource_limits(site: &Site, cfg: &PlatformConfig, v: &mut FieldErrors) {
     }
 }
 
+/// The reserved-names rule: no object of the Site (`<id>`, `<id>-oauth2`, `<id>-files`) may take
+/// the name of a platform object of the namespace (`reserved`).
+pub fn reserved_names(site: &Site, reserved: &[String]) -> Option<FieldError> {
+    let id = site.metadata.name.as_deref().filter(|n| !n.is_empty())?;
+    let taken: Vec<String> = crate::labels::owned_names(id)
+        .into_iter()
+        .filter(|name| reserved.contains(name))
+        .collect();
+    let first = taken.first()?;
+    Some(FieldError::new(
+        "metadata.name",
+        format!(
+            "{id:?} is reserved: the Site's objects would be named {first:?}, a platform object of this namespace"
+        ),
+    ))
+}
+
+/// One path, one Site: `users` are the other Sites whose public path is this Site's.
+pub fn path_in_use(site: &Site, users: &[String]) -> Option<FieldError> {
+    let other = users.iter().min()?;
+    Some(FieldError::new(
+        "spec.configuration.space",
+        format!(
+            "the path {}/ is already used by Site {other}",
+            apps::site_path(site)
+        ),
+    ))
+}
+
+/// Ratcheting (the Kubernetes convention for tightened rules): of the `violations` of an
+/// updated Site, drops those the stored Site `old` already had (`before`, the same field and
+/// message) when the update leaves that field's value as it was. A changed field gets every rule.
+pub fn ratchet(
+    violations: Vec<FieldError>,
+    before: &[FieldError],
+    old: &Site,
+    new: &Site,
+) -> Vec<FieldError> {
+    let (old, new) = (
+        serde_json::to_value(old).unwrap_or_default(),
+        serde_json::to_value(new).unwrap_or_default(),
+    );
+    violations
+        .into_iter()
+        .filter(|v| {
+            let unchanged = super::value_at(&old, &v.field)
+                .is_some_and(|was| super::value_at(&new, &v.field) == Some(was));
+            !(unchanged && before.contains(v))
+        })
+        .collect()
+}
+
 /// A quantity greater than zero.
 pub fn positive_quantity(value: &str) -> Result<quantity::ParsedQuantity, String> {
     let q = quantity::parse(value).map_err(|e| e.to_string())?;

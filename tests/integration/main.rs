@@ -5,6 +5,7 @@
 mod chaos;
 mod cli;
 mod e2e;
+mod ownership;
 mod playground;
 mod prometheus;
 mod reconcile;

@@ -62,6 +62,7 @@ async fn start(client_ca: Option<&Bundle>) -> Server {
     let state = WebhookState {
         config: Arc::new(config),
         metrics: WebhookMetrics::register(&registry).unwrap(),
+        platform: Default::default(),
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -678,6 +679,7 @@ async fn a_review_truncated_at_any_offset_is_a_400() {
     let state = WebhookState {
         config: Arc::new(config),
         metrics: WebhookMetrics::register(&Registry::new()).unwrap(),
+        platform: Default::default(),
     };
     let app = server::router(state);
     for path in WEBHOOKS {

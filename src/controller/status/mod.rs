@@ -107,9 +107,10 @@ pub fn terminating(pod: &Pod) -> bool {
     pod.metadata.deletion_timestamp.is_some()
 }
 
-/// Phase, problems and `all_steps_started` of the site over its (non-terminating) pods.
-pub fn aggregate(site: &Site, pods: &[&Pod]) -> PodStatus {
-    if !site.spec.configuration.enabled {
+/// Phase, problems and `all_steps_started` of the site over its (non-terminating) pods;
+/// `enabled`: whether the site runs as deployed ([`deployed_enabled`]).
+pub fn aggregate(enabled: bool, pods: &[&Pod]) -> PodStatus {
+    if !enabled {
         return PodStatus {
             phase: Phase::Disabled,
             problems: Vec::new(),
@@ -148,17 +149,19 @@ pub fn aggregate(site: &Site, pods: &[&Pod]) -> PodStatus {
     }
 }
 
-/// Whether two statuses say the same, apart from the generation they were computed for.
-pub fn same_state(a: &SiteStatus, b: &SiteStatus) -> bool {
-    let without_generation = |s: &SiteStatus| {
-        let mut s = s.clone();
-        s.observed_generation = None;
-        for c in &mut s.conditions {
-            c.observed_generation = None;
-        }
-        s
-    };
-    without_generation(a) == without_generation(b)
+/// Whether the site runs enabled as deployed: the spec's `enabled` once the StatefulSet is as
+/// the spec asks (`workload_current`); before that (the reconcile stopped earlier) what the
+/// previous status said, so the phase never runs ahead of the objects (no Disabled while the
+/// pods still run).
+pub fn deployed_enabled(
+    site: &Site,
+    previous: Option<&SiteStatus>,
+    workload_current: bool,
+) -> bool {
+    match previous.and_then(|p| p.phase) {
+        Some(phase) if !workload_current => phase != Phase::Disabled,
+        _ => site.spec.configuration.enabled,
+    }
 }
 
 fn condition(
@@ -188,24 +191,26 @@ fn condition(
 
 /// The complete status to store for `site`: pod mapping, Available and Progressing, and
 /// `observedGeneration`. `stopped` is the error that stopped the last reconcile before every
-/// object was written (None: every object is as rendered); its class decides Progressing. Condition transition times are kept from `previous` while a condition's
+/// object was written (None: every object is as rendered); its class decides Progressing.
+/// `enabled` is whether the site runs enabled as deployed ([`deployed_enabled`]). Condition transition times are kept from `previous` while a condition's
 /// status does not change, so recomputing an unchanged state gives an equal value (and no write).
 pub fn site_status(
     site: &Site,
     pods: &[&Pod],
     stopped: Option<&Error>,
+    enabled: bool,
     previous: Option<&SiteStatus>,
     now: &Time,
 ) -> SiteStatus {
     let generation = site.metadata.generation;
     let c = &site.spec.configuration;
-    let pod_status = aggregate(site, pods);
+    let pod_status = aggregate(enabled, pods);
     let live: Vec<&&Pod> = pods.iter().filter(|p| !terminating(p)).collect();
     let ready = live.iter().filter(|p| pod_ready(p)).count();
     let want = usize::try_from(c.settings.replicas).unwrap_or(0);
     let ensured = stopped.is_none();
 
-    let (available, a_reason, a_message) = if !c.enabled {
+    let (available, a_reason, a_message) = if !enabled {
         (
             false,
             reasons::DISABLED,
@@ -244,7 +249,7 @@ pub fn site_status(
             reasons::UP_TO_DATE,
             "the site is up to date".to_string(),
         ),
-        None if !c.enabled => (false, reasons::DISABLED, "the site is archived".to_string()),
+        None if !enabled => (false, reasons::DISABLED, "the site is archived".to_string()),
         None if want == 0 => (
             false,
             reasons::SCALED_TO_ZERO,

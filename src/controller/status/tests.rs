@@ -226,6 +226,7 @@ fn disabled_sites_report_disabled_whatever_the_pods_say() {
             .build(),
         &[&p],
         None,
+        false,
         None,
         &time("2026-11-29T10:00:00Z"),
     );
@@ -330,6 +331,7 @@ fn conditions_follow_the_outcome_and_the_pods() {
                 .build(),
             &pods,
             outcome.as_ref(),
+            true,
             None,
             &now,
         );
@@ -365,8 +367,8 @@ fn transition_times_are_stable_and_recomputing_is_a_fixed_point() {
         .app("static")
         .replicas(1)
         .build();
-    let first = site_status(&s, &[&ready], None, None, &t0);
-    let again = site_status(&s, &[&ready], None, Some(&first), &t1);
+    let first = site_status(&s, &[&ready], None, true, None, &t0);
+    let again = site_status(&s, &[&ready], None, true, Some(&first), &t1);
     assert_eq!(first, again, "same state later: equal status, so no write");
     let broken = pod(
         "p-0",
@@ -374,7 +376,7 @@ fn transition_times_are_stable_and_recomputing_is_a_fixed_point() {
         not_ready(),
         json!([running("static", false)]),
     );
-    let changed = site_status(&s, &[&broken], None, Some(&first), &t1);
+    let changed = site_status(&s, &[&broken], None, true, Some(&first), &t1);
     assert_eq!(get(&changed, AVAILABLE).last_transition_time, t1);
     assert_eq!(get(&changed, AVAILABLE).status, "False");
     // A reason change without a status change keeps the time.
@@ -382,6 +384,7 @@ fn transition_times_are_stable_and_recomputing_is_a_fixed_point() {
         &s,
         &[&broken],
         Some(&Error::PublicHostRequired),
+        true,
         Some(&changed),
         &time("2026-11-29T12:00:00Z"),
     );
@@ -391,13 +394,6 @@ fn transition_times_are_stable_and_recomputing_is_a_fixed_point() {
 
 #[test]
 fn pods_aggregate_to_the_worst_phase_and_the_union_of_problems() {
-    let s = SiteBuilder::new("docs-handbook")
-        .namespace("sites")
-        .generation(4)
-        .enabled(true)
-        .app("static")
-        .replicas(3)
-        .build();
     let ready = pod(
         "p-0",
         "Running",
@@ -416,7 +412,7 @@ fn pods_aggregate_to_the_worst_phase_and_the_union_of_problems() {
         not_ready(),
         json!([waiting("app", "CrashLoopBackOff", "x")]),
     );
-    let agg = aggregate(&s, &[&ready, &crash, &crash2]);
+    let agg = aggregate(true, &[&ready, &crash, &crash2]);
     assert_eq!(agg.phase, Phase::Pending);
     assert_eq!(
         agg.problems.len(),
@@ -425,13 +421,80 @@ fn pods_aggregate_to_the_worst_phase_and_the_union_of_problems() {
     );
     assert!(!agg.all_steps_started);
     let failed = pod("p-3", "Failed", json!([]), json!([]));
-    assert_eq!(aggregate(&s, &[&ready, &failed]).phase, Phase::Failed);
+    assert_eq!(aggregate(true, &[&ready, &failed]).phase, Phase::Failed);
     let mut going: Pod = crash.clone();
     going.metadata.deletion_timestamp = Some(time("2026-11-29T10:00:00Z"));
-    let agg = aggregate(&s, &[&ready, &going]);
+    let agg = aggregate(true, &[&ready, &going]);
     assert_eq!(
         (agg.phase, agg.all_steps_started),
         (Phase::Running, true),
         "terminating pods do not count"
     );
+}
+
+#[test]
+fn the_phase_follows_what_is_deployed_not_the_spec() {
+    let status = |phase: Phase| SiteStatus {
+        phase: Some(phase),
+        ..Default::default()
+    };
+    let site = |enabled: bool| SiteBuilder::new("docs-handbook").enabled(enabled).build();
+    // (case, spec enabled, previous phase, StatefulSet as the spec asks, enabled as deployed)
+    let cases = [
+        (
+            "archived and scaled down",
+            false,
+            Some(Phase::Running),
+            true,
+            false,
+        ),
+        (
+            "archived, stopped before the StatefulSet",
+            false,
+            Some(Phase::Running),
+            false,
+            true,
+        ),
+        (
+            "re-enabled, stopped before the StatefulSet",
+            true,
+            Some(Phase::Disabled),
+            false,
+            false,
+        ),
+        (
+            "re-enabled and scaled up",
+            true,
+            Some(Phase::Disabled),
+            true,
+            true,
+        ),
+        ("new, stopped early", false, None, false, false),
+        ("running", true, Some(Phase::Running), false, true),
+    ];
+    for (case, enabled, previous, current, want) in cases {
+        let previous = previous.map(status);
+        assert_eq!(
+            deployed_enabled(&site(enabled), previous.as_ref(), current),
+            want,
+            "{case}"
+        );
+    }
+    // Archived in the spec while the pods still run: the phase is not Disabled.
+    let running = pod(
+        "p-0",
+        "Running",
+        all_good(),
+        json!([running("static", true)]),
+    );
+    let s = site_status(
+        &site(false),
+        &[&running],
+        Some(&Error::PublicHostRequired),
+        deployed_enabled(&site(false), Some(&status(Phase::Running)), false),
+        Some(&status(Phase::Running)),
+        &time("2026-11-29T10:00:00Z"),
+    );
+    assert_eq!(s.phase, Some(Phase::Running));
+    assert_eq!(get(&s, PROGRESSING).status, "True");
 }

@@ -1,0 +1,411 @@
+//! SPEC 4.6 and 4.4 against the emulator, with the reconciler in process (no webhook: a Site is
+//! stored as it is, as when the webhook was down): the operator writes only what its Site
+//! controls, one public path serves one Site, and the status describes what is deployed.
+
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::networking::v1::Ingress;
+use kube::api::{DeleteParams, ListParams, PostParams};
+use serde_json::{Value, json};
+use sites_operator::config::RoutingMode;
+use sites_operator::crd::Phase;
+
+use crate::reconcile::{
+    NS, api, condition, config, example, merge, operator, prepare, sites, wait_available,
+    wait_condition,
+};
+use crate::support::{Cluster, eventually};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// The Warning Events recorded about `site` with `reason`: their notes.
+async fn warnings(c: &Cluster, site: &str, reason: &str) -> Vec<String> {
+    let events: kube::Api<Event> = api(c);
+    events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(site))
+        .filter(|e| e.reason.as_deref() == Some(reason) && e.type_.as_deref() == Some("Warning"))
+        .filter_map(|e| e.note)
+        .collect()
+}
+
+/// An object as stored, for a byte-for-byte comparison.
+async fn stored<K>(c: &Cluster, name: &str) -> Option<Value>
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    api::<K>(c)
+        .get_opt(name)
+        .await
+        .unwrap()
+        .map(|o| serde_json::to_value(o).unwrap())
+}
+
+async fn create<K>(c: &Cluster, object: Value) -> Value
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let object: K = serde_json::from_value(object).unwrap();
+    serde_json::to_value(
+        api::<K>(c)
+            .create(&PostParams::default(), &object)
+            .await
+            .unwrap(),
+    )
+    .unwrap()
+}
+
+/// Deletes the Site and waits until it is gone and garbage collection removed its OAuth2
+/// Secret (an object it created).
+async fn deleted(c: &Cluster, site: &str) {
+    sites(c)
+        .delete(site, &DeleteParams::default())
+        .await
+        .unwrap();
+    let owned = format!("{site}-oauth2");
+    eventually("the Site and its objects deleted", WAIT, || async {
+        let gone = sites(c).get_opt(site).await.unwrap().is_none()
+            && api::<Secret>(c).get_opt(&owned).await.unwrap().is_none();
+        gone.then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_the_site_does_not_control_are_left_untouched() {
+    let c = Cluster::start(false).await;
+    prepare(&c).await;
+    // A platform Secret that happens to have a Site's name, and a ConfigMap of the same name.
+    let secret = create::<Secret>(
+        &c,
+        json!({"metadata": {"name": "docs-handbook", "namespace": NS}, "stringData": {"platform": "keep me"}}),
+    )
+    .await;
+    let op = operator(&c, config(RoutingMode::Ingress)).await;
+    sites(&c)
+        .create(&PostParams::default(), &example("site.yaml"))
+        .await
+        .unwrap();
+    let site = wait_condition(&c, "docs-handbook", "Progressing", "True", "ObjectConflict").await;
+    let message = condition(&site, "Progressing").unwrap().2;
+    assert_eq!(
+        message,
+        "Secret docs-handbook exists and is not controlled by any Site; it is left alone and retried in 60s"
+    );
+    assert_eq!(condition(&site, "Available").unwrap().0, "False");
+    // Untouched, byte for byte; nothing after it in the LIFE-01 order was written.
+    assert_eq!(stored::<Secret>(&c, "docs-handbook").await, Some(secret));
+    assert_eq!(stored::<Secret>(&c, "docs-handbook-oauth2").await, None);
+    assert_eq!(stored::<StatefulSet>(&c, "docs-handbook").await, None);
+    // One Warning Event, not one per reconcile.
+    let notes = eventually("a conflict Event", WAIT, || async {
+        let notes = warnings(&c, "docs-handbook", "ObjectConflict").await;
+        (!notes.is_empty()).then_some(notes)
+    })
+    .await;
+    let before = op.reconciles();
+    merge(
+        &c,
+        "docs-handbook",
+        json!({"metadata": {"labels": {"touch": "1"}}}),
+    )
+    .await;
+    op.settled_after(before).await;
+    assert_eq!(warnings(&c, "docs-handbook", "ObjectConflict").await, notes);
+    assert_eq!(notes, [message]);
+
+    // The Secret removed by its owner: the Site converges, and a retry is already scheduled.
+    api::<Secret>(&c)
+        .delete("docs-handbook", &DeleteParams::default())
+        .await
+        .unwrap();
+    let before = op.reconciles();
+    merge(
+        &c,
+        "docs-handbook",
+        json!({"metadata": {"labels": {"touch": "2"}}}),
+    )
+    .await;
+    op.settled_after(before).await;
+    wait_available(&c, "docs-handbook").await;
+    op.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_site_never_deletes_what_it_did_not_create() {
+    let c = Cluster::start(false).await;
+    prepare(&c).await;
+    let configmap = create::<ConfigMap>(
+        &c,
+        json!({"metadata": {"name": "docs-handbook", "namespace": NS, "labels": {"team": "platform"}}, "data": {"a": "1"}}),
+    )
+    .await;
+    let service = create::<Service>(
+        &c,
+        json!({"metadata": {"name": "other-site", "namespace": NS}, "spec": {"ports": [{"port": 80}], "selector": {"app": "x"}}}),
+    )
+    .await;
+    let op = operator(&c, config(RoutingMode::Ingress)).await;
+    sites(&c)
+        .create(&PostParams::default(), &example("site.yaml"))
+        .await
+        .unwrap();
+    let site = wait_condition(&c, "docs-handbook", "Progressing", "True", "ObjectConflict").await;
+    assert!(
+        condition(&site, "Progressing")
+            .unwrap()
+            .2
+            .starts_with("ConfigMap docs-handbook exists and is not controlled by any Site"),
+        "{site:?}"
+    );
+    // The Secrets before it were written; the ConfigMap was not.
+    assert!(stored::<Secret>(&c, "docs-handbook-oauth2").await.is_some());
+    assert_eq!(
+        stored::<ConfigMap>(&c, "docs-handbook").await,
+        Some(configmap.clone())
+    );
+
+    // A second Site whose Service would take a Service it does not control: the objects before
+    // it are written, the Service and the route are not.
+    let mut other = example("site.yaml");
+    other.metadata.name = Some("other-site".into());
+    other.spec.name = "other".into();
+    sites(&c)
+        .create(&PostParams::default(), &other)
+        .await
+        .unwrap();
+    let other = wait_condition(&c, "other-site", "Progressing", "True", "ObjectConflict").await;
+    assert!(
+        condition(&other, "Progressing")
+            .unwrap()
+            .2
+            .starts_with("Service other-site exists and is not controlled by any Site"),
+        "{other:?}"
+    );
+    assert!(stored::<StatefulSet>(&c, "other-site").await.is_some());
+    assert_eq!(stored::<Ingress>(&c, "other-site").await, None);
+    assert_eq!(
+        stored::<Service>(&c, "other-site").await,
+        Some(service.clone())
+    );
+
+    // Deleting the Sites: garbage collection removes what they created, and only that.
+    deleted(&c, "docs-handbook").await;
+    deleted(&c, "other-site").await;
+    assert_eq!(
+        stored::<ConfigMap>(&c, "docs-handbook").await,
+        Some(configmap)
+    );
+    assert_eq!(stored::<Service>(&c, "other-site").await, Some(service));
+    op.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_site_never_takes_another_sites_objects() {
+    let c = Cluster::start(false).await;
+    prepare(&c).await;
+    let op = operator(&c, config(RoutingMode::Ingress)).await;
+    // Site `a` owns the ConfigMap `a-files`; Site `a-files` would name its own ConfigMap so.
+    let mut a = example("site.yaml");
+    a.metadata.name = Some("a".into());
+    a.spec.name = "a".into();
+    sites(&c).create(&PostParams::default(), &a).await.unwrap();
+    wait_available(&c, "a").await;
+    let files = stored::<ConfigMap>(&c, "a-files").await.unwrap();
+    let mut b = example("site.yaml");
+    b.metadata.name = Some("a-files".into());
+    b.spec.name = "b".into();
+    sites(&c).create(&PostParams::default(), &b).await.unwrap();
+    let b = wait_condition(&c, "a-files", "Progressing", "True", "ObjectConflict").await;
+    assert!(
+        condition(&b, "Progressing")
+            .unwrap()
+            .2
+            .starts_with("ConfigMap a-files exists and is controlled by Site a;"),
+        "{b:?}"
+    );
+    // No fight: Site a's ConfigMap stays as a wrote it, and a stays Available.
+    let before = op.reconciles();
+    merge(&c, "a", json!({"metadata": {"labels": {"touch": "1"}}})).await;
+    op.settled_after(before).await;
+    assert_eq!(stored::<ConfigMap>(&c, "a-files").await, Some(files));
+    wait_available(&c, "a").await;
+    op.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_older_site_keeps_a_shared_path() {
+    let c = Cluster::start(false).await;
+    prepare(&c).await;
+    let op = operator(&c, config(RoutingMode::Ingress)).await;
+    sites(&c)
+        .create(&PostParams::default(), &example("site.yaml"))
+        .await
+        .unwrap();
+    wait_available(&c, "docs-handbook").await;
+    // A twin with the same /docs/handbook/, stored while the webhook was down.
+    let mut twin = example("site.yaml");
+    twin.metadata.name = Some("handbook-copy".into());
+    sites(&c)
+        .create(&PostParams::default(), &twin)
+        .await
+        .unwrap();
+    let twin = wait_condition(&c, "handbook-copy", "Progressing", "True", "PathConflict").await;
+    assert_eq!(
+        condition(&twin, "Progressing").unwrap().2,
+        "the path /docs/handbook/ is already used by Site docs-handbook; this Site gets no route (retried in 60s)"
+    );
+    assert!(stored::<Ingress>(&c, "handbook-copy").await.is_none());
+    assert!(stored::<Ingress>(&c, "docs-handbook").await.is_some());
+    assert!(stored::<StatefulSet>(&c, "handbook-copy").await.is_some());
+    eventually("a PathConflict Event", WAIT, || async {
+        (!warnings(&c, "handbook-copy", "PathConflict")
+            .await
+            .is_empty())
+        .then_some(())
+    })
+    .await;
+    // The older Site deleted: the twin gets the route without waiting for its retry.
+    sites(&c)
+        .delete("docs-handbook", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the twin's route", WAIT, || async {
+        stored::<Ingress>(&c, "handbook-copy").await
+    })
+    .await;
+    let twin = wait_condition(&c, "handbook-copy", "Progressing", "False", "UpToDate").await;
+    assert_eq!(condition(&twin, "Available").unwrap().0, "True");
+    op.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_phase_does_not_run_ahead_of_the_objects() {
+    let c = Cluster::start(false).await;
+    prepare(&c).await;
+    let op = operator(&c, config(RoutingMode::Ingress)).await;
+    sites(&c)
+        .create(&PostParams::default(), &example("site.yaml"))
+        .await
+        .unwrap();
+    wait_available(&c, "docs-handbook").await;
+    // Archiving while the StatefulSet cannot be written: the pods still run.
+    c.emulator.faults().add(sites_emulator::faults::FaultRule {
+        verb: Some("patch".into()),
+        resource: Some("statefulsets.apps".into()),
+        rate: 1.0,
+        codes: vec![503],
+        latency_ms: 0,
+    });
+    merge(
+        &c,
+        "docs-handbook",
+        json!({"spec": {"configuration": {"enabled": false}}}),
+    )
+    .await;
+    let site = wait_condition(&c, "docs-handbook", "Progressing", "True", "TransientError").await;
+    let status = site.status.clone().unwrap();
+    assert_eq!(status.phase, Some(Phase::Running), "{status:?}");
+    assert_eq!(status.observed_generation, site.metadata.generation);
+    assert!(
+        condition(&site, "Progressing")
+            .unwrap()
+            .2
+            .starts_with("cannot apply StatefulSet docs-handbook: API error 503"),
+        "{site:?}"
+    );
+    // Once it can be written: Disabled.
+    c.emulator.faults().clear();
+    let site = wait_condition(&c, "docs-handbook", "Available", "False", "Disabled").await;
+    assert_eq!(site.status.unwrap().phase, Some(Phase::Disabled));
+    op.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_shows_a_conflict_and_the_platform_secret_survives() {
+    let c = Cluster::start(false).await;
+    prepare(&c).await;
+    let op = operator(&c, config(RoutingMode::Ingress)).await;
+    let ns = ["-n", NS];
+    c.kubectl_ok(&[
+        "create",
+        "secret",
+        "generic",
+        "docs-handbook",
+        "--from-literal=platform=keep",
+        ns[0],
+        ns[1],
+    ]);
+    let before = c.kubectl_ok(&["get", "secret", "docs-handbook", "-o", "json", ns[0], ns[1]]);
+    c.kubectl_ok(&[
+        "apply",
+        "-f",
+        crate::support::repo_file("manifests/examples/site.yaml")
+            .to_str()
+            .unwrap(),
+        ns[0],
+        ns[1],
+    ]);
+    c.kubectl_ok(&[
+        "wait",
+        "--for=jsonpath={.status.conditions[?(@.type==\"Progressing\")].reason}=ObjectConflict",
+        "--timeout=30s",
+        "site/docs-handbook",
+        ns[0],
+        ns[1],
+    ]);
+    let message = c.kubectl_ok(&[
+        "get",
+        "site",
+        "docs-handbook",
+        "-o",
+        "jsonpath={.status.conditions[?(@.type==\"Progressing\")].message}",
+        ns[0],
+        ns[1],
+    ]);
+    assert!(
+        message.starts_with("Secret docs-handbook exists and is not controlled by any Site"),
+        "{message}"
+    );
+    c.kubectl_ok(&[
+        "delete",
+        "site",
+        "docs-handbook",
+        "--wait=true",
+        ns[0],
+        ns[1],
+    ]);
+    let after = c.kubectl_ok(&["get", "secret", "docs-handbook", "-o", "json", ns[0], ns[1]]);
+    assert_eq!(
+        before, after,
+        "the Secret is untouched and survives the Site's deletion"
+    );
+    let owners = c.kubectl_ok(&[
+        "get",
+        "secret",
+        "docs-handbook",
+        "-o",
+        "jsonpath={.metadata.ownerReferences}",
+        ns[0],
+        ns[1],
+    ]);
+    assert_eq!(owners, "");
+    op.stop().await;
+}
