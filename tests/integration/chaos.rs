@@ -15,7 +15,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 use sites_operator::crd::Site;
 
-use crate::reconcile::{NS, example, prepare, sites};
+use crate::support::operator::{NS, example, prepare, sites};
 use crate::support::{Cluster, OperatorProcess, eventually_every};
 
 const SITES: usize = 200;
