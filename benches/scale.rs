@@ -35,22 +35,18 @@ use sites_operator::crd::{Site, SiteStatus};
 
 const NS: &str = "sites";
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
+/// The operator binary. It picks its own ports and reports them in a file (`--listen-report`):
+/// ports chosen here and released before it binds them could be taken by another process.
 struct Operator {
     child: Child,
-    metrics: u16,
+    report: std::path::PathBuf,
 }
 
 impl Operator {
     fn start(kubeconfig: &std::path::Path, dir: &std::path::Path) -> Operator {
-        let metrics = free_port();
+        // A restarted operator writes a report of its own: the previous one's is gone.
+        let report = dir.join("operator.listening");
+        let _ = std::fs::remove_file(&report);
         // SCALE_WRAP runs the operator under a profiler, e.g. `heaptrack -o /tmp/op`.
         let binary = env!("CARGO_BIN_EXE_sites-operator");
         let mut command = match std::env::var("SCALE_WRAP") {
@@ -75,8 +71,14 @@ impl Operator {
                 env!("CARGO_MANIFEST_DIR"),
                 "/manifests/base/config.yaml"
             ))
-            .args(["--webhook-addr", &format!("127.0.0.1:{}", free_port())])
-            .args(["--metrics-addr", &format!("127.0.0.1:{metrics}")])
+            .args([
+                "--webhook-addr",
+                "127.0.0.1:0",
+                "--metrics-addr",
+                "127.0.0.1:0",
+            ])
+            .arg("--listen-report")
+            .arg(&report)
             .arg("--cert-dir")
             .arg(dir.join("certs"))
             .args(["--log-level", "warn"])
@@ -85,12 +87,21 @@ impl Operator {
             .stderr(Stdio::null())
             .spawn()
             .expect("operator starts");
-        Operator { child, metrics }
+        Operator { child, report }
+    }
+
+    /// The metrics and health address, once the operator listens.
+    fn metrics_addr(&self) -> Option<std::net::SocketAddr> {
+        let text = std::fs::read_to_string(&self.report).ok()?;
+        Some(sites_operator::app::Listening::parse(&text)?.metrics)
     }
 
     fn metric(&self, prefix: &str) -> f64 {
+        let Some(addr) = self.metrics_addr() else {
+            return 0.0;
+        };
         let out = Command::new("curl")
-            .args(["-fs", &format!("http://127.0.0.1:{}/metrics", self.metrics)])
+            .args(["-fs", &format!("http://{addr}/metrics")])
             .output()
             .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
             .unwrap_or_default();
@@ -112,8 +123,11 @@ impl Operator {
     }
 
     fn ready(&self) -> bool {
+        let Some(addr) = self.metrics_addr() else {
+            return false;
+        };
         Command::new("curl")
-            .args(["-fs", &format!("http://127.0.0.1:{}/readyz", self.metrics)])
+            .args(["-fs", &format!("http://{addr}/readyz")])
             .status()
             .is_ok_and(|s| s.success())
     }

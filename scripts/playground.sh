@@ -5,15 +5,16 @@
 #   make run                     # ingress mode
 #   MODE=gateway make run        # gateway mode (HTTPRoutes)
 #
-# Environment: MODE (ingress|gateway), PLAYGROUND_DIR (.playground), WEBHOOK_PORT (9443),
-# METRICS_PORT (8080), PROFILE (debug|release, default debug), PLAYGROUND_BIN (a directory with
-# prebuilt sites-operator and sites-emulator binaries: skips the build).
+# Environment: MODE (ingress|gateway), PLAYGROUND_DIR (.playground), WEBHOOK_PORT and METRICS_PORT
+# (default 0: free ports picked by the operator, which reports them), PROFILE (debug|release,
+# default debug), PLAYGROUND_BIN (a directory with prebuilt sites-operator and sites-emulator
+# binaries: skips the build).
 set -euo pipefail
 
 MODE=${MODE:-ingress}
 DIR=${PLAYGROUND_DIR:-.playground}
-WEBHOOK_PORT=${WEBHOOK_PORT:-9443}
-METRICS_PORT=${METRICS_PORT:-8080}
+WEBHOOK_PORT=${WEBHOOK_PORT:-0}
+METRICS_PORT=${METRICS_PORT:-0}
 PROFILE=${PROFILE:-debug}
 NS=sites
 
@@ -55,8 +56,8 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-"$BIN/sites-emulator" --tls --kubeconfig "$KUBECONFIG_FILE" \
-  --service "$NS/sites-operator-webhook:443=127.0.0.1:$WEBHOOK_PORT" >"$DIR/emulator.log" 2>&1 &
+# The emulator picks its own port and writes it into the kubeconfig.
+"$BIN/sites-emulator" --tls --kubeconfig "$KUBECONFIG_FILE" >"$DIR/emulator.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 1 100); do
   [ -s "$KUBECONFIG_FILE" ] && k get --raw /version >/dev/null 2>&1 && break
@@ -78,15 +79,28 @@ sed "s/^  mode: ingress /  mode: $MODE /" manifests/base/config.yaml >"$DIR/conf
 k create configmap sites-config -n "$NS" --from-file=config.yaml="$DIR/config.yaml" >/dev/null
 k apply -f manifests/base/webhooks.yaml >/dev/null
 
+# The operator binds first and then reports the addresses it got (port 0: any free port), so no
+# port is chosen here that another process could take in the meantime.
+LISTENING=$DIR/operator.listening
 "$BIN/sites-operator" run --self-signed --namespace "$NS" --config "$DIR/config.yaml" \
   --webhook-addr "127.0.0.1:$WEBHOOK_PORT" --metrics-addr "127.0.0.1:$METRICS_PORT" \
-  --cert-dir "$DIR/certs" >"$DIR/operator.log" 2>&1 &
+  --listen-report "$LISTENING" --cert-dir "$DIR/certs" >"$DIR/operator.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 1 300); do
-  curl -fs "http://127.0.0.1:$METRICS_PORT/readyz" >/dev/null 2>&1 && break
+  [ -s "$LISTENING" ] && break
+  kill -0 "${pids[-1]}" 2>/dev/null || break
   sleep 0.1
 done
-curl -fs "http://127.0.0.1:$METRICS_PORT/readyz" >/dev/null || { echo "error: the operator did not become ready (see $DIR/operator.log)" >&2; exit 1; }
+read -r webhook_field metrics_field <"$LISTENING" 2>/dev/null || { echo "error: the operator did not start listening (see $DIR/operator.log)" >&2; exit 1; }
+WEBHOOK_ADDR=${webhook_field#webhook=}
+METRICS_ADDR=${metrics_field#metrics=}
+# The webhook configurations name the Service; the emulator sends its calls to the operator.
+printf '%s' "$WEBHOOK_ADDR" | k create --raw "/__emulator/services/$NS/sites-operator-webhook/443" -f - >/dev/null
+for _ in $(seq 1 300); do
+  curl -fs "http://$METRICS_ADDR/readyz" >/dev/null 2>&1 && break
+  sleep 0.1
+done
+curl -fs "http://$METRICS_ADDR/readyz" >/dev/null || { echo "error: the operator did not become ready (see $DIR/operator.log)" >&2; exit 1; }
 
 for f in site.yaml site-custom-app.yaml site-archived.yaml; do
   k apply -n "$NS" -f "manifests/examples/$f" >/dev/null
@@ -106,7 +120,7 @@ sites-operator playground ($MODE mode) is running.
   kubectl annotate site docs-handbook -n $NS --overwrite sites.ecmwf.int/upgrade-request=force
   kubectl patch site docs-handbook -n $NS --type=merge -p '{"spec":{"configuration":{"enabled":false}}}'
   kubectl describe site docs-handbook -n $NS
-  curl -s http://127.0.0.1:$METRICS_PORT/metrics | grep -E '^(workqueue|controller_runtime|sites_)'
+  curl -s http://$METRICS_ADDR/metrics | grep -E '^(workqueue|controller_runtime|sites_)'
 
 Logs: $DIR/operator.log, $DIR/emulator.log. Ctrl-C stops everything.
 EOT

@@ -56,8 +56,12 @@ pub struct RunOptions {
     /// This replica's identity (Lease holder, Event instance).
     pub identity: String,
     pub namespace: String,
+    /// Webhook server address; port 0 picks a free port (see `listen_report`).
     pub webhook_addr: SocketAddr,
+    /// Metrics and health server address; port 0 picks a free port.
     pub metrics_addr: SocketAddr,
+    /// File the bound addresses are written to once both servers listen (`--listen-report`).
+    pub listen_report: Option<PathBuf>,
     pub certs: CertSource,
     pub client_ca: Option<PathBuf>,
     pub cert_reload_interval: Duration,
@@ -97,6 +101,8 @@ pub enum StartError {
     SelfSigned(String),
     #[error("cannot listen on {addr}: {reason}")]
     Bind { addr: SocketAddr, reason: String },
+    #[error("cannot write the listen report {path}: {reason}")]
+    ListenReport { path: PathBuf, reason: String },
     #[error("metrics: {0}")]
     Metrics(#[from] prometheus::Error),
     #[error("cannot reach the Kubernetes API server: {0}")]
@@ -220,11 +226,68 @@ fn health_router(health: Health) -> Router {
         .with_state(health)
 }
 
-async fn bind(addr: SocketAddr) -> Result<TcpListener, StartError> {
-    TcpListener::bind(addr).await.map_err(|e| StartError::Bind {
+/// Binds `addr` and returns the listener with the address it got (the real port when `addr`
+/// asked for port 0).
+async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), StartError> {
+    let failed = |e: std::io::Error| StartError::Bind {
         addr,
         reason: e.to_string(),
-    })
+    };
+    let listener = TcpListener::bind(addr).await.map_err(failed)?;
+    let bound = listener.local_addr().map_err(failed)?;
+    Ok((listener, bound))
+}
+
+/// The addresses the servers listen on, as `--listen-report` writes them: one line,
+/// `webhook=ADDR metrics=ADDR`.
+///
+/// With port 0 the kernel picks the ports while the socket is bound, so whoever started the
+/// process learns them only from the process; a port chosen by the caller beforehand could be
+/// taken by someone else before the process binds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Listening {
+    pub webhook: SocketAddr,
+    pub metrics: SocketAddr,
+}
+
+impl Listening {
+    /// Reads a report line; None unless it has both addresses.
+    pub fn parse(text: &str) -> Option<Listening> {
+        let mut webhook = None;
+        let mut metrics = None;
+        for field in text.split_whitespace() {
+            match field.split_once('=') {
+                Some(("webhook", a)) => webhook = a.parse().ok(),
+                Some(("metrics", a)) => metrics = a.parse().ok(),
+                _ => {}
+            }
+        }
+        Some(Listening {
+            webhook: webhook?,
+            metrics: metrics?,
+        })
+    }
+
+    /// Writes the report to `path` through a temporary file and a rename, so a reader polling
+    /// for the file never sees half of it.
+    async fn write(&self, path: &std::path::Path) -> Result<(), StartError> {
+        let failed = |e: std::io::Error| StartError::ListenReport {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        };
+        let mut partial = path.as_os_str().to_owned();
+        partial.push(".partial");
+        tokio::fs::write(&partial, format!("{self}\n"))
+            .await
+            .map_err(failed)?;
+        tokio::fs::rename(&partial, path).await.map_err(failed)
+    }
+}
+
+impl std::fmt::Display for Listening {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "webhook={} metrics={}", self.webhook, self.metrics)
+    }
 }
 
 /// Runs until `shutdown` resolves: validates the configuration, loads (or creates) the serving
@@ -273,15 +336,21 @@ pub async fn run(
     let tls_config = Arc::new(tls::server_config(store.clone(), client_ca)?);
 
     let webhook_metrics = WebhookMetrics::register(&registry)?;
-    let webhook_listener = bind(opts.webhook_addr).await?;
-    let metrics_listener = bind(opts.metrics_addr).await?;
+    let (webhook_listener, webhook) = bind(opts.webhook_addr).await?;
+    let (metrics_listener, metrics) = bind(opts.metrics_addr).await?;
+    let listening = Listening { webhook, metrics };
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
-        webhook = %webhook_listener.local_addr().map_err(|e| StartError::Bind { addr: opts.webhook_addr, reason: e.to_string() })?,
-        metrics = %metrics_listener.local_addr().map_err(|e| StartError::Bind { addr: opts.metrics_addr, reason: e.to_string() })?,
+        webhook = %webhook,
+        metrics = %metrics,
         routing_mode = config.routing.mode.as_str(),
         "sites-operator started"
     );
+    // Both sockets are bound (connections queue until the servers run): the report is a promise
+    // that connecting works, not that the webhooks are ready (/readyz says that).
+    if let Some(path) = &opts.listen_report {
+        listening.write(path).await?;
+    }
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let stopped = |mut rx: watch::Receiver<bool>| async move {
@@ -395,5 +464,27 @@ pub async fn termination_signal() {
     #[cfg(not(unix))]
     {
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_listen_report_reads_back_what_it_writes() {
+        let listening = Listening {
+            webhook: "127.0.0.1:40153".parse().unwrap(),
+            metrics: "[::1]:38421".parse().unwrap(),
+        };
+        let line = format!("{listening}\n");
+        assert_eq!(line, "webhook=127.0.0.1:40153 metrics=[::1]:38421\n");
+        assert_eq!(Listening::parse(&line), Some(listening));
+        assert_eq!(
+            Listening::parse("webhook=127.0.0.1:1"),
+            None,
+            "half a report"
+        );
+        assert_eq!(Listening::parse(""), None);
     }
 }

@@ -169,12 +169,17 @@ struct RunArgs {
     /// Namespace the operator runs in (the platform namespace).
     #[arg(long, env = "POD_NAMESPACE", default_value = "sites")]
     namespace: String,
-    /// Address of the HTTPS webhook server.
+    /// Address of the HTTPS webhook server (port 0: any free port, see --listen-report).
     #[arg(long, default_value = "0.0.0.0:9443")]
     webhook_addr: std::net::SocketAddr,
-    /// Address of the plain-HTTP metrics and health server (/metrics, /healthz, /readyz).
+    /// Address of the plain-HTTP metrics and health server (/metrics, /healthz, /readyz; port 0:
+    /// any free port).
     #[arg(long, default_value = "0.0.0.0:8080")]
     metrics_addr: std::net::SocketAddr,
+    /// Once both servers listen, write their addresses to this file as one line
+    /// `webhook=IP:PORT metrics=IP:PORT` (how a caller that asked for port 0 learns the ports).
+    #[arg(long, value_name = "FILE")]
+    listen_report: Option<PathBuf>,
     /// Serving certificate (PEM chain); reloaded when it changes.
     #[arg(
         long,
@@ -296,6 +301,7 @@ fn run(args: RunArgs) -> ExitCode {
         namespace: args.namespace,
         webhook_addr: args.webhook_addr,
         metrics_addr: args.metrics_addr,
+        listen_report: args.listen_report,
         certs,
         client_ca: args.client_ca,
         cert_reload_interval: args.cert_reload_interval,

@@ -15,8 +15,8 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 use sites_operator::crd::Site;
 
-use crate::reconcile::{NS, example, prepare, sites};
-use crate::support::{Cluster, OperatorProcess, eventually_every, free_port};
+use crate::support::operator::{NS, example, prepare, sites};
+use crate::support::{Cluster, OperatorProcess, eventually_every};
 
 const SITES: usize = 200;
 
@@ -33,11 +33,12 @@ impl Lcg {
     }
 }
 
-fn start(c: &Cluster, port: u16) -> OperatorProcess {
+/// Starts the operator on ports of its own choosing: this cluster has no webhook configurations,
+/// so nobody needs to know them, and each restart may get new ones.
+fn start(c: &Cluster) -> OperatorProcess {
     OperatorProcess::start_with(
         &c.kubeconfig(),
         NS,
-        port,
         &c.dir.join("certs"),
         &["--leader-elect=false"],
     )
@@ -51,7 +52,6 @@ async fn chaos<F: std::future::Future<Output = ()>>(
     times: usize,
     work: F,
 ) {
-    let port = free_port();
     tokio::pin!(work);
     let mut kills = 0;
     let mut done = false;
@@ -67,7 +67,7 @@ async fn chaos<F: std::future::Future<Output = ()>>(
         }
         op.kill();
         kills += 1;
-        *op = start(c, port);
+        *op = start(c);
     }
     if !done {
         work.await;
@@ -104,7 +104,7 @@ async fn killed_at_random_points_the_operator_converges_exactly_once() {
     });
 
     let mut rng = Lcg(0x5eed);
-    let mut op = start(&c, free_port());
+    let mut op = start(&c);
     let names: Vec<String> = (0..SITES).map(|i| format!("site-{i}")).collect();
 
     // Phase 1: creation, with 10 kills.

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use crate::support::{Cluster, OperatorProcess, eventually_every, free_port, repo_file};
+use crate::support::{Cluster, OperatorProcess, eventually_every, repo_file, serve_webhooks};
 
 const NS: &str = "sites";
 
@@ -55,22 +55,8 @@ impl Target {
             "--from-literal=secret_key=e2e-session-key",
         ]);
         t.ok(&["apply", "-f", path("manifests/base/webhooks.yaml")]);
-        let webhook_port = free_port();
-        c.emulator.map_service(
-            NS,
-            "sites-operator-webhook",
-            443,
-            ([127, 0, 0, 1], webhook_port).into(),
-        );
         // Debug logging: the suite checks that no secret reaches the log.
-        let op = OperatorProcess::start_with(
-            &c.kubeconfig(),
-            NS,
-            webhook_port,
-            &c.dir.join("operator-certs"),
-            &["--log-level", "debug"],
-        );
-        op.ready(t.timeout).await;
+        let op = serve_webhooks(&c, NS, &["--log-level", "debug"], t.timeout).await;
         Target {
             _local: Some((c, op)),
             ..t

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use sites_operator::config::RoutingMode;
 use sites_operator::crd::Phase;
 
-use crate::reconcile::{
+use crate::support::operator::{
     NS, api, condition, config, example, merge, operator, prepare, sites, wait_available,
     wait_condition,
 };

@@ -5,7 +5,7 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use crate::support::{Cluster, OperatorProcess, eventually_every, free_port};
+use crate::support::{Cluster, OperatorProcess, eventually_every};
 
 fn tool(name: &str) -> String {
     let found = Command::new("sh")
@@ -20,13 +20,25 @@ fn tool(name: &str) -> String {
     String::from_utf8_lossy(&found.stdout).trim().to_string()
 }
 
+/// The address in Prometheus's `msg="Listening on" address=IP:PORT` log line (the bound one, unlike
+/// the configured address of its "Start listening" line).
+fn listening_address(log: &str) -> Option<String> {
+    log.lines()
+        .filter(|l| l.contains("msg=\"Listening on\""))
+        .find_map(|l| {
+            l.split_whitespace()
+                .find_map(|w| w.strip_prefix("address="))
+        })
+        .map(str::to_string)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prometheus_scrapes_the_operator() {
     let promtool = tool("promtool");
     let prometheus = tool("prometheus");
     let c = Cluster::start(true).await;
     c.kubectl_ok(&["create", "namespace", "sites"]);
-    let op = OperatorProcess::start(&c.kubeconfig(), "sites", free_port(), &c.dir.join("certs"));
+    let op = OperatorProcess::start(&c.kubeconfig(), "sites", &c.dir.join("certs"));
     op.ready(Duration::from_secs(60)).await;
     let (_, response) = op.get("/metrics").await.expect("metrics answer");
     let body = response
@@ -67,14 +79,15 @@ async fn prometheus_scrapes_the_operator() {
         "promtool check metrics:\n{report}"
     );
 
-    // A real Prometheus scraping the metrics port.
-    let port = free_port();
+    // A real Prometheus scraping the metrics port. It listens on a port of its own choosing and
+    // logs the address it got ("Listening on", address=...), which is read back from its log.
     let config = c.dir.join("prometheus.yml");
+    let log = c.dir.join("prometheus.log");
     std::fs::write(
         &config,
         format!(
-            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: sites-operator\n    static_configs:\n      - targets: ['127.0.0.1:{}']\n",
-            op.metrics
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: sites-operator\n    static_configs:\n      - targets: ['{}']\n",
+            op.metrics()
         ),
     )
     .unwrap();
@@ -84,11 +97,18 @@ async fn prometheus_scrapes_the_operator() {
             "--storage.tsdb.path={}",
             c.dir.join("tsdb").display()
         ))
-        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .arg("--web.listen-address=127.0.0.1:0")
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
+    let addr = eventually_every(
+        "Prometheus to listen",
+        Duration::from_secs(60),
+        Duration::from_millis(100),
+        || async { listening_address(&std::fs::read_to_string(&log).unwrap_or_default()) },
+    )
+    .await;
     let result = eventually_every(
         "Prometheus returns workqueue_depth",
         Duration::from_secs(60),
@@ -97,7 +117,7 @@ async fn prometheus_scrapes_the_operator() {
             let out = Command::new("curl")
                 .args([
                     "-fs",
-                    &format!("http://127.0.0.1:{port}/api/v1/query?query=workqueue_depth"),
+                    &format!("http://{addr}/api/v1/query?query=workqueue_depth"),
                 ])
                 .output()
                 .ok()?;

@@ -1,6 +1,7 @@
 //! The reconciler against the emulator (SPEC 4, the LIFE and RTG rows): the controller runs in
 //! this process with a kube client; the emulator's StatefulSet controller, kubelet, volume binder
-//! and garbage collector play the cluster.
+//! and garbage collector play the cluster. The harness is `support::operator`; this file holds
+//! the tests.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,272 +10,21 @@ use futures::StreamExt as _;
 use gateway_api::apis::standard::httproutes::HttpRoute;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{
-    ConfigMap, Namespace, PersistentVolume, PersistentVolumeClaim, Pod, Secret, Service,
+    ConfigMap, PersistentVolume, PersistentVolumeClaim, Pod, Secret, Service,
 };
 use k8s_openapi::api::networking::v1::Ingress;
-use k8s_openapi::api::storage::v1::StorageClass;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::CustomResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use prometheus::Registry;
 use serde_json::{Value, json};
 use sites_emulator::controllers::Behaviour;
-use sites_operator::config::{Installation as ConfigContext, PlatformConfig, RoutingMode};
-use sites_operator::controller::accounting;
-use sites_operator::controller::context::Tunables;
-use sites_operator::controller::leader::{Elector, Timing};
-use sites_operator::controller::{Controller, Options};
-use sites_operator::crd::{Phase, Site, UPGRADE_REQUEST_ANNOTATION};
+use sites_operator::config::RoutingMode;
+use sites_operator::crd::{Phase, UPGRADE_REQUEST_ANNOTATION};
 use sites_operator::metrics;
-use tokio::sync::watch;
 
-use crate::support::{Cluster, client_config, eventually, eventually_every, repo_file};
-
-pub const NS: &str = "sites";
-const WAIT: Duration = Duration::from_secs(30);
-
-pub struct Operator {
-    controller: Option<Controller>,
-    _leading: Option<watch::Sender<bool>>,
-    elector: Option<tokio::task::JoinHandle<()>>,
-    registry: Registry,
-}
-
-impl Operator {
-    /// Sum of a metric's samples whose line starts with `prefix` (name and labels).
-    pub fn metric(&self, prefix: &str) -> f64 {
-        metrics::encode(&self.registry)
-            .lines()
-            .filter(|l| l.starts_with(prefix))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
-    }
-
-    pub fn reconciles(&self) -> f64 {
-        self.metric("controller_runtime_reconcile_total")
-    }
-
-    fn idle(&self) -> bool {
-        self.controller.as_ref().is_some_and(|c| c.queue.is_empty())
-            && self.metric("controller_runtime_active_workers") == 0.0
-    }
-
-    /// Waits until at least one reconcile finished after `before` and the queue is empty.
-    pub async fn settled_after(&self, before: f64) {
-        eventually("reconciles to settle", WAIT, || async {
-            (self.reconciles() > before && self.idle()).then_some(())
-        })
-        .await;
-    }
-
-    pub async fn stop(mut self) {
-        if let Some(e) = self.elector.take() {
-            e.abort();
-        }
-        if let Some(c) = self.controller.take() {
-            c.shutdown().await;
-        }
-    }
-
-    /// Writes (anything but get/list/watch) this operator made, Leases excluded.
-    fn writes(&self) -> f64 {
-        metrics::encode(&self.registry)
-            .lines()
-            .filter(|l| l.starts_with("sites_api_requests_total"))
-            .filter(|l| !l.contains("leases.coordination.k8s.io"))
-            .filter(|l| {
-                !["verb=\"get\"", "verb=\"list\"", "verb=\"watch\""]
-                    .iter()
-                    .any(|v| l.contains(v))
-            })
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
-    }
-}
-
-/// Namespace, Retain storage class, session key Secret and the HTTPRoute CRD.
-pub async fn prepare(c: &Cluster) {
-    let client = c.client.clone();
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NS}})).unwrap();
-    let _ = Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await;
-    let sc: StorageClass = serde_json::from_value(json!({
-        "metadata": {"name": "sites-retain"}, "provisioner": "emulator.local/disk",
-        "reclaimPolicy": "Retain", "allowVolumeExpansion": true
-    }))
-    .unwrap();
-    let _ = Api::<StorageClass>::all(client.clone())
-        .create(&PostParams::default(), &sc)
-        .await;
-    let secret: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "sites-session", "namespace": NS},
-        "stringData": {"secret_key": "integration-session-key"}
-    }))
-    .unwrap();
-    let _ = Api::<Secret>::namespaced(client.clone(), NS)
-        .create(&PostParams::default(), &secret)
-        .await;
-    let _ = Api::<CustomResourceDefinition>::all(client)
-        .create(&PostParams::default(), &HttpRoute::crd())
-        .await;
-}
-
-pub fn config(mode: RoutingMode) -> Arc<PlatformConfig> {
-    let ctx = ConfigContext {
-        namespace: Some(NS),
-    };
-    let mut cfg = PlatformConfig::load(&repo_file("manifests/base/config.yaml"), &ctx).unwrap();
-    cfg.routing.mode = mode;
-    Arc::new(cfg)
-}
-
-pub async fn operator(c: &Cluster, cfg: Arc<PlatformConfig>) -> Operator {
-    operator_with(c, cfg, true).await
-}
-
-/// An operator with its own counted client (`sites_api_requests_total`), leading or not.
-pub async fn operator_with(c: &Cluster, cfg: Arc<PlatformConfig>, leading: bool) -> Operator {
-    let (leading, rx) = watch::channel(leading);
-    let (client, registry) = counted_client(c).await;
-    start_controller(client, registry, cfg, Some(leading), rx).await
-}
-
-/// An operator that elects its leader through the Lease `sites-operator`.
-async fn elected_operator(c: &Cluster, cfg: Arc<PlatformConfig>, identity: &str) -> Operator {
-    let (client, registry) = counted_client(c).await;
-    let (tx, rx) = watch::channel(false);
-    let timing = Timing {
-        lease_duration: Duration::from_secs(3),
-        renew_deadline: Duration::from_secs(2),
-        retry_period: Duration::from_millis(200),
-    };
-    let elector = Elector::new(
-        client.clone(),
-        NS,
-        "sites-operator",
-        identity.into(),
-        timing,
-    );
-    let handle = tokio::spawn(elector.run(tx, std::future::pending()));
-    let mut op = start_controller(client, registry, cfg, None, rx).await;
-    op.elector = Some(handle);
-    op
-}
-
-async fn counted_client(c: &Cluster) -> (kube::Client, Registry) {
-    let registry = Registry::new();
-    let counter = accounting::register(&registry).unwrap();
-    let client = kube::client::ClientBuilder::try_from(client_config(&c.emulator).await)
-        .unwrap()
-        .with_layer(&accounting::CountLayer::new(counter))
-        .build();
-    (client, registry)
-}
-
-async fn start_controller(
-    client: kube::Client,
-    registry: Registry,
-    cfg: Arc<PlatformConfig>,
-    leading: Option<watch::Sender<bool>>,
-    rx: watch::Receiver<bool>,
-) -> Operator {
-    let options = Options {
-        namespace: NS.into(),
-        workers: 4,
-        tunables: Tunables {
-            pv_label_delay: (Duration::from_millis(10), Duration::from_millis(50)),
-        },
-        instance: Some("test".into()),
-        drain: Duration::from_secs(10),
-        retention_interval: None,
-    };
-    let controller = Controller::start(client, cfg, &registry, options, rx)
-        .await
-        .expect("controller starts");
-    Operator {
-        controller: Some(controller),
-        _leading: leading,
-        elector: None,
-        registry,
-    }
-}
-
-pub fn example(file: &str) -> Site {
-    let text = std::fs::read_to_string(repo_file(&format!("manifests/examples/{file}"))).unwrap();
-    let mut site: Site = serde_yaml_ng::from_str(&text).unwrap();
-    site.metadata.namespace = Some(NS.into());
-    site
-}
-
-pub fn sites(c: &Cluster) -> Api<Site> {
-    Api::namespaced(c.client.clone(), NS)
-}
-
-pub fn api<K>(c: &Cluster) -> Api<K>
-where
-    K: kube::Resource<Scope = kube::core::NamespaceResourceScope>,
-    K::DynamicType: Default,
-{
-    Api::namespaced(c.client.clone(), NS)
-}
-
-pub fn condition(site: &Site, type_: &str) -> Option<(String, String, String)> {
-    site.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
-}
-
-/// Waits until the Site's condition has `status` and `reason`.
-pub async fn wait_condition(
-    c: &Cluster,
-    name: &str,
-    type_: &str,
-    status: &str,
-    reason: &str,
-) -> Site {
-    eventually(
-        &format!("{name}: {type_}={status} ({reason})"),
-        WAIT,
-        || async {
-            let s = sites(c).get(name).await.ok()?;
-            let (st, r, _) = condition(&s, type_)?;
-            (st == status && r == reason).then_some(s)
-        },
-    )
-    .await
-}
-
-pub async fn wait_available(c: &Cluster, name: &str) -> Site {
-    wait_condition(c, name, "Available", "True", "Available").await
-}
-
-fn restarted_at(sts: &StatefulSet) -> Option<String> {
-    sts.spec
-        .as_ref()?
-        .template
-        .metadata
-        .as_ref()?
-        .annotations
-        .as_ref()?
-        .get("kubectl.kubernetes.io/restartedAt")
-        .cloned()
-}
-
-pub async fn merge(c: &Cluster, name: &str, patch: Value) {
-    sites(c)
-        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .expect("Site patched");
-}
-
-/// Writes the operator made since the last reset: everything but the test's own Site writes.
-fn operator_writes(c: &Cluster, own_site_writes: u64) -> u64 {
-    c.emulator.stats().writes() - own_site_writes
-}
+use crate::support::operator::{
+    NS, SeenErrors, WAIT, api, condition, config, count_panics, elected_operator, example, merge,
+    operator, operator_writes, prepare, restarted_at, sites, wait_available, wait_condition,
+};
+use crate::support::{Cluster, eventually, eventually_every};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_site_converges_and_an_unchanged_site_costs_no_writes() {
@@ -1119,6 +869,11 @@ async fn a_restarted_operator_writes_nothing_for_converged_sites() {
         },
     )
     .await;
+    // Every reconcile the first operator still had queued (a late pod event) has finished.
+    eventually("the first operator is idle", WAIT, || async {
+        op.idle().then_some(())
+    })
+    .await;
     op.stop().await;
 
     c.emulator.stats().reset();
@@ -1207,40 +962,6 @@ async fn only_the_leader_writes_and_a_follower_takes_over() {
         started.elapsed()
     );
     follower.stop().await;
-}
-
-/// Error responses the test's own requests met, by HTTP code (the injected faults hit them too).
-#[derive(Default)]
-struct SeenErrors(std::sync::Mutex<std::collections::BTreeMap<u16, u64>>);
-
-impl SeenErrors {
-    fn note<T>(&self, r: Result<T, kube::Error>) -> Option<T> {
-        match r {
-            Ok(v) => Some(v),
-            Err(e) => {
-                if let kube::Error::Api(s) = &e {
-                    *self.0.lock().unwrap().entry(s.code).or_default() += 1;
-                }
-                None
-            }
-        }
-    }
-
-    fn get(&self, code: u16) -> u64 {
-        self.0.lock().unwrap().get(&code).copied().unwrap_or(0)
-    }
-}
-
-/// Panics anywhere in this process (the test and the in-process operator), counted by a hook.
-fn count_panics() -> Arc<std::sync::atomic::AtomicUsize> {
-    let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let seen = count.clone();
-    let previous = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        previous(info);
-    }));
-    count
 }
 
 /// The fault soak (issue 9): `SOAK_SITES` Sites (default 1,000) are created and edited while 20%

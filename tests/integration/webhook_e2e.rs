@@ -12,7 +12,7 @@ use kube::api::{Api, PostParams};
 use sites_operator::certs;
 use sites_operator::crd::{Site, UPGRADE_REQUEST_ANNOTATION};
 
-use crate::support::{Cluster, OperatorProcess, eventually, free_port, repo_file};
+use crate::support::{Cluster, repo_file, serve_webhooks};
 
 const WAIT: Duration = Duration::from_secs(30);
 const NS: &str = "sites";
@@ -45,19 +45,7 @@ async fn kubectl_edits_go_through_the_operator_webhooks() {
         "-f",
         repo_file("manifests/base/webhooks.yaml").to_str().unwrap(),
     ]);
-    let webhook_port = free_port();
-    c.emulator.map_service(
-        NS,
-        "sites-operator-webhook",
-        443,
-        ([127, 0, 0, 1], webhook_port).into(),
-    );
-    let cert_dir = c.dir.join("operator-certs");
-    let op = OperatorProcess::start(&c.kubeconfig(), NS, webhook_port, &cert_dir);
-    eventually("the operator is ready", WAIT, || async {
-        op.get("/readyz").await.filter(|(s, _)| *s == 200)
-    })
-    .await;
+    let op = serve_webhooks(&c, NS, &[], WAIT).await;
 
     // Self-signed mode: the certificate is in the Secret and the CA in every webhook.
     let secrets: Api<Secret> = Api::namespaced(c.client.clone(), NS);
@@ -228,12 +216,9 @@ async fn kubectl_edits_go_through_the_operator_webhooks() {
     assert_eq!(code, Some(0), "{log}");
     assert!(log.contains("stopped"), "{log}");
 
-    // A second start reuses the stored certificate (replicas share it).
-    let op = OperatorProcess::start(&c.kubeconfig(), NS, webhook_port, &cert_dir);
-    eventually("the operator is ready again", WAIT, || async {
-        op.get("/readyz").await.filter(|(s, _)| *s == 200)
-    })
-    .await;
+    // A second start reuses the stored certificate (replicas share it). It may listen on another
+    // port: the Service is mapped again to the address it reports.
+    let op = serve_webhooks(&c, NS, &[], WAIT).await;
     let again = secrets.get("sites-operator-webhook-tls").await.unwrap();
     assert_eq!(again.data.unwrap()["ca.crt"], ca, "the CA did not change");
     let out = c.kubectl(&[

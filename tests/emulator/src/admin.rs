@@ -1,4 +1,5 @@
-//! Test hooks under `/__emulator/`: request counters, watch-history compaction.
+//! Test hooks under `/__emulator/`: request counters, fault rules, watch-history compaction, and
+//! the Service map of a running emulator process.
 
 use std::sync::Arc;
 
@@ -47,6 +48,25 @@ pub fn handle(
         ("DELETE", ["faults"]) => {
             app.faults.clear();
             reply(json!({"cleared": true}))
+        }
+        // `POST /__emulator/services/NS/NAME/PORT` with the address as the body: what
+        // `--service` does at start, for a webhook server whose port is known only once it
+        // listens (started after the emulator, on port 0).
+        ("POST", ["services", ns, name, port]) => {
+            let addr = std::str::from_utf8(_body)
+                .ok()
+                .and_then(|s| s.trim().parse::<std::net::SocketAddr>().ok());
+            match (port.parse::<u16>(), addr) {
+                (Ok(port), Some(addr)) => {
+                    app.services.insert(ns, name, port, addr);
+                    reply(json!({"mapped": format!("{ns}/{name}:{port}"), "to": addr.to_string()}))
+                }
+                _ => (
+                    StatusCode::BAD_REQUEST,
+                    "expected /__emulator/services/NS/NAME/PORT with an IP:PORT body",
+                )
+                    .into_response(),
+            }
         }
         ("POST", ["compact"]) => {
             let mut st = app.store.lock();

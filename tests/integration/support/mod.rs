@@ -1,5 +1,7 @@
-//! Shared test support: an emulator with the Site CRD installed, a kube client for it, and a
-//! kubectl runner with its own cache directory.
+//! Shared test support: an emulator with the Site CRD installed, a kube client for it, a kubectl
+//! runner with its own cache directory, and polling with a deadline. [`operator`] runs the
+//! controller in the test process against the emulator; [`OperatorProcess`] runs the real
+//! binary.
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -9,6 +11,11 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use sites_emulator::{Emulator, Options};
+
+pub mod operator;
+mod process;
+
+pub use process::{OperatorProcess, serve_webhooks};
 
 /// A running emulator plus a temporary directory for kubeconfig and kubectl cache.
 pub struct Cluster {
@@ -145,114 +152,4 @@ where
 /// Path of a file in the repository.
 pub fn repo_file(path: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)
-}
-
-/// A free TCP port on 127.0.0.1 (bound and released; good enough for tests).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// The real `sites-operator run --self-signed` binary against a kubeconfig. Its log goes to a
-/// file (a pipe nobody reads would fill up and block the process).
-pub struct OperatorProcess {
-    child: std::process::Child,
-    pub metrics: u16,
-    log: PathBuf,
-}
-
-impl OperatorProcess {
-    pub fn start(
-        kubeconfig: &std::path::Path,
-        namespace: &str,
-        webhook_port: u16,
-        cert_dir: &std::path::Path,
-    ) -> OperatorProcess {
-        Self::start_with(kubeconfig, namespace, webhook_port, cert_dir, &[])
-    }
-
-    /// [`OperatorProcess::start`] with extra arguments for `run`.
-    pub fn start_with(
-        kubeconfig: &std::path::Path,
-        namespace: &str,
-        webhook_port: u16,
-        cert_dir: &std::path::Path,
-        extra: &[&str],
-    ) -> OperatorProcess {
-        let metrics = free_port();
-        let log = cert_dir.with_extension(format!("{metrics}.log"));
-        let file = std::fs::File::create(&log).expect("log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_sites-operator"))
-            .args(["run", "--self-signed", "--namespace", namespace, "--config"])
-            .arg(repo_file("manifests/base/config.yaml"))
-            .args(["--webhook-addr", &format!("127.0.0.1:{webhook_port}")])
-            .args(["--metrics-addr", &format!("127.0.0.1:{metrics}")])
-            .arg("--cert-dir")
-            .arg(cert_dir)
-            .args(extra)
-            .env("KUBECONFIG", kubeconfig)
-            .stdout(std::process::Stdio::null())
-            .stderr(file)
-            .spawn()
-            .expect("the binary starts");
-        OperatorProcess {
-            child,
-            metrics,
-            log,
-        }
-    }
-
-    /// GET on the metrics/health port: (status, whole response).
-    pub async fn get(&self, path: &str) -> Option<(u16, String)> {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", self.metrics))
-            .await
-            .ok()?;
-        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
-            .await
-            .ok()?;
-        let mut out = String::new();
-        s.read_to_string(&mut out).await.ok()?;
-        let status = out.split_whitespace().nth(1)?.parse().ok()?;
-        Some((status, out))
-    }
-
-    /// Waits until /readyz answers 200.
-    pub async fn ready(&self, timeout: Duration) {
-        eventually("the operator is ready", timeout, || async {
-            self.get("/readyz").await.filter(|(s, _)| *s == 200)
-        })
-        .await;
-    }
-
-    /// The log so far.
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// SIGKILL: no drain, no Lease release (a crash).
-    pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    /// SIGTERM, then the exit code and the log.
-    pub fn stop(mut self) -> (Option<i32>, String) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let code = self.child.wait().ok().and_then(|s| s.code());
-        (code, self.log())
-    }
-}
-
-impl Drop for OperatorProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_file(&self.log);
-    }
 }
