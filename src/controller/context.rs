@@ -171,26 +171,6 @@ impl Context {
             })
     }
 
-    /// The cached object, or when the cache has none, the API server's answer.
-    pub(crate) async fn cached_or_read<K>(
-        &self,
-        store: &Store<K>,
-        name: &str,
-    ) -> Result<Option<Arc<K>>>
-    where
-        K: Resource<Scope = kube::core::NamespaceResourceScope>
-            + Clone
-            + serde::de::DeserializeOwned
-            + std::fmt::Debug
-            + 'static,
-        K::DynamicType: Default + Eq + std::hash::Hash + Clone,
-    {
-        match self.cached(store, name) {
-            Some(o) => Ok(Some(o)),
-            None => self.read(name).await,
-        }
-    }
-
     /// The platform session key (Secret reference in the configuration), cached for a minute.
     pub(crate) async fn session_key(&self) -> Result<Vec<u8>> {
         if let Some(key) = fresh(&self.session_key) {

@@ -12,8 +12,9 @@
 //! - [`status`]: the Site status as a pure function;
 //! - [`leader`], [`accounting`], [`changes`]: leader election, API call metrics, change logs.
 //!
-//! Caches are kube-runtime reflectors fed by watches of the platform namespace: Sites, the owned
-//! kinds (selected by the `app.kubernetes.io/managed-by` label), and site pods (selected by the id
+//! Caches are kube-runtime reflectors fed by watches of the platform namespace: Sites, every
+//! object of the owned kinds (not only the operator's: an object of an owned name that the Site
+//! does not control must be seen to be left alone, SPEC 4.6), and site pods (selected by the id
 //! label, kept only with the operator_bound annotation). Every event maps to the key of its Site
 //! (the id label), which goes into the [`queue::Queue`]; `worker_limit` workers reconcile keys.
 
@@ -50,7 +51,6 @@ use tracing::Instrument;
 
 use crate::config::PlatformConfig;
 use crate::crd::{ID_LABEL, Phase, Site};
-use crate::labels::MANAGED_BY;
 use context::{Caches, Context, Tunables};
 use index::Index;
 use queue::{Backoff, Queue, QueueMetrics};
@@ -145,6 +145,13 @@ pub struct Options {
 /// The key (Site name) an owned object or pod belongs to.
 fn key_of<K: Resource>(obj: &K) -> Option<String> {
     obj.labels().get(ID_LABEL).cloned()
+}
+
+/// The key of an object of an owned kind: its id label, else its name (an object without the
+/// label may be in the way of the Site of that name, or be one of its objects that lost the
+/// label: either way that Site looks again).
+fn owned_key<K: Resource>(obj: &K) -> Option<String> {
+    key_of(obj).or_else(|| obj.meta().name.clone())
 }
 
 /// Starts a reflector for `api` and feeds the keys of touched objects into the queue.
@@ -254,9 +261,6 @@ impl Controller {
             Some(QueueMetrics::register(registry, CONTROLLER)?),
         );
         let metrics = ReconcileMetrics::register(registry)?;
-        let owned = || {
-            watcher::Config::default().labels(&format!("app.kubernetes.io/managed-by={MANAGED_BY}"))
-        };
         let api = |c: &kube::Client| c.clone();
         let sites_by_path = Index::new(index::site_path_keys);
         let path_index = sites_by_path.clone();
@@ -304,38 +308,38 @@ impl Controller {
         );
         let secrets = watch_kind(
             Api::<Secret>::namespaced(api(&client), &ns),
-            owned(),
+            watcher::Config::default(),
             queue.clone(),
             slim::secret,
-            key_of,
+            owned_key,
         );
         let configmaps = watch_kind(
             Api::<ConfigMap>::namespaced(api(&client), &ns),
-            owned(),
+            watcher::Config::default(),
             queue.clone(),
             slim::configmap,
-            key_of,
+            owned_key,
         );
         let pvcs = watch_kind(
             Api::<PersistentVolumeClaim>::namespaced(api(&client), &ns),
-            owned(),
+            watcher::Config::default(),
             queue.clone(),
             slim::claim,
-            key_of,
+            owned_key,
         );
         let statefulsets = watch_kind(
             Api::<StatefulSet>::namespaced(api(&client), &ns),
-            owned(),
+            watcher::Config::default(),
             queue.clone(),
             slim::statefulset,
-            key_of,
+            owned_key,
         );
         let services = watch_kind(
             Api::<Service>::namespaced(api(&client), &ns),
-            owned(),
+            watcher::Config::default(),
             queue.clone(),
             slim::service,
-            key_of,
+            owned_key,
         );
         // Routes are watched unfiltered: a same-named route of another owner must be seen to be
         // left alone (RTG-03).

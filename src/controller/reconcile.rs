@@ -25,7 +25,7 @@ use kube::{Resource, ResourceExt};
 
 use crate::controller::apply::{self, Written};
 use crate::controller::context::Context;
-use crate::controller::{status, volumes};
+use crate::controller::{slim, status, volumes};
 use crate::crd::{ID_LABEL, Site};
 use crate::labels::{self, Control};
 use crate::render::{self, Inputs, PodTemplateInputs, Rendered, Route, SiteTokens};
@@ -148,17 +148,19 @@ async fn gather(ctx: &Context, site: &Site) -> Result<Gathered> {
     let id = site.name_any();
     let c = &ctx.caches;
     // Tokens are generated only when the API server confirms there are none: the cache may not
-    // have seen a Secret written a moment ago. Only a Secret this Site controls gives its tokens.
-    let secret = ctx.cached_or_read::<Secret>(&c.secrets, &id).await?;
+    // have seen a Secret written a moment ago, and keeps the data of the operator's Secrets only.
+    // Only a Secret this Site controls gives its tokens.
+    let secret = match ctx.cached(&c.secrets, &id) {
+        Some(s) if slim::managed(s.as_ref()) => Some(s),
+        _ => ctx.read::<Secret>(&id).await?,
+    };
     let own_secret = secret
         .as_deref()
         .filter(|s| labels::control(s.owner_references(), site) == Control::ThisSite);
     let tokens = SiteTokens::keep_or_generate(own_secret, random_token);
     let session_key = ctx.session_key().await?;
     let host = ctx.public_host().await?;
-    let claim = ctx
-        .cached_or_read::<PersistentVolumeClaim>(&c.pvcs, &id)
-        .await?;
+    let claim = ctx.cached(&c.pvcs, &id);
     let retained = match claim {
         Some(_) => None,
         None => volumes::retained(ctx, site),
@@ -311,9 +313,9 @@ where
     }
 }
 
-/// Applies one object: what exists of that name is looked up (the cache, which holds the objects
-/// carrying the operator's label, or else the API server), then written only if this Site
-/// controls it (or nothing of that name exists) and it differs.
+/// Applies one object: what exists of that name (the cache holds every object of the owned
+/// kinds) is written only if this Site controls it, or nothing of that name exists, and it
+/// differs from the rendering.
 async fn step<K>(
     ctx: &Context,
     site: &Site,
@@ -330,7 +332,7 @@ where
         + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
-    let stored = ctx.cached_or_read(store, &desired.name_any()).await?;
+    let stored = ctx.cached(store, &desired.name_any());
     write_owned(ctx, site, writes, stored, desired).await
 }
 

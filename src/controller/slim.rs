@@ -50,9 +50,23 @@ pub fn site(s: &mut Site) {
     }
 }
 
-/// Secrets keep their data: the site tokens are read back from the site Secret.
+/// Secrets the operator manages keep their data (the site tokens are read back from the site
+/// Secret); any other Secret of the namespace keeps only what the ownership check reads.
 pub fn secret(s: &mut Secret) {
     metadata(s);
+    if !managed(s) {
+        s.data = None;
+        s.string_data = None;
+    }
+}
+
+/// Whether the object carries the operator's `app.kubernetes.io/managed-by` label.
+pub fn managed<K: Resource>(obj: &K) -> bool {
+    obj.meta()
+        .labels
+        .as_ref()
+        .and_then(|l| l.get("app.kubernetes.io/managed-by"))
+        .is_some_and(|v| v == crate::labels::MANAGED_BY)
 }
 
 pub fn configmap(c: &mut ConfigMap) {

@@ -304,3 +304,131 @@ fn refuses_to_start_on_bad_input_with_one_line_and_exit_2() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// SPEC 4.6 and 5 through kubectl and the operator's webhooks: one path per Site, reserved
+/// names, ratcheting of a Site stored before a rule, observedGeneration after an audit edit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_path_per_site_reserved_names_and_ratcheting_through_kubectl() {
+    let c = Cluster::start(true).await;
+    let namespaces: Api<Namespace> = Api::all(c.client.clone());
+    let ns: Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": NS}})).unwrap();
+    let _ = namespaces.create(&PostParams::default(), &ns).await;
+    c.kubectl_ok(&[
+        "apply",
+        "-f",
+        repo_file("manifests/base/webhooks.yaml").to_str().unwrap(),
+    ]);
+    let op = serve_webhooks(&c, NS, &[], WAIT).await;
+    let example = std::fs::read_to_string(repo_file("manifests/examples/site.yaml")).unwrap();
+    let named = |name: &str| example.replace("name: docs-handbook", &format!("name: {name}"));
+    c.kubectl_ok_stdin(&["apply", "-n", NS, "-f", "-"], &example);
+    // Once the operator has processed it, its Site cache holds it.
+    c.kubectl_ok(&[
+        "wait",
+        "-n",
+        NS,
+        "--for=jsonpath={.status.observedGeneration}=1",
+        "--timeout=30s",
+        "site/docs-handbook",
+    ]);
+
+    // A second Site with the same /docs/handbook/ is denied, naming the first.
+    let out = c.kubectl_stdin(
+        &["apply", "-n", NS, "-f", "-"],
+        Some(&named("handbook-copy")),
+    );
+    assert!(!out.status.success(), "a twin path was accepted");
+    assert!(
+        stderr(&out).contains(
+            "spec.configuration.space: the path /docs/handbook/ is already used by Site docs-handbook"
+        ),
+        "{}",
+        stderr(&out)
+    );
+    // Platform object names are reserved.
+    for name in ["sites-session", "sites-config", "sites-operator-webhook"] {
+        let out = c.kubectl_stdin(&["apply", "-n", NS, "-f", "-"], Some(&named(name)));
+        assert!(!out.status.success(), "{name} was accepted");
+        assert!(
+            stderr(&out).contains(&format!("metadata.name: \"{name}\" is reserved")),
+            "{}",
+            stderr(&out)
+        );
+    }
+
+    // An audit-only edit: observedGeneration follows (kubectl wait and kstatus see it settle).
+    c.kubectl_ok(&[
+        "patch",
+        "site",
+        "docs-handbook",
+        "-n",
+        NS,
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"description":"the handbook"}}"#,
+    ]);
+    c.kubectl_ok(&[
+        "wait",
+        "-n",
+        NS,
+        "--for=jsonpath={.status.observedGeneration}=2",
+        "--timeout=30s",
+        "site/docs-handbook",
+    ]);
+
+    // A Site stored before a rule (here: while the validating webhook was not registered).
+    let saved = c.kubectl_ok(&[
+        "get",
+        "validatingwebhookconfiguration",
+        "sites-operator",
+        "-o",
+        "json",
+    ]);
+    c.kubectl_ok(&["delete", "validatingwebhookconfiguration", "sites-operator"]);
+    let legacy = named("legacy")
+        .replace("name: handbook", "name: legacy")
+        .replace("X-Frame-Options: SAMEORIGIN", "X-Var: \"$host\"");
+    c.kubectl_ok_stdin(&["apply", "-n", NS, "-f", "-"], &legacy);
+    let mut restored: serde_json::Value = serde_json::from_str(&saved).unwrap();
+    for field in [
+        "resourceVersion",
+        "uid",
+        "creationTimestamp",
+        "managedFields",
+    ] {
+        restored["metadata"].as_object_mut().unwrap().remove(field);
+    }
+    c.kubectl_ok_stdin(&["create", "-f", "-"], &restored.to_string());
+    // Updates that leave the header alone go through: annotate, archive.
+    c.kubectl_ok(&["annotate", "site", "legacy", "-n", NS, "team=docs"]);
+    c.kubectl_ok(&[
+        "patch",
+        "site",
+        "legacy",
+        "-n",
+        NS,
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"configuration":{"enabled":false}}}"#,
+    ]);
+    // Changing it gets every rule.
+    let out = c.kubectl(&[
+        "patch",
+        "site",
+        "legacy",
+        "-n",
+        NS,
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"configuration":{"headers":{"X-Var":"$uri"}}}}"#,
+    ]);
+    assert!(!out.status.success(), "a changed bad header was accepted");
+    assert!(
+        stderr(&out).contains(r#"spec.configuration.headers["X-Var"]"#),
+        "{}",
+        stderr(&out)
+    );
+    let (code, log) = op.stop();
+    assert_eq!(code, Some(0), "{log}");
+}
