@@ -117,11 +117,23 @@ pub enum Control {
     },
 }
 
-/// Who controls an object with these owner references, for `site`.
-pub fn control(owners: &[OwnerReference], site: &Site) -> Control {
+/// Who controls the object with this metadata, for `site`. An object without a controller that
+/// carries the operator's labels for this site is the Site's own, its owner reference removed by
+/// hand: it is the Site's to restore.
+pub fn control(meta: &ObjectMeta, site: &Site) -> Control {
+    let owners = meta.owner_references.as_deref().unwrap_or_default();
     let Some(controller) = owners.iter().find(|o| o.controller == Some(true)) else {
-        return Control::Other {
-            controller: "not controlled by any Site".into(),
+        let labels = meta.labels.as_ref();
+        let label = |key: &str| labels.and_then(|l| l.get(key)).map(String::as_str);
+        let ours = label("app.kubernetes.io/managed-by") == Some(MANAGED_BY)
+            && label(ID_LABEL).is_some()
+            && label(ID_LABEL) == site.metadata.name.as_deref();
+        return if ours {
+            Control::ThisSite
+        } else {
+            Control::Other {
+                controller: "not controlled by any Site".into(),
+            }
         };
     };
     let is_site = controller.kind == Site::kind(&())
@@ -249,8 +261,33 @@ mod tests {
             ),
         ];
         for (case, owners, want) in cases {
-            assert_eq!(control(&owners, &site), want, "{case}");
+            let meta = ObjectMeta {
+                owner_references: Some(owners),
+                ..Default::default()
+            };
+            assert_eq!(control(&meta, &site), want, "{case}");
         }
+        // No controller, but the operator's labels for this site: its owner reference was
+        // removed by hand; with another site's id label, or without the managed-by label, it is
+        // not this Site's.
+        let labelled = |labels: BTreeMap<String, String>| ObjectMeta {
+            labels: Some(labels),
+            ..Default::default()
+        };
+        assert_eq!(
+            control(&labelled(super::labels("a")), &site),
+            Control::ThisSite
+        );
+        assert_eq!(
+            control(&labelled(super::labels("b")), &site),
+            other("not controlled by any Site")
+        );
+        let mut unmanaged = super::labels("a");
+        unmanaged.remove("app.kubernetes.io/managed-by");
+        assert_eq!(
+            control(&labelled(unmanaged), &site),
+            other("not controlled by any Site")
+        );
         assert_eq!(owned_names("a"), ["a", "a-oauth2", "a-files"]);
     }
 }

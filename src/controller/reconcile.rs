@@ -156,7 +156,7 @@ async fn gather(ctx: &Context, site: &Site) -> Result<Gathered> {
     };
     let own_secret = secret
         .as_deref()
-        .filter(|s| labels::control(s.owner_references(), site) == Control::ThisSite);
+        .filter(|s| labels::control(s.meta(), site) == Control::ThisSite);
     let tokens = SiteTokens::keep_or_generate(own_secret, random_token);
     let session_key = ctx.session_key().await?;
     let host = ctx.public_host().await?;
@@ -298,7 +298,7 @@ where
     K: Resource,
     K::DynamicType: Default,
 {
-    match labels::control(obj.owner_references(), site) {
+    match labels::control(obj.meta(), site) {
         Control::ThisSite => Ok(()),
         Control::PreviousSite => Err(Error::Waiting {
             what: format!(

@@ -144,7 +144,25 @@ async fn objects_the_site_does_not_control_are_left_untouched() {
     )
     .await;
     op.settled_after(before).await;
-    wait_available(&c, "docs-handbook").await;
+    let site = wait_available(&c, "docs-handbook").await;
+
+    // Its own object, the owner reference removed by hand (it keeps the operator's labels): the
+    // Site's, so it is restored.
+    api::<ConfigMap>(&c)
+        .patch(
+            "docs-handbook-files",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"ownerReferences": null}})),
+        )
+        .await
+        .unwrap();
+    let uid = site.metadata.uid.clone().unwrap();
+    eventually("the owner reference restored", WAIT, || async {
+        let cm = api::<ConfigMap>(&c).get("docs-handbook-files").await.ok()?;
+        let refs = cm.metadata.owner_references.unwrap_or_default();
+        (refs.len() == 1 && refs[0].uid == uid && refs[0].controller == Some(true)).then_some(())
+    })
+    .await;
     op.stop().await;
 }
 
