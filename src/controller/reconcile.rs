@@ -5,8 +5,10 @@
 //!    claim, a retained volume);
 //! 3. **decide** whether the pods roll ([`crate::restart`]);
 //! 4. **render** every object ([`crate::render`], pure);
-//! 5. **apply** them in the LIFE-01 order, writing only what differs ([`apply`]);
-//! 6. **prune** this site's route of the other routing mode (LIFE-13);
+//! 5. **apply** them in the LIFE-01 order, only objects the Site controls, writing only what
+//!    differs ([`apply`]);
+//! 6. **routes**: the active mode's route unless an older Site serves the path, then **prune**
+//!    this site's route of the other routing mode (LIFE-13);
 //! 7. write the **status** when it changed.
 //!
 //! Reads come from the caches ([`Context`]); every write goes through [`apply`]; errors are
