@@ -9,7 +9,9 @@
 //! and its labels match the rendering. Writes are server-side applies with the operator's field
 //! manager, so the API server's defaults and other managers' fields are left alone.
 
+use std::collections::HashMap;
 use std::fmt::Debug;
+use std::sync::Mutex;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -20,6 +22,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::controller::context::Context;
+use crate::controller::slim::{self, Managed};
 use crate::controller::status;
 use crate::crd::{ID_LABEL, Site, SiteStatus};
 use crate::render::volume;
@@ -96,9 +99,65 @@ pub enum Written {
     Updated,
 }
 
+/// The fingerprints ([`slim::fingerprint`]) of the managed content of the owned objects as the
+/// API server returned them after the operator's last write (or, after a restart, as first seen
+/// up to date): a watch event showing another fingerprint is drift, repaired by the next apply.
+/// One short string per object, not the objects.
+#[derive(Default)]
+pub struct Fingerprints(Mutex<HashMap<String, String>>);
+
+impl Fingerprints {
+    fn key<K: Resource>(name: &str) -> String
+    where
+        K::DynamicType: Default,
+    {
+        format!("{}/{name}", K::kind(&K::DynamicType::default()))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether the observed content of `stored` differs from what the operator wrote; an object
+    /// first seen up to date (after a restart) is trusted as written.
+    fn drifted<K: Resource>(&self, stored: &K) -> bool
+    where
+        K::DynamicType: Default,
+    {
+        let Some(observed) = stored.annotations().get(slim::OBSERVED_FINGERPRINT) else {
+            return false;
+        };
+        let key = Self::key::<K>(&stored.name_any());
+        let mut known = self.lock();
+        match known.get(&key) {
+            Some(written) => written != observed,
+            None => {
+                known.insert(key, observed.clone());
+                false
+            }
+        }
+    }
+
+    fn written<K: Resource + Managed>(&self, obj: &K)
+    where
+        K::DynamicType: Default,
+    {
+        let key = Self::key::<K>(&obj.name_any());
+        self.lock().insert(key, slim::fingerprint(obj));
+    }
+
+    /// Forgets a deleted object.
+    pub fn forget<K: Resource>(&self, name: &str)
+    where
+        K::DynamicType: Default,
+    {
+        self.lock().remove(&Self::key::<K>(name));
+    }
+}
+
 /// Makes the object match `desired` (stamped here), writing only when the cached copy `stored`
-/// differs (None: not in the cache, so probably missing). Returns what the API server stored
-/// when it wrote.
+/// differs (None: not in the cache, so probably missing) or its managed content drifted from
+/// what the operator wrote. Returns what the API server stored when it wrote.
 pub async fn apply<K>(
     ctx: &Context,
     stored: Option<&K>,
@@ -106,6 +165,7 @@ pub async fn apply<K>(
 ) -> Result<(Written, Option<K>)>
 where
     K: Resource<Scope = kube::core::NamespaceResourceScope>
+        + Managed
         + Clone
         + Serialize
         + DeserializeOwned
@@ -116,7 +176,10 @@ where
     if let Some(s) = stored
         && up_to_date(s, &desired)
     {
-        return Ok((Written::Unchanged, None));
+        if !ctx.fingerprints.drifted(s) {
+            return Ok((Written::Unchanged, None));
+        }
+        tracing::info!(kind = %K::kind(&K::DynamicType::default()), object = %s.name_any(), "changed by someone else: restoring it");
     }
     let name = desired.name_any();
     let api = ctx.api::<K>();
@@ -145,6 +208,7 @@ where
     } else {
         Written::Created
     };
+    ctx.fingerprints.written(&written);
     tracing::info!(kind = %K::kind(&K::DynamicType::default()), object = %name, written = ?how, "wrote object");
     Ok((how, Some(written)))
 }
@@ -158,9 +222,13 @@ where
     match ctx.api::<K>().delete(name, &DeleteParams::default()).await {
         Ok(_) => {
             tracing::info!(kind = %K::kind(&K::DynamicType::default()), object = name, "deleted");
+            ctx.fingerprints.forget::<K>(name);
             Ok(())
         }
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => {
+            ctx.fingerprints.forget::<K>(name);
+            Ok(())
+        }
         Err(e) => Err(e),
     }
 }
@@ -356,5 +424,36 @@ mod tests {
         let mut newer = cm("2", "u");
         stamp(&mut newer);
         assert!(!up_to_date(&stored, &newer));
+    }
+
+    #[test]
+    fn drift_is_a_fingerprint_other_than_the_written_one() {
+        let prints = Fingerprints::default();
+        let observed = |data: &str| {
+            let mut c = cm(data, "u");
+            crate::controller::slim::configmap(&mut c);
+            c
+        };
+        // First seen (a restart): trusted as written.
+        assert!(!prints.drifted(&observed("1")));
+        assert!(!prints.drifted(&observed("1")));
+        assert!(
+            prints.drifted(&observed("edited")),
+            "an edit after that is drift"
+        );
+        // After the operator's own write, its result is what counts.
+        prints.written(&cm("2", "u"));
+        assert!(!prints.drifted(&observed("2")));
+        assert!(prints.drifted(&observed("1")));
+        // Status and metadata other than the managed content are not drift.
+        let mut relabelled = cm("2", "u");
+        relabelled.labels_mut().insert("extra".into(), "x".into());
+        crate::controller::slim::configmap(&mut relabelled);
+        assert!(!prints.drifted(&relabelled));
+        // A deleted object is forgotten: its successor is trusted on first sight again.
+        prints.forget::<ConfigMap>("a");
+        assert!(!prints.drifted(&observed("3")));
+        // Without an observed fingerprint (not from a watch), nothing can be said.
+        assert!(!prints.drifted(&cm("4", "u")));
     }
 }

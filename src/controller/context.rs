@@ -102,6 +102,8 @@ pub struct Context {
     master_host: Cached<Option<String>>,
     /// The delayed volume label patches.
     pub(crate) labeller: Labeller,
+    /// What the operator last wrote of each owned object (drift detection).
+    pub(crate) fingerprints: crate::controller::apply::Fingerprints,
     /// Where the clock comes from (tests may pin it).
     pub now: fn() -> Time,
 }
@@ -129,6 +131,7 @@ impl Context {
             session_key: Mutex::new(None),
             master_host: Mutex::new(None),
             labeller: Labeller::default(),
+            fingerprints: Default::default(),
             now: system_now,
         }
     }

@@ -327,6 +327,7 @@ async fn step<K>(
 ) -> Result<(Written, Option<K>)>
 where
     K: Resource<Scope = kube::core::NamespaceResourceScope>
+        + slim::Managed
         + Clone
         + serde::Serialize
         + serde::de::DeserializeOwned
@@ -348,6 +349,7 @@ async fn write_owned<K>(
 ) -> Result<(Written, Option<K>)>
 where
     K: Resource<Scope = kube::core::NamespaceResourceScope>
+        + slim::Managed
         + Clone
         + serde::Serialize
         + serde::de::DeserializeOwned
@@ -407,6 +409,7 @@ async fn active_route<K>(
 ) -> Result<()>
 where
     K: Resource<Scope = kube::core::NamespaceResourceScope>
+        + slim::Managed
         + Clone
         + serde::Serialize
         + serde::de::DeserializeOwned

@@ -1,7 +1,9 @@
 //! What the caches keep of each kind: only the fields the reconciler reads. Whether an owned
 //! object is up to date is decided from its metadata (the desired-hash annotation, labels and
-//! owner references, see [`super::apply`]), so specs the operator only writes are dropped; at
-//! 10,000 Sites the StatefulSet pod templates alone would hold most of the operator's memory.
+//! owner references, see [`super::apply`]) and from a fingerprint of the content the operator
+//! manages ([`Managed`]), taken here before that content is dropped, so specs the operator only
+//! writes are not kept; at 10,000 Sites the StatefulSet pod templates alone would hold most of
+//! the operator's memory.
 
 use gateway_api::apis::standard::httproutes::HttpRoute;
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
@@ -19,6 +21,83 @@ const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// Prefix of the annotations the operator reads back from objects it owns.
 const OWN_ANNOTATIONS: &str = "sites.ecmwf.int/";
+
+/// Annotation that cached objects (never the cluster's) carry: the [`fingerprint`] of the
+/// content the operator manages, as this watch event showed it (drift detection, SPEC 4.6).
+pub const OBSERVED_FINGERPRINT: &str = "sites.ecmwf.int/observed-fingerprint";
+
+/// The content of an owned kind that the operator manages and an edit by anyone else would
+/// change: data, or the spec (status is never part of it; neither are fields other controllers
+/// own, such as a claim's bound volume).
+pub trait Managed {
+    fn managed_content(&self) -> serde_json::Value;
+}
+
+impl Managed for Secret {
+    fn managed_content(&self) -> serde_json::Value {
+        serde_json::json!({"type": self.type_, "data": self.data})
+    }
+}
+
+impl Managed for ConfigMap {
+    fn managed_content(&self) -> serde_json::Value {
+        serde_json::json!({"data": self.data, "binaryData": self.binary_data})
+    }
+}
+
+impl Managed for PersistentVolumeClaim {
+    fn managed_content(&self) -> serde_json::Value {
+        let spec = self.spec.as_ref();
+        serde_json::json!({
+            "accessModes": spec.and_then(|s| s.access_modes.as_ref()),
+            "requests": spec.and_then(|s| s.resources.as_ref()).and_then(|r| r.requests.as_ref()),
+            "storageClassName": spec.and_then(|s| s.storage_class_name.as_ref()),
+        })
+    }
+}
+
+impl Managed for StatefulSet {
+    fn managed_content(&self) -> serde_json::Value {
+        serde_json::to_value(&self.spec).unwrap_or_default()
+    }
+}
+
+impl Managed for Service {
+    fn managed_content(&self) -> serde_json::Value {
+        serde_json::to_value(&self.spec).unwrap_or_default()
+    }
+}
+
+impl Managed for Ingress {
+    fn managed_content(&self) -> serde_json::Value {
+        serde_json::to_value(&self.spec).unwrap_or_default()
+    }
+}
+
+impl Managed for HttpRoute {
+    fn managed_content(&self) -> serde_json::Value {
+        serde_json::to_value(&self.spec).unwrap_or_default()
+    }
+}
+
+/// A short hash of the managed content (16 hex digits).
+pub fn fingerprint<K: Managed>(obj: &K) -> String {
+    let content = obj.managed_content().to_string();
+    let digest = ring::digest::digest(&ring::digest::SHA256, content.as_bytes());
+    digest.as_ref()[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Records the fingerprint of the managed content on the cached copy, before it is slimmed.
+fn observe<K: Managed + Resource>(obj: &mut K) {
+    let fp = fingerprint(obj);
+    obj.meta_mut()
+        .annotations
+        .get_or_insert_default()
+        .insert(OBSERVED_FINGERPRINT.into(), fp);
+}
 
 /// Metadata of objects the operator owns or watches for a site: name, namespace, labels, owner
 /// references, deletion timestamp and this operator's annotations. Identity and bookkeeping
@@ -53,6 +132,7 @@ pub fn site(s: &mut Site) {
 /// Secrets the operator manages keep their data (the site tokens are read back from the site
 /// Secret); any other Secret of the namespace keeps only what the ownership check reads.
 pub fn secret(s: &mut Secret) {
+    observe(s);
     metadata(s);
     if !managed(s) {
         s.data = None;
@@ -70,6 +150,7 @@ pub fn managed<K: Resource>(obj: &K) -> bool {
 }
 
 pub fn configmap(c: &mut ConfigMap) {
+    observe(c);
     metadata(c);
     c.data = None;
     c.binary_data = None;
@@ -77,12 +158,14 @@ pub fn configmap(c: &mut ConfigMap) {
 
 /// Claims keep their spec (class, size and bound volume are read back) and status.
 pub fn claim(c: &mut PersistentVolumeClaim) {
+    observe(c);
     metadata(c);
 }
 
 /// StatefulSets keep the pod-template metadata: the qualifying-change state and `restartedAt`
 /// are read back from its annotations.
 pub fn statefulset(s: &mut StatefulSet) {
+    observe(s);
     metadata(s);
     s.status = None;
     s.spec = s.spec.take().map(|spec| StatefulSetSpec {
@@ -95,18 +178,21 @@ pub fn statefulset(s: &mut StatefulSet) {
 }
 
 pub fn service(s: &mut Service) {
+    observe(s);
     metadata(s);
     s.spec = None;
     s.status = None;
 }
 
 pub fn ingress(i: &mut Ingress) {
+    observe(i);
     metadata(i);
     i.spec = None;
     i.status = None;
 }
 
 pub fn httproute(r: &mut HttpRoute) {
+    observe(r);
     metadata(r);
     r.spec = Default::default();
     r.status = None;
@@ -161,6 +247,7 @@ mod tests {
     use crate::controller::apply;
     use crate::fixtures;
     use crate::render::{self, Inputs, SiteTokens};
+    use kube::ResourceExt;
     use serde_json::json;
 
     fn rendered() -> (Site, render::Rendered) {
@@ -343,5 +430,58 @@ mod tests {
             before.spec.as_ref().unwrap().claim_ref
         );
         assert!(v.spec.as_ref().unwrap().capacity.is_none());
+    }
+
+    #[test]
+    fn fingerprints_cover_the_managed_content_only() {
+        let (_, r) = rendered();
+        let print = |s: &StatefulSet| {
+            let mut s = s.clone();
+            statefulset(&mut s);
+            s.annotations()[OBSERVED_FINGERPRINT].clone()
+        };
+        let base = print(&r.statefulset);
+        assert_eq!(base, fingerprint(&r.statefulset));
+        // Status, resourceVersion and other components' annotations: the same fingerprint.
+        let mut status_only = r.statefulset.clone();
+        status_only.status = Some(Default::default());
+        status_only.metadata.resource_version = Some("99".into());
+        status_only
+            .annotations_mut()
+            .insert("example.org/x".into(), "y".into());
+        assert_eq!(print(&status_only), base);
+        // Replicas scaled by hand: another one.
+        let mut scaled = r.statefulset.clone();
+        scaled.spec.as_mut().unwrap().replicas = Some(4);
+        assert_ne!(print(&scaled), base);
+        // A claim's bound volume (the binder's) is not the operator's content; its size is.
+        let mut bound = r.pvc.clone();
+        bound.spec.as_mut().unwrap().volume_name = Some("pv-1".into());
+        assert_eq!(fingerprint(&bound), fingerprint(&r.pvc));
+        let mut resized = r.pvc.clone();
+        resized
+            .spec
+            .as_mut()
+            .unwrap()
+            .resources
+            .as_mut()
+            .unwrap()
+            .requests
+            .as_mut()
+            .unwrap()
+            .insert(
+                "storage".into(),
+                k8s_openapi::apimachinery::pkg::api::resource::Quantity("9Gi".into()),
+            );
+        assert_ne!(fingerprint(&resized), fingerprint(&r.pvc));
+        // Data of another component's Secret is dropped from the cache, its fingerprint kept.
+        let mut foreign = r.secret.clone();
+        foreign.labels_mut().clear();
+        secret(&mut foreign);
+        assert!(foreign.data.is_none());
+        assert_eq!(
+            foreign.annotations()[OBSERVED_FINGERPRINT],
+            fingerprint(&r.secret)
+        );
     }
 }

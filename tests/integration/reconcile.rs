@@ -680,6 +680,96 @@ async fn hand_edits_are_repaired() {
         (refs.len() == 1 && refs[0].uid == site.metadata.uid.clone()?).then_some(())
     })
     .await;
+
+    // SPEC 4.6, drift: content edited by anyone else is restored from the watch event.
+    let conf = |cm: ConfigMap| cm.data.and_then(|d| d.get("nginx.conf").cloned());
+    let rendered_conf = conf(
+        api::<ConfigMap>(&c)
+            .get("docs-handbook-files")
+            .await
+            .unwrap(),
+    );
+    let edits: [(&str, Value); 4] = [
+        ("StatefulSet", json!({"spec": {"replicas": 4}})),
+        (
+            "ConfigMap",
+            json!({"data": {"nginx.conf": "# edited by hand"}}),
+        ),
+        (
+            "Service",
+            json!({"spec": {"selector": {"sites.ecmwf.int/id": "other"}}}),
+        ),
+        (
+            "Secret",
+            json!({"metadata": {"labels": {"sites.ecmwf.int/id": null}}}),
+        ),
+    ];
+    for (kind, edit) in edits {
+        let patch = Patch::Merge(&edit);
+        let params = PatchParams::default();
+        match kind {
+            "StatefulSet" => drop(
+                api::<StatefulSet>(&c)
+                    .patch("docs-handbook", &params, &patch)
+                    .await
+                    .unwrap(),
+            ),
+            "ConfigMap" => drop(
+                api::<ConfigMap>(&c)
+                    .patch("docs-handbook-files", &params, &patch)
+                    .await
+                    .unwrap(),
+            ),
+            "Service" => drop(
+                api::<Service>(&c)
+                    .patch("docs-handbook", &params, &patch)
+                    .await
+                    .unwrap(),
+            ),
+            _ => drop(
+                api::<Secret>(&c)
+                    .patch("docs-handbook", &params, &patch)
+                    .await
+                    .unwrap(),
+            ),
+        }
+    }
+    eventually("every hand edit repaired", WAIT, || async {
+        let sts = api::<StatefulSet>(&c).get("docs-handbook").await.ok()?;
+        let cm = api::<ConfigMap>(&c).get("docs-handbook-files").await.ok()?;
+        let svc = api::<Service>(&c).get("docs-handbook").await.ok()?;
+        let secret = api::<Secret>(&c).get("docs-handbook").await.ok()?;
+        let selector = svc.spec?.selector?;
+        (sts.spec?.replicas == Some(1)
+            && conf(cm) == rendered_conf
+            && selector.get("sites.ecmwf.int/id").map(String::as_str) == Some("docs-handbook")
+            && selector.len() == 1
+            && secret
+                .metadata
+                .labels?
+                .get("sites.ecmwf.int/id")
+                .map(String::as_str)
+                == Some("docs-handbook"))
+        .then_some(())
+    })
+    .await;
+    // No write loop: status-only changes and the repairs' own watch events cost nothing more.
+    wait_available(&c, "docs-handbook").await;
+    let before = op.reconciles();
+    c.emulator.stats().reset();
+    merge(
+        &c,
+        "docs-handbook",
+        json!({"metadata": {"labels": {"touch": "1"}}}),
+    )
+    .await;
+    op.settled_after(before).await;
+    assert_eq!(
+        operator_writes(&c, 1),
+        0,
+        "{}",
+        c.emulator.stats().to_json()
+    );
     op.stop().await;
 }
 

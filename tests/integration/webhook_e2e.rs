@@ -12,7 +12,7 @@ use kube::api::{Api, PostParams};
 use sites_operator::certs;
 use sites_operator::crd::{Site, UPGRADE_REQUEST_ANNOTATION};
 
-use crate::support::{Cluster, repo_file, serve_webhooks};
+use crate::support::{Cluster, OperatorProcess, repo_file, serve_webhooks};
 
 const WAIT: Duration = Duration::from_secs(30);
 const NS: &str = "sites";
@@ -33,8 +33,9 @@ fn annotation(c: &Cluster, name: &str) -> String {
     ])
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kubectl_edits_go_through_the_operator_webhooks() {
+/// An HTTPS emulator with the namespace and the committed webhook configurations, and the
+/// operator serving them.
+async fn operator_behind_webhooks() -> (Cluster, OperatorProcess) {
     let c = Cluster::start(true).await;
     let namespaces: Api<Namespace> = Api::all(c.client.clone());
     let ns: Namespace =
@@ -46,6 +47,12 @@ async fn kubectl_edits_go_through_the_operator_webhooks() {
         repo_file("manifests/base/webhooks.yaml").to_str().unwrap(),
     ]);
     let op = serve_webhooks(&c, NS, &[], WAIT).await;
+    (c, op)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_edits_go_through_the_operator_webhooks() {
+    let (c, op) = operator_behind_webhooks().await;
 
     // Self-signed mode: the certificate is in the Secret and the CA in every webhook.
     let secrets: Api<Secret> = Api::namespaced(c.client.clone(), NS);
@@ -309,17 +316,7 @@ fn refuses_to_start_on_bad_input_with_one_line_and_exit_2() {
 /// names, ratcheting of a Site stored before a rule, observedGeneration after an audit edit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_path_per_site_reserved_names_and_ratcheting_through_kubectl() {
-    let c = Cluster::start(true).await;
-    let namespaces: Api<Namespace> = Api::all(c.client.clone());
-    let ns: Namespace =
-        serde_json::from_value(serde_json::json!({"metadata": {"name": NS}})).unwrap();
-    let _ = namespaces.create(&PostParams::default(), &ns).await;
-    c.kubectl_ok(&[
-        "apply",
-        "-f",
-        repo_file("manifests/base/webhooks.yaml").to_str().unwrap(),
-    ]);
-    let op = serve_webhooks(&c, NS, &[], WAIT).await;
+    let (c, op) = operator_behind_webhooks().await;
     let example = std::fs::read_to_string(repo_file("manifests/examples/site.yaml")).unwrap();
     let named = |name: &str| example.replace("name: docs-handbook", &format!("name: {name}"));
     c.kubectl_ok_stdin(&["apply", "-n", NS, "-f", "-"], &example);
