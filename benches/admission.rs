@@ -34,7 +34,7 @@ fn handlers(c: &mut Criterion) {
         group.bench_function("mutate: decode+stamp+encode", |b| {
             b.iter(|| {
                 let req = server::decode_as::<SiteObject>(black_box(&body)).expect("decodes");
-                let resp = admission::mutate_site(&req, uuid::Uuid::new_v4);
+                let resp = admission::mutate_site(&req, &cfg, uuid::Uuid::new_v4);
                 server::encode(&resp).expect("encodes")
             })
         });

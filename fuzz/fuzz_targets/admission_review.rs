@@ -14,7 +14,7 @@ fuzz_target!(|data: &[u8]| {
     // The Site webhooks try this decoding first.
     let typed = server::decode_as::<SiteObject>(data).ok();
     let typed_answers = typed.map(|req| {
-        let mutated = admission::mutate_site(&req, || FRESH_UUID);
+        let mutated = admission::mutate_site(&req, &CONFIGS[0], || FRESH_UUID);
         server::encode(&mutated).expect("the mutating answer encodes");
         let validated: Vec<_> = CONFIGS
             .iter()
@@ -30,7 +30,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
 
-    let mutated = admission::mutate_site(&req, || FRESH_UUID);
+    let mutated = admission::mutate_site(&req, &CONFIGS[0], || FRESH_UUID);
     server::encode(&mutated).expect("the mutating answer encodes");
     if let Some(patch) = &mutated.patch {
         let patch: json_patch::Patch =

@@ -1,7 +1,8 @@
 //! Admission: pure handlers from an AdmissionRequest to an AdmissionResponse (the HTTP layer in
 //! [`server`] only decodes, calls and encodes).
 //!
-//! - [`mutate_site`]: upgrade-request stamping (SPEC section 5, LIFE-09).
+//! - [`mutate_site`]: upgrade-request stamping (SPEC section 5, LIFE-09) and image recording on
+//!   CREATE (SPEC 4.6).
 //! - [`validate_site`]: the Site rules of [`crate::validation::site`], every violation with its
 //!   field path.
 //! - [`validate_config`]: the platform configuration validator on the `sites-config` ConfigMap.
@@ -257,33 +258,86 @@ fn upgrade_request<K: Resource>(object: Option<&K>) -> Option<&str> {
         .map(String::as_str)
 }
 
-/// Upgrade-request stamping: a value that is not a UUID (`force`, `true`, `now`, ...) becomes a
-/// fresh UUIDv4 from `fresh`, so `kubectl annotate site X sites.ecmwf.int/upgrade-request=force
-/// --overwrite` always forces exactly one upgrade. A UUID is kept (a new one is the Hub's forced
-/// upgrade; an unchanged one is what every unrelated update carries). Removing the annotation
-/// stamps nothing. The response is a JSONPatch, absent when nothing changes.
-pub fn mutate_site<K: Resource>(
+/// The applications of a Site in an admission request: (name, whether it records an image).
+/// None when the object is not a Site.
+pub trait SiteApplications {
+    fn site_applications(&self) -> Option<Vec<(String, bool)>>;
+}
+
+impl SiteApplications for SiteObject {
+    fn site_applications(&self) -> Option<Vec<(String, bool)>> {
+        Some(applications(&self.spec))
+    }
+}
+
+impl SiteApplications for DynamicObject {
+    fn site_applications(&self) -> Option<Vec<(String, bool)>> {
+        let site = typed_site(Some(self), "object").ok()??;
+        Some(applications(&site.spec))
+    }
+}
+
+fn applications(spec: &SiteSpec) -> Vec<(String, bool)> {
+    spec.configuration
+        .applications
+        .iter()
+        .map(|a| (a.name.clone(), a.image.is_some()))
+        .collect()
+}
+
+/// The mutating webhook (SPEC section 5):
+/// - **upgrade-request stamping**: a value that is not a UUID (`force`, `true`, `now`, ...)
+///   becomes a fresh UUIDv4 from `fresh`, so `kubectl annotate site X
+///   sites.ecmwf.int/upgrade-request=force --overwrite` always forces exactly one upgrade. A UUID
+///   is kept (a new one is the Hub's forced upgrade; an unchanged one is what every unrelated
+///   update carries). Removing the annotation stamps nothing.
+/// - **image recording** on CREATE: each built-in application without an image gets the
+///   catalogue repository at the platform version, so a later platform version moves it only
+///   through `upgrade` (LIFE-06), never through a restart or a configuration change (SPEC 4.6).
+///
+/// The response is a JSONPatch, absent when nothing changes.
+pub fn mutate_site<K: Resource + SiteApplications>(
     req: &AdmissionRequest<K>,
+    cfg: &PlatformConfig,
     fresh: impl FnOnce() -> uuid::Uuid,
 ) -> AdmissionResponse {
     let response = AdmissionResponse::from(req);
     if !matches!(req.operation, Operation::Create | Operation::Update) {
         return response;
     }
-    let Some(value) = upgrade_request(req.object.as_ref()) else {
-        return response;
-    };
-    let is_uuid = value.len() == 36
-        && uuid::Uuid::try_parse(value).is_ok_and(|u| !u.is_nil() && u.get_version_num() > 0);
-    if is_uuid {
+    let mut ops = Vec::new();
+    if req.operation == Operation::Create
+        && let Some(apps) = req.object.as_ref().and_then(|o| o.site_applications())
+    {
+        for (i, (name, has_image)) in apps.iter().enumerate() {
+            if *has_image {
+                continue;
+            }
+            if let Some(entry) = cfg.sites.applications.iter().find(|e| &e.name == name) {
+                ops.push(serde_json::json!({
+                    "op": "add",
+                    "path": format!("/spec/configuration/applications/{i}/image"),
+                    "value": crate::render::apps::catalogue_image(entry, &cfg.sites.version),
+                }));
+            }
+        }
+    }
+    if let Some(value) = upgrade_request(req.object.as_ref()) {
+        let is_uuid = value.len() == 36
+            && uuid::Uuid::try_parse(value).is_ok_and(|u| !u.is_nil() && u.get_version_num() > 0);
+        if !is_uuid {
+            ops.push(serde_json::json!({
+                "op": "replace",
+                "path": format!("/metadata/annotations/{}", UPGRADE_REQUEST_ANNOTATION.replace('~', "~0").replace('/', "~1")),
+                "value": fresh().to_string(),
+            }));
+        }
+    }
+    if ops.is_empty() {
         return response;
     }
-    let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([{
-        "op": "replace",
-        "path": format!("/metadata/annotations/{}", UPGRADE_REQUEST_ANNOTATION.replace('~', "~0").replace('/', "~1")),
-        "value": fresh().to_string(),
-    }]))
-    .expect("a literal JSON patch");
+    let patch: json_patch::Patch =
+        serde_json::from_value(serde_json::Value::Array(ops)).expect("JSON patch operations");
     match response.with_patch(patch) {
         Ok(r) => r,
         Err(e) => AdmissionResponse::from(req).deny(e.to_string()),

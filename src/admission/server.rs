@@ -178,11 +178,13 @@ pub fn encode(response: &AdmissionResponse) -> serde_json::Result<Vec<u8>> {
 // The Site handlers decode typed first; a body that does not decode that way (malformed, or an
 // object that is not a Site) takes the generic path, which names the problem.
 
-async fn mutate_sites(body: Bytes) -> Response {
+async fn mutate_sites(State(state): State<WebhookState>, body: Bytes) -> Response {
     if let Ok(req) = decode_as::<SiteObject>(&body) {
-        return respond(&super::mutate_site(&req, uuid::Uuid::new_v4));
+        return respond(&super::mutate_site(&req, &state.config, uuid::Uuid::new_v4));
     }
-    answer(&body, |req| super::mutate_site(req, uuid::Uuid::new_v4))
+    answer(&body, |req| {
+        super::mutate_site(req, &state.config, uuid::Uuid::new_v4)
+    })
 }
 
 async fn validate_sites(State(state): State<WebhookState>, body: Bytes) -> Response {

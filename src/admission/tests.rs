@@ -65,8 +65,13 @@ const FRESH: &str = "5f0b3a52-9d57-4c3c-8f8e-1a2b3c4d5e6f";
 
 #[test]
 fn upgrade_annotation_stamping() {
+    // Images recorded: this table is about the annotation only.
     let with = |v: Option<&str>| {
         handbook()
+            .configuration(
+                "applications",
+                json!([{"name": "static", "image": "registry.example.org/sites/static:2.4.0"}]),
+            )
             .edit(|s| {
                 if let Some(v) = v {
                     s["metadata"]["annotations"] = json!({UPGRADE_REQUEST_ANNOTATION: v});
@@ -138,7 +143,7 @@ fn upgrade_annotation_stamping() {
     ];
     for (case, op, new, old, want) in cases {
         let old_obj = (op == "UPDATE").then(|| with(old));
-        let r = mutate_site(&request(op, Some(with(new)), old_obj), || {
+        let r = mutate_site(&request(op, Some(with(new)), old_obj), &config(), || {
             uuid::Uuid::parse_str(FRESH).unwrap()
         });
         assert!(r.allowed, "{case}");
@@ -1907,4 +1912,51 @@ fn updates_ratchet_rules_on_fields_they_leave_unchanged() {
     collide["spec"]["configuration"]["applications"][1]["port"] = json!(8000);
     let r = validate_site(&request("UPDATE", Some(collide), Some(two)), &config());
     assert!(!r.allowed);
+}
+
+#[test]
+fn built_in_images_are_recorded_on_create() {
+    let site = handbook()
+        .configuration(
+            "applications",
+            json!([
+                {"name": "static"},
+                {"name": "app", "image": "ghcr.io/x/app:1"},
+                {"name": "site-api", "image": "registry.example.org/sites/site-api:2.3.0"},
+                {"name": "oauth2-proxy"}
+            ]),
+        )
+        .json();
+    let r = mutate_site(
+        &request("CREATE", Some(site.clone()), None),
+        &config(),
+        || uuid::Uuid::parse_str(FRESH).unwrap(),
+    );
+    let patch: Value = serde_json::from_slice(r.patch.as_ref().expect("a patch")).unwrap();
+    assert_eq!(
+        patch,
+        json!([
+            {"op": "add", "path": "/spec/configuration/applications/0/image", "value": "registry.example.org/sites/static:2.4.0"},
+            {"op": "add", "path": "/spec/configuration/applications/3/image", "value": "registry.example.org/sites/oauth2-proxy:2.4.0"}
+        ])
+    );
+    // The typed decoding answers the same.
+    let body = serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": request("CREATE", Some(site.clone()), None)
+    }))
+    .unwrap();
+    let typed = mutate_site(
+        &server::decode_as::<SiteObject>(&body).unwrap(),
+        &config(),
+        || uuid::Uuid::parse_str(FRESH).unwrap(),
+    );
+    assert_eq!(typed.patch, r.patch);
+    // An update records nothing: images move only through `upgrade` (LIFE-06).
+    let r = mutate_site(
+        &request("UPDATE", Some(site.clone()), Some(site)),
+        &config(),
+        || uuid::Uuid::parse_str(FRESH).unwrap(),
+    );
+    assert!(r.patch.is_none());
 }

@@ -330,6 +330,18 @@ async fn one_path_per_site_reserved_names_and_ratcheting_through_kubectl() {
         "site/docs-handbook",
     ]);
 
+    // The image of the built-in application was recorded on CREATE (no silent rollouts).
+    let image = c.kubectl_ok(&[
+        "get",
+        "site",
+        "docs-handbook",
+        "-n",
+        NS,
+        "-o",
+        "jsonpath={.spec.configuration.applications[0].image}",
+    ]);
+    assert_eq!(image, "registry.example.org/sites/static:2.4.0");
+
     // A second Site with the same /docs/handbook/ is denied, naming the first.
     let out = c.kubectl_stdin(
         &["apply", "-n", NS, "-f", "-"],
