@@ -22,7 +22,7 @@ use sites_operator::metrics;
 
 use crate::support::operator::{
     NS, SeenErrors, WAIT, api, condition, config, count_panics, elected_operator, example, merge,
-    operator, operator_writes, prepare, restarted_at, sites, wait_available, wait_condition,
+    operator, prepare, restarted_at, sites, wait_available, wait_condition, writes_after,
 };
 use crate::support::{Cluster, eventually, eventually_every};
 
@@ -132,17 +132,14 @@ async fn a_site_converges_and_an_unchanged_site_costs_no_writes() {
     }
 
     // Nothing changed: another pass writes nothing (SPEC 4.4 "zero API writes").
-    let before = op.reconciles();
-    c.emulator.stats().reset();
-    merge(
-        &c,
-        "docs-handbook",
-        json!({"metadata": {"labels": {"team": "docs"}}}),
-    )
-    .await;
-    op.settled_after(before).await;
     assert_eq!(
-        operator_writes(&c, 1),
+        writes_after(
+            &c,
+            &op,
+            "docs-handbook",
+            json!({"metadata": {"labels": {"team": "docs"}}})
+        )
+        .await,
         0,
         "{}",
         c.emulator.stats().to_json()
@@ -150,17 +147,9 @@ async fn a_site_converges_and_an_unchanged_site_costs_no_writes() {
 
     // LIFE-02: an audit field causes no object writes; the status records the new generation
     // (one status write, SPEC 4.4), so kubectl wait and kstatus see the Site settle.
-    let before = op.reconciles();
-    c.emulator.stats().reset();
-    merge(
-        &c,
-        "docs-handbook",
-        json!({"spec": {"description": "new words", "updated_by": "asmith"}}),
-    )
-    .await;
-    op.settled_after(before).await;
+    let audit = json!({"spec": {"description": "new words", "updated_by": "asmith"}});
     assert_eq!(
-        operator_writes(&c, 1),
+        writes_after(&c, &op, "docs-handbook", audit).await,
         1,
         "audit change: {}",
         c.emulator.stats().to_json()
@@ -173,17 +162,14 @@ async fn a_site_converges_and_an_unchanged_site_costs_no_writes() {
     );
     assert_eq!(condition(&site, "Progressing").unwrap().1, "UpToDate");
     // The same pass again: nothing more.
-    let before = op.reconciles();
-    c.emulator.stats().reset();
-    merge(
-        &c,
-        "docs-handbook",
-        json!({"metadata": {"labels": {"team": "docs-2"}}}),
-    )
-    .await;
-    op.settled_after(before).await;
     assert_eq!(
-        operator_writes(&c, 1),
+        writes_after(
+            &c,
+            &op,
+            "docs-handbook",
+            json!({"metadata": {"labels": {"team": "docs-2"}}})
+        )
+        .await,
         0,
         "{}",
         c.emulator.stats().to_json()
@@ -556,17 +542,14 @@ async fn a_foreign_route_is_never_taken() {
     })
     .await;
     op.settled_after(op.reconciles() - 1.0).await;
-    let before = op.reconciles();
-    c.emulator.stats().reset();
-    merge(
-        &c,
-        "docs-handbook",
-        json!({"metadata": {"labels": {"touch": "1"}}}),
-    )
-    .await;
-    op.settled_after(before).await;
     assert_eq!(
-        operator_writes(&c, 1),
+        writes_after(
+            &c,
+            &op,
+            "docs-handbook",
+            json!({"metadata": {"labels": {"touch": "1"}}})
+        )
+        .await,
         0,
         "{}",
         c.emulator.stats().to_json()
@@ -755,17 +738,14 @@ async fn hand_edits_are_repaired() {
     .await;
     // No write loop: status-only changes and the repairs' own watch events cost nothing more.
     wait_available(&c, "docs-handbook").await;
-    let before = op.reconciles();
-    c.emulator.stats().reset();
-    merge(
-        &c,
-        "docs-handbook",
-        json!({"metadata": {"labels": {"touch": "1"}}}),
-    )
-    .await;
-    op.settled_after(before).await;
     assert_eq!(
-        operator_writes(&c, 1),
+        writes_after(
+            &c,
+            &op,
+            "docs-handbook",
+            json!({"metadata": {"labels": {"touch": "1"}}})
+        )
+        .await,
         0,
         "{}",
         c.emulator.stats().to_json()

@@ -276,6 +276,16 @@ pub fn operator_writes(c: &Cluster, own_site_writes: u64) -> u64 {
     c.emulator.stats().writes() - own_site_writes
 }
 
+/// Patches the Site `name` with `patch` (one write of the test's) and waits until the operator
+/// reconciled and settled; returns the writes the operator made meanwhile.
+pub async fn writes_after(c: &Cluster, op: &Operator, name: &str, patch: Value) -> u64 {
+    let before = op.reconciles();
+    c.emulator.stats().reset();
+    merge(c, name, patch).await;
+    op.settled_after(before).await;
+    operator_writes(c, 1)
+}
+
 /// Error responses the test's own requests met, by HTTP code (the injected faults hit them too).
 #[derive(Default)]
 pub struct SeenErrors(std::sync::Mutex<std::collections::BTreeMap<u16, u64>>);
