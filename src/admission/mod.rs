@@ -266,6 +266,12 @@ pub trait SiteApplications {
 
 impl SiteApplications for SiteObject {
     fn site_applications(&self) -> Option<Vec<(String, bool)>> {
+        // The same test as the validating path's: an object declaring another kind is no Site.
+        if let (Some(api_version), Some(kind)) = (&self.api_version, &self.kind)
+            && check_site_type(api_version, kind, "object").is_err()
+        {
+            return None;
+        }
         Some(applications(&self.spec))
     }
 }

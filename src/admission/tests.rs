@@ -1952,6 +1952,26 @@ fn built_in_images_are_recorded_on_create() {
         || uuid::Uuid::parse_str(FRESH).unwrap(),
     );
     assert_eq!(typed.patch, r.patch);
+    // An object of another version or kind is no Site: nothing recorded, on either decoding.
+    let mut other = site.clone();
+    other["apiVersion"] = json!("sites.ecmwf.int/v2");
+    let r = mutate_site(
+        &request("CREATE", Some(other.clone()), None),
+        &config(),
+        || uuid::Uuid::parse_str(FRESH).unwrap(),
+    );
+    assert!(r.patch.is_none());
+    let body = serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": request("CREATE", Some(other), None)
+    }))
+    .unwrap();
+    let typed = mutate_site(
+        &server::decode_as::<SiteObject>(&body).unwrap(),
+        &config(),
+        || uuid::Uuid::parse_str(FRESH).unwrap(),
+    );
+    assert!(typed.patch.is_none());
     // An update records nothing: images move only through `upgrade` (LIFE-06).
     let r = mutate_site(
         &request("UPDATE", Some(site.clone()), Some(site)),
