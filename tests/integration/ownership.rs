@@ -14,8 +14,8 @@ use sites_operator::config::RoutingMode;
 use sites_operator::crd::Phase;
 
 use crate::support::operator::{
-    NS, api, condition, config, example, merge, operator, prepare, sites, wait_available,
-    wait_condition,
+    NS, api, condition, config, edit_and_settle, example, merge, operator, prepare, sites,
+    wait_available, wait_condition,
 };
 use crate::support::{Cluster, eventually};
 
@@ -120,14 +120,13 @@ async fn objects_the_site_does_not_control_are_left_untouched() {
         (!notes.is_empty()).then_some(notes)
     })
     .await;
-    let before = op.reconciles();
-    merge(
+    edit_and_settle(
         &c,
+        &op,
         "docs-handbook",
         json!({"metadata": {"labels": {"touch": "1"}}}),
     )
     .await;
-    op.settled_after(before).await;
     assert_eq!(warnings(&c, "docs-handbook", "ObjectConflict").await, notes);
     assert_eq!(notes, [message]);
 
@@ -136,14 +135,13 @@ async fn objects_the_site_does_not_control_are_left_untouched() {
         .delete("docs-handbook", &DeleteParams::default())
         .await
         .unwrap();
-    let before = op.reconciles();
-    merge(
+    edit_and_settle(
         &c,
+        &op,
         "docs-handbook",
         json!({"metadata": {"labels": {"touch": "2"}}}),
     )
     .await;
-    op.settled_after(before).await;
     let site = wait_available(&c, "docs-handbook").await;
 
     // Its own object, the owner reference removed by hand (it keeps the operator's labels): the
@@ -260,9 +258,13 @@ async fn a_site_never_takes_another_sites_objects() {
         "{b:?}"
     );
     // No fight: Site a's ConfigMap stays as a wrote it, and a stays Available.
-    let before = op.reconciles();
-    merge(&c, "a", json!({"metadata": {"labels": {"touch": "1"}}})).await;
-    op.settled_after(before).await;
+    edit_and_settle(
+        &c,
+        &op,
+        "a",
+        json!({"metadata": {"labels": {"touch": "1"}}}),
+    )
+    .await;
     assert_eq!(stored::<ConfigMap>(&c, "a-files").await, Some(files));
     wait_available(&c, "a").await;
     op.stop().await;

@@ -21,8 +21,9 @@ use sites_operator::crd::{Phase, UPGRADE_REQUEST_ANNOTATION};
 use sites_operator::metrics;
 
 use crate::support::operator::{
-    NS, SeenErrors, WAIT, api, condition, config, count_panics, elected_operator, example, merge,
-    operator, prepare, restarted_at, sites, wait_available, wait_condition, writes_after,
+    NS, SeenErrors, WAIT, api, condition, config, count_panics, edit_and_settle, elected_operator,
+    example, merge, operator, prepare, restarted_at, sites, wait_available, wait_condition,
+    writes_after,
 };
 use crate::support::{Cluster, eventually, eventually_every};
 
@@ -311,14 +312,13 @@ async fn qualifying_changes_restart_once_and_upgrade_requests_restart() {
     })
     .await;
     // Another reconcile of the same spec: no second restart.
-    let before = op.reconciles();
-    merge(
+    edit_and_settle(
         &c,
+        &op,
         "docs-handbook",
         json!({"metadata": {"labels": {"touch": "1"}}}),
     )
     .await;
-    op.settled_after(before).await;
     assert_eq!(
         restarted_at(&sts.get("docs-handbook").await.unwrap()),
         Some(first.clone())
@@ -338,14 +338,13 @@ async fn qualifying_changes_restart_once_and_upgrade_requests_restart() {
     .await;
     assert_eq!(token().await, original_token, "generated tokens are kept");
     // Removing the request restarts nothing.
-    let before = op.reconciles();
-    merge(
+    edit_and_settle(
         &c,
+        &op,
         "docs-handbook",
         json!({"metadata": {"annotations": {UPGRADE_REQUEST_ANNOTATION: null}}}),
     )
     .await;
-    op.settled_after(before).await;
     assert_eq!(
         restarted_at(&sts.get("docs-handbook").await.unwrap()),
         Some(second)
@@ -868,14 +867,13 @@ async fn an_unsupported_route_is_terminal_until_the_spec_changes() {
     let errors = op.metric("controller_runtime_reconcile_errors_total");
     let retries = op.metric("workqueue_retries_total");
     // Unrelated events reconcile again but do not retry with backoff.
-    let before = op.reconciles();
-    merge(
+    edit_and_settle(
         &c,
+        &op,
         "research-dashboard",
         json!({"metadata": {"labels": {"touch": "1"}}}),
     )
     .await;
-    op.settled_after(before).await;
     assert_eq!(
         op.metric("controller_runtime_reconcile_errors_total"),
         errors

@@ -276,13 +276,17 @@ pub fn operator_writes(c: &Cluster, own_site_writes: u64) -> u64 {
     c.emulator.stats().writes() - own_site_writes
 }
 
-/// Patches the Site `name` with `patch` (one write of the test's) and waits until the operator
-/// reconciled and settled; returns the writes the operator made meanwhile.
-pub async fn writes_after(c: &Cluster, op: &Operator, name: &str, patch: Value) -> u64 {
+/// Patches the Site `name` with `patch` and waits until the operator reconciled and settled.
+pub async fn edit_and_settle(c: &Cluster, op: &Operator, name: &str, patch: Value) {
     let before = op.reconciles();
-    c.emulator.stats().reset();
     merge(c, name, patch).await;
     op.settled_after(before).await;
+}
+
+/// [`edit_and_settle`] (one write of the test's); returns the writes the operator made meanwhile.
+pub async fn writes_after(c: &Cluster, op: &Operator, name: &str, patch: Value) -> u64 {
+    c.emulator.stats().reset();
+    edit_and_settle(c, op, name, patch).await;
     operator_writes(c, 1)
 }
 
