@@ -65,12 +65,7 @@ impl Operator {
                 "--leader-elect=false",
                 "--namespace",
                 NS,
-                "--config",
             ])
-            .arg(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/manifests/base/config.yaml"
-            ))
             .args([
                 "--webhook-addr",
                 "127.0.0.1:0",
@@ -252,6 +247,22 @@ async fn main() {
         .unwrap();
     Api::<Secret>::namespaced(client.clone(), NS)
         .create(&pp, &serde_json::from_value(json!({"metadata": {"name": "sites-session"}, "stringData": {"secret_key": "bench"}})).unwrap())
+        .await
+        .unwrap();
+    // The configuration, as in a cluster: the operator reads and follows this ConfigMap.
+    let config = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/manifests/base/config.yaml"
+    ))
+    .unwrap();
+    Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), NS)
+        .create(
+            &pp,
+            &serde_json::from_value(
+                json!({"metadata": {"name": "sites-config"}, "data": {"config.yaml": config}}),
+            )
+            .unwrap(),
+        )
         .await
         .unwrap();
     let sites: Api<Site> = Api::namespaced(client.clone(), NS);

@@ -271,7 +271,7 @@ fn main() {
         .expect("platform configuration");
     let registry = prometheus::Registry::new();
     let state = WebhookState {
-        config: Arc::new(config),
+        config: Arc::new(config).into(),
         metrics: WebhookMetrics::register(&registry).expect("metrics"),
         platform: Default::default(),
     };

@@ -82,7 +82,7 @@ k apply -f manifests/base/webhooks.yaml >/dev/null
 # The operator binds first and then reports the addresses it got (port 0: any free port), so no
 # port is chosen here that another process could take in the meantime.
 LISTENING=$DIR/operator.listening
-"$BIN/sites-operator" run --self-signed --namespace "$NS" --config "$DIR/config.yaml" \
+"$BIN/sites-operator" run --self-signed --namespace "$NS" \
   --webhook-addr "127.0.0.1:$WEBHOOK_PORT" --metrics-addr "127.0.0.1:$METRICS_PORT" \
   --listen-report "$LISTENING" --cert-dir "$DIR/certs" >"$DIR/operator.log" 2>&1 &
 pids+=($!)
@@ -120,6 +120,7 @@ sites-operator playground ($MODE mode) is running.
   kubectl annotate site docs-handbook -n $NS --overwrite sites.ecmwf.int/upgrade-request=force
   kubectl patch site docs-handbook -n $NS --type=merge -p '{"spec":{"configuration":{"enabled":false}}}'
   kubectl describe site docs-handbook -n $NS
+  kubectl edit configmap sites-config -n $NS      # a valid change is in force at once
   curl -s http://$METRICS_ADDR/metrics | grep -E '^(workqueue|controller_runtime|sites_)'
 
 Logs: $DIR/operator.log, $DIR/emulator.log. Ctrl-C stops everything.

@@ -3,7 +3,7 @@
 //! leader election.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -13,6 +13,8 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::get;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::Api;
 use prometheus::Registry;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -20,13 +22,15 @@ use tokio::sync::watch;
 use crate::admission::server::{self, WebhookState};
 use crate::admission::{self, selfsigned};
 use crate::certs::{CERT_FILE, KEY_FILE};
-use crate::config::{ConfigError, Installation, PlatformConfig};
+use crate::config::live::Live;
+use crate::config::{Installation, PlatformConfig};
 use crate::controller::accounting::{self, CountLayer};
 use crate::controller::context::Tunables;
 use crate::controller::leader::{Elector, Timing};
 use crate::controller::{self, Controller};
 use crate::metrics::{self, WebhookMetrics};
 use crate::tls::{self, CertStore};
+use crate::validation::FieldError;
 
 /// Where the serving certificate comes from.
 #[derive(Clone, Debug)]
@@ -43,10 +47,20 @@ pub enum CertSource {
     },
 }
 
+/// Where the platform configuration comes from.
+#[derive(Clone, Debug)]
+pub enum ConfigSource {
+    /// The ConfigMap of this name in the operator's namespace, read through the API and followed:
+    /// a valid change is in force without a restart (SPEC 4.6).
+    ConfigMap(String),
+    /// A file (`run --config`), read once at start: for local runs without the ConfigMap.
+    File(PathBuf),
+}
+
 /// Everything `run` needs.
 #[derive(Clone, Debug)]
 pub struct RunOptions {
-    pub config: PathBuf,
+    pub config: ConfigSource,
     /// Reconcile workers; None: `sitesConfig.operator.worker_limit`.
     pub workers: Option<usize>,
     /// Elect a leader through a Lease (off: this replica always writes).
@@ -67,34 +81,23 @@ pub struct RunOptions {
     pub cert_reload_interval: Duration,
     pub shutdown_timeout: Duration,
     /// Names of the platform's objects in the namespace that no Site object may take, besides
-    /// the ones the configuration and the constants name ([`reserved_names`]).
+    /// the ones the configuration and the constants name ([`admission::Platform::reserves`]).
     pub reserved_names: Vec<String>,
 }
 
 /// The metrics Service of the manifests.
 pub const METRICS_SERVICE: &str = "sites-operator-metrics";
 
-/// Every name no Site object may take: `extra` (the webhook Service and TLS Secret, the Lease)
-/// and the session-key Secret, the `sites-config` ConfigMap, the metrics Service and the master
-/// Ingress.
-pub fn reserved_names(config: &PlatformConfig, extra: &[String]) -> Vec<String> {
-    let mut names = extra.to_vec();
-    names.extend([
-        config.sites.session.secret_key.secret_name.clone(),
-        crate::config::CONFIGMAP_NAME.to_string(),
-        METRICS_SERVICE.to_string(),
-        crate::controller::context::MASTER_INGRESS.to_string(),
-    ]);
-    names.sort();
-    names.dedup();
-    names
-}
-
-/// Why the process did not start. Each prints as one line.
+/// Why the process did not start. Each prints as one line, an invalid configuration as one line
+/// per problem.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    #[error("invalid configuration: {0}")]
-    Config(String),
+    #[error("{}", .problems.iter().map(|p| format!("invalid configuration in {origin}: {p}")).collect::<Vec<_>>().join("\n"))]
+    Config {
+        /// The file, or `ConfigMap NS/NAME`.
+        origin: String,
+        problems: Vec<FieldError>,
+    },
     #[error("TLS: {0}")]
     Tls(#[from] tls::TlsError),
     #[error("{0}")]
@@ -109,21 +112,44 @@ pub enum StartError {
     Api(String),
 }
 
-/// Loads and validates the platform configuration.
-pub fn load_config(opts: &RunOptions) -> Result<PlatformConfig, StartError> {
+/// Loads and validates a configuration file.
+pub fn load_config_file(path: &Path, namespace: &str) -> Result<PlatformConfig, StartError> {
     let ctx = Installation {
-        namespace: Some(&opts.namespace),
+        namespace: Some(namespace),
     };
-    PlatformConfig::load(&opts.config, &ctx).map_err(|e| match e {
-        ConfigError::Invalid(problems) => StartError::Config(
-            problems
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join("; "),
-        ),
-        other => StartError::Config(other.to_string()),
+    PlatformConfig::load(path, &ctx).map_err(|e| StartError::Config {
+        origin: path.display().to_string(),
+        problems: e.into_problems("(document)"),
     })
+}
+
+/// Reads and validates the configuration ConfigMap `name` of `namespace` through the API.
+pub async fn load_config_map(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> Result<PlatformConfig, StartError> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    let invalid = |problems| StartError::Config {
+        origin: format!("ConfigMap {namespace}/{name}"),
+        problems,
+    };
+    let found = with_retry("reading the configuration", || api.get_opt(name))
+        .await
+        .map_err(|e| StartError::Api(e.to_string()))?;
+    let Some(cm) = found else {
+        return Err(invalid(vec![FieldError::new(
+            "metadata.name",
+            format!(
+                "not found in namespace {namespace}: create it (manifests/base/config.yaml shows every key) or run with --config FILE"
+            ),
+        )]));
+    };
+    let ctx = Installation {
+        namespace: Some(namespace),
+    };
+    crate::config::validate_configmap_data(cm.data.as_ref(), &ctx)
+        .map_err(|e| invalid(e.into_problems(&crate::config::data_field())))
 }
 
 /// Retries `f` a bounded number of times with growing delays (the API server may still be
@@ -284,6 +310,25 @@ impl Listening {
     }
 }
 
+impl ConfigSource {
+    /// The ConfigMap's name, when the configuration comes from one.
+    pub fn config_map(&self) -> Option<&str> {
+        match self {
+            ConfigSource::ConfigMap(name) => Some(name),
+            ConfigSource::File(_) => None,
+        }
+    }
+}
+
+impl std::fmt::Display for ConfigSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConfigSource::ConfigMap(name) => write!(f, "ConfigMap {name}"),
+            ConfigSource::File(path) => write!(f, "{}", path.display()),
+        }
+    }
+}
+
 impl std::fmt::Display for Listening {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "webhook={} metrics={}", self.webhook, self.metrics)
@@ -298,7 +343,11 @@ pub async fn run(
     opts: RunOptions,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), StartError> {
-    let config = Arc::new(load_config(&opts)?);
+    // A configuration file is checked before anything else: a bad one fails fast.
+    let from_file = match &opts.config {
+        ConfigSource::File(path) => Some(load_config_file(path, &opts.namespace)?),
+        ConfigSource::ConfigMap(_) => None,
+    };
     let registry = Registry::new();
     #[cfg(target_os = "linux")]
     registry.register(Box::new(
@@ -307,19 +356,34 @@ pub async fn run(
     let api_requests = accounting::register(&registry)?;
     // Files are checked before the API server is contacted: a bad certificate path fails fast.
     let client_ca = opts.client_ca.as_deref().map(tls::load_roots).transpose()?;
-    let (store, client) = match &opts.certs {
-        CertSource::Files { cert, key } => {
-            let store = CertStore::load(cert, key)?;
-            (store, connect(&api_requests).await?)
+    let files = match &opts.certs {
+        CertSource::Files { cert, key } => Some(CertStore::load(cert, key)?),
+        CertSource::SelfSigned { .. } => None,
+    };
+    let client = connect(&api_requests).await?;
+    let config = match from_file {
+        Some(config) => config,
+        None => {
+            let name = opts
+                .config
+                .config_map()
+                .unwrap_or(crate::config::CONFIGMAP_NAME);
+            load_config_map(&client, &opts.namespace, name).await?
         }
-        CertSource::SelfSigned {
-            secret,
-            dns_names,
-            cert_dir,
-            mutating,
-            validating,
-        } => {
-            let client = connect(&api_requests).await?;
+    };
+    crate::telemetry::set_dependency_level(config.sites.operator.dependency_log_level);
+    let store = match (files, &opts.certs) {
+        (Some(store), _) => store,
+        (
+            None,
+            CertSource::SelfSigned {
+                secret,
+                dns_names,
+                cert_dir,
+                mutating,
+                validating,
+            },
+        ) => {
             let (cert, key) = self_signed_files(
                 &client,
                 secret,
@@ -330,8 +394,9 @@ pub async fn run(
                 &opts.namespace,
             )
             .await?;
-            (CertStore::load(&cert, &key)?, client)
+            CertStore::load(&cert, &key)?
         }
+        (None, CertSource::Files { cert, key }) => CertStore::load(cert, key)?,
     };
     let tls_config = Arc::new(tls::server_config(store.clone(), client_ca)?);
 
@@ -344,6 +409,7 @@ pub async fn run(
         webhook = %webhook,
         metrics = %metrics,
         routing_mode = config.routing.mode.as_str(),
+        config = %opts.config,
         "sites-operator started"
     );
     // Both sockets are bound (connections queue until the servers run): the report is a promise
@@ -377,12 +443,14 @@ pub async fn run(
             .clone()
             .watch(opts.cert_reload_interval, stopped(stop_rx.clone())),
     );
+    let live = Live::new(config);
+    let log_level = tokio::spawn(follow_log_level(live.changes()));
     let platform = Arc::new(admission::Platform {
-        reserved: reserved_names(&config, &opts.reserved_names),
+        reserved: opts.reserved_names.clone(),
         ..Default::default()
     });
     let app = server::router(WebhookState {
-        config: config.clone(),
+        config: live.clone(),
         metrics: webhook_metrics,
         platform: platform.clone(),
     });
@@ -408,9 +476,8 @@ pub async fn run(
     });
     let controller_options = controller::Options {
         namespace: opts.namespace.clone(),
-        workers: opts
-            .workers
-            .unwrap_or(config.sites.operator.worker_limit as usize),
+        workers: opts.workers,
+        config_map: opts.config.config_map().map(String::from),
         tunables: Tunables::default(),
         instance: Some(opts.identity.clone()),
         drain: opts.shutdown_timeout,
@@ -418,7 +485,7 @@ pub async fn run(
     };
     tokio::pin!(shutdown);
     let controller = tokio::select! {
-        c = Controller::start(client.clone(), config.clone(), &registry, controller_options, leading_rx) => Some(c?),
+        c = Controller::start(client.clone(), live, &registry, controller_options, leading_rx) => Some(c?),
         _ = &mut shutdown => None,
     };
     if let Some(c) = &controller {
@@ -437,11 +504,25 @@ pub async fn run(
     if let Some(e) = elector {
         let _ = e.await;
     }
+    log_level.abort();
     let _ = webhook_task.await;
     let _ = reload_task.await;
     let _ = health_task.await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Sets the Kubernetes client crates' log level (`sitesConfig.operator.dependency_log_level`)
+/// from every configuration that comes into force.
+async fn follow_log_level(mut changes: watch::Receiver<Arc<PlatformConfig>>) {
+    while changes.changed().await.is_ok() {
+        let level = changes
+            .borrow_and_update()
+            .sites
+            .operator
+            .dependency_log_level;
+        crate::telemetry::set_dependency_level(level);
+    }
 }
 
 /// Resolves on SIGTERM or SIGINT.

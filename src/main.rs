@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use sites_operator::app::{self, CertSource, RunOptions};
+use sites_operator::app::{self, CertSource, ConfigSource, RunOptions};
 use sites_operator::config::{ConfigError, Installation, PlatformConfig};
 use sites_operator::telemetry::{self, LogFormat};
 
@@ -95,6 +95,11 @@ enum Command {
         /// Request a forced upgrade even when the images are current.
         #[arg(long)]
         force: bool,
+        /// Instead of upgrading: record, in each Site, the image its built-in applications run
+        /// now (for Sites created before images were recorded on creation), so that a new
+        /// platform version moves them only through an upgrade. Nothing restarts.
+        #[arg(long, conflicts_with = "force")]
+        record_images: bool,
         /// Show what would change; the API server checks the change (server-side dry run) but
         /// stores nothing.
         #[arg(long)]
@@ -148,24 +153,36 @@ struct SitesArgs {
     /// Namespace of the Sites.
     #[arg(long, env = "POD_NAMESPACE", default_value = "sites")]
     namespace: String,
-    /// Platform configuration file (catalogue, platform version, retention settings).
-    #[arg(
-        long,
-        env = "SITES_OPERATOR_CONFIG",
-        default_value = "/etc/sites-operator/config.yaml"
-    )]
-    config: PathBuf,
+    #[command(flatten)]
+    config: ConfigArgs,
+}
+
+/// Where the platform configuration comes from.
+#[derive(clap::Args, Debug)]
+struct ConfigArgs {
+    /// The ConfigMap in the namespace that holds the platform configuration under `config.yaml`,
+    /// read through the API (`run` follows it: a valid change is in force without a restart).
+    #[arg(long, default_value = sites_operator::config::CONFIGMAP_NAME, value_name = "NAME")]
+    config_map: String,
+    /// Read the configuration from this file instead (the `config.yaml` of the ConfigMap, or a
+    /// ConfigMap manifest), once: for local runs without the ConfigMap.
+    #[arg(long, env = "SITES_OPERATOR_CONFIG", value_name = "FILE")]
+    config: Option<PathBuf>,
+}
+
+impl ConfigArgs {
+    fn source(self) -> ConfigSource {
+        match self.config {
+            Some(path) => ConfigSource::File(path),
+            None => ConfigSource::ConfigMap(self.config_map),
+        }
+    }
 }
 
 #[derive(clap::Args, Debug)]
 struct RunArgs {
-    /// Platform configuration file (the `config.yaml` of the `sites-config` ConfigMap).
-    #[arg(
-        long,
-        env = "SITES_OPERATOR_CONFIG",
-        default_value = "/etc/sites-operator/config.yaml"
-    )]
-    config: PathBuf,
+    #[command(flatten)]
+    config: ConfigArgs,
     /// Namespace the operator runs in (the platform namespace).
     #[arg(long, env = "POD_NAMESPACE", default_value = "sites")]
     namespace: String,
@@ -293,7 +310,7 @@ fn run(args: RunArgs) -> ExitCode {
         format!("{host}-{}", &uuid::Uuid::new_v4().simple().to_string()[..8])
     });
     let opts = RunOptions {
-        config: args.config,
+        config: args.config.source(),
         workers: args.workers.map(usize::from),
         leader_election: args.leader_elect,
         lease_name: args.lease_name,
@@ -322,7 +339,9 @@ fn run(args: RunArgs) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = %e, "not started");
-            eprintln!("error: {e}");
+            for line in e.to_string().lines() {
+                eprintln!("error: {line}");
+            }
             ExitCode::from(EXIT_INVALID)
         }
     }
@@ -330,12 +349,21 @@ fn run(args: RunArgs) -> ExitCode {
 
 /// Loads the platform configuration for a one-shot command; an invalid one is one `error:` line
 /// and exit 2.
-fn load_config(config: &std::path::Path, namespace: &str) -> Result<PlatformConfig, ExitCode> {
-    let ctx = Installation {
-        namespace: Some(namespace),
+/// The platform configuration of a one-shot command: the file, or the ConfigMap through the
+/// API. An invalid one prints one line per problem.
+async fn platform_config(
+    client: &kube::Client,
+    namespace: &str,
+    source: &ConfigSource,
+) -> Result<PlatformConfig, ExitCode> {
+    let loaded = match source {
+        ConfigSource::File(path) => app::load_config_file(path, namespace),
+        ConfigSource::ConfigMap(name) => app::load_config_map(client, namespace, name).await,
     };
-    PlatformConfig::load(config, &ctx).map_err(|e| {
-        eprintln!("error: invalid configuration: {e}");
+    loaded.map_err(|e| {
+        for line in e.to_string().lines() {
+            eprintln!("error: {line}");
+        }
         ExitCode::from(EXIT_INVALID)
     })
 }
@@ -371,12 +399,8 @@ fn retention(
     dry_run: bool,
     today: Option<&str>,
     namespace: &str,
-    config: &std::path::Path,
+    config: ConfigSource,
 ) -> ExitCode {
-    let cfg = match load_config(config, namespace) {
-        Ok(c) => c,
-        Err(code) => return code,
-    };
     let today = match today {
         None => sites_operator::retention::today(),
         Some(d) => match d.parse() {
@@ -388,6 +412,10 @@ fn retention(
         },
     };
     with_client(|client| async move {
+        let cfg = match platform_config(&client, namespace, &config).await {
+            Ok(c) => c,
+            Err(code) => return code,
+        };
         match sites_operator::retention::run_once(
             &client,
             namespace,
@@ -418,21 +446,21 @@ fn retention(
 
 fn upgrade(
     site: Option<String>,
-    force: bool,
+    action: sites_operator::upgrade::Action,
     dry_run: bool,
     namespace: &str,
-    config: &std::path::Path,
+    config: ConfigSource,
 ) -> ExitCode {
-    let cfg = match load_config(config, namespace) {
-        Ok(c) => c,
-        Err(code) => return code,
-    };
     let target = match site {
         Some(s) => sites_operator::upgrade::Target::One(s),
         None => sites_operator::upgrade::Target::All,
     };
     with_client(|client| async move {
-        match sites_operator::upgrade::upgrade(&client, namespace, &cfg, &target, force, dry_run)
+        let cfg = match platform_config(&client, namespace, &config).await {
+            Ok(c) => c,
+            Err(code) => return code,
+        };
+        match sites_operator::upgrade::upgrade(&client, namespace, &cfg, &target, action, dry_run)
             .await
         {
             Ok(outcomes) => {
@@ -503,32 +531,12 @@ const EXIT_INVALID: u8 = 2;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    // `run`: `sitesConfig.operator.dependency_log_level` sets the client crates' level (an
-    // unreadable configuration is reported by `run` itself).
-    let directives = match &cli.command {
-        Command::Run(args) => {
-            let ctx = Installation {
-                namespace: Some(&args.namespace),
-            };
-            let level = PlatformConfig::load(&args.config, &ctx)
-                .map(|c| c.sites.operator.dependency_log_level)
-                .unwrap_or_default();
-            format!(
-                "{},{}",
-                cli.log_level,
-                telemetry::dependency_directives(level)
-            )
-        }
-        _ => cli.log_level.clone(),
-    };
-    let filter = match telemetry::filter(&directives) {
-        Ok(f) => f,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(EXIT_INVALID);
-        }
-    };
-    telemetry::init(cli.log_format, filter);
+    // The client crates' level (`sitesConfig.operator.dependency_log_level`) is set once `run`
+    // has read the configuration.
+    if let Err(e) = telemetry::init(cli.log_format, &cli.log_level) {
+        eprintln!("error: {e}");
+        return ExitCode::from(EXIT_INVALID);
+    }
 
     match cli.command {
         Command::Crd { with_gateway_api } => {
@@ -571,14 +579,30 @@ fn main() -> ExitCode {
             dry_run,
             today,
             target,
-        } => retention(dry_run, today.as_deref(), &target.namespace, &target.config),
+        } => retention(
+            dry_run,
+            today.as_deref(),
+            &target.namespace,
+            target.config.source(),
+        ),
         Command::Upgrade {
             site,
             all: _,
             force,
+            record_images,
             dry_run,
             target,
-        } => upgrade(site, force, dry_run, &target.namespace, &target.config),
+        } => upgrade(
+            site,
+            if record_images {
+                sites_operator::upgrade::Action::RecordImages
+            } else {
+                sites_operator::upgrade::Action::Upgrade { force }
+            },
+            dry_run,
+            &target.namespace,
+            target.config.source(),
+        ),
         Command::Certs {
             out,
             service,

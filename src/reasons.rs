@@ -40,6 +40,9 @@ pub const PATH_CONFLICT: &str = "PathConflict";
 // Event reasons (Normal).
 /// The reconcile created objects (one Event listing them).
 pub const CREATED: &str = "Created";
+/// A new version of the `sites-config` ConfigMap is in force (Event on the ConfigMap; its
+/// Warning counterpart, a refused version, is [`INVALID_CONFIGURATION`]).
+pub const CONFIGURATION_APPLIED: &str = "ConfigurationApplied";
 /// A qualifying change or upgrade request rolls the site pods.
 pub const RESTARTED: &str = "Restarted";
 /// A retained volume is re-bound to the new claim.

@@ -8,6 +8,11 @@
 //! (replicas, monitored) do not. A new non-empty `sites.ecmwf.int/upgrade-request` annotation
 //! qualifies too; removing it does not.
 //!
+//! A built-in application's `image` is not compared: which image runs is the pod template's
+//! container image, which rolls the pods by itself when it changes; recording in the Site the
+//! image a built-in application already runs (on CREATE, or with `upgrade --record-images`) is
+//! then no change at all (SPEC 4.6).
+//!
 //! The reconciler keeps a [`Qualifying`] state on the pod template (a hash of the qualifying
 //! properties and the last handled upgrade request) and sets `kubectl.kubernetes.io/restartedAt`
 //! only when [`decide`] says so, so a reconcile that finds nothing qualifying changed never rolls
@@ -17,6 +22,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
+use crate::config::PlatformConfig;
 use crate::crd::{Site, UPGRADE_REQUEST_ANNOTATION};
 use crate::quantity;
 
@@ -69,7 +75,7 @@ pub struct Decision {
 
 /// Decides whether `site` rolls the pods, given the state recorded when they were last rendered
 /// (`None`: nothing recorded, e.g. a new StatefulSet — new pods need no restart).
-pub fn decide(previous: Option<&Qualifying>, site: &Site) -> Decision {
+pub fn decide(previous: Option<&Qualifying>, site: &Site, cfg: &PlatformConfig) -> Decision {
     let requested = site
         .metadata
         .annotations
@@ -78,7 +84,7 @@ pub fn decide(previous: Option<&Qualifying>, site: &Site) -> Decision {
         .filter(|v| !v.trim().is_empty())
         .cloned();
     let state = Qualifying {
-        spec_hash: spec_hash(site),
+        spec_hash: spec_hash(site, cfg),
         // A removed annotation keeps the last handled request: removal is not a request.
         upgrade_request: requested.or_else(|| previous.and_then(|p| p.upgrade_request.clone())),
     };
@@ -86,14 +92,24 @@ pub fn decide(previous: Option<&Qualifying>, site: &Site) -> Decision {
     Decision { restart, state }
 }
 
-/// The canonical JSON of the qualifying properties.
-pub fn qualifying_properties(site: &Site) -> Value {
+/// The canonical JSON of the qualifying properties; `cfg`'s catalogue says which applications
+/// are built-in.
+pub fn qualifying_properties(site: &Site, cfg: &PlatformConfig) -> Value {
     let spec = &site.spec;
     let c = &spec.configuration;
+    let builtin = |name: &str| cfg.sites.applications.iter().any(|e| e.name == name);
     let mut applications: Vec<Value> = c
         .applications
         .iter()
-        .map(|a| serde_json::to_value(a).unwrap_or(Value::Null))
+        .map(|a| {
+            let mut v = serde_json::to_value(a).unwrap_or(Value::Null);
+            if builtin(&a.name)
+                && let Some(fields) = v.as_object_mut()
+            {
+                fields.remove("image");
+            }
+            v
+        })
         .collect();
     applications.sort_by(|a, b| {
         a["name"]
@@ -135,8 +151,8 @@ pub fn qualifying_properties(site: &Site) -> Value {
 
 /// Hex SHA-256 of the canonical qualifying properties (serde_json maps are ordered by key, so
 /// the serialisation is stable).
-pub fn spec_hash(site: &Site) -> String {
-    let canonical = qualifying_properties(site).to_string();
+pub fn spec_hash(site: &Site, cfg: &PlatformConfig) -> String {
+    let canonical = qualifying_properties(site, cfg).to_string();
     let digest = ring::digest::digest(&ring::digest::SHA256, canonical.as_bytes());
     digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -144,7 +160,7 @@ pub fn spec_hash(site: &Site) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fixtures::SiteBuilder;
+    use crate::fixtures::{SiteBuilder, config};
 
     /// A Site with every qualifying property set.
     fn base() -> SiteBuilder {
@@ -168,12 +184,12 @@ mod tests {
     }
 
     fn rendered(site: &Site) -> Qualifying {
-        decide(None, site).state
+        decide(None, site, &config()).state
     }
 
     #[test]
     fn new_statefulsets_need_no_restart() {
-        let d = decide(None, &base().build());
+        let d = decide(None, &base().build(), &config());
         assert!(!d.restart);
         assert_eq!(d.state.spec_hash.len(), 64);
         assert_eq!(d.state.upgrade_request, None);
@@ -241,6 +257,13 @@ mod tests {
                 true,
             ),
             (
+                // Recording the image a built-in application runs changes nothing (SPEC 4.6);
+                // another image of it rolls the pods through the pod template's container image.
+                "built-in image recorded",
+                json!({"spec": {"configuration": {"applications": [{"name": "static", "image": "registry.example.org/sites/static:2.4.0"}, {"name": "api", "image": "ghcr.io/x/api:1", "port": 8050}]}}}),
+                false,
+            ),
+            (
                 "application added",
                 json!({"spec": {"configuration": {"applications": [{"name": "static"}, {"name": "api", "image": "ghcr.io/x/api:1", "port": 8050}, {"name": "more", "image": "m:1"}]}}}),
                 true,
@@ -300,7 +323,7 @@ mod tests {
             ),
         ];
         for (case, patch, restart) in cases {
-            let d = decide(Some(&before), &with(patch.clone()));
+            let d = decide(Some(&before), &with(patch.clone()), &config());
             assert_eq!(d.restart, *restart, "{case}");
         }
     }
@@ -312,18 +335,18 @@ mod tests {
         let req =
             |u: &str| with(json!({"metadata": {"annotations": {UPGRADE_REQUEST_ANNOTATION: u}}}));
         let start = rendered(&base().build());
-        let d1 = decide(Some(&start), &req(first));
+        let d1 = decide(Some(&start), &req(first), &config());
         assert!(d1.restart);
         assert_eq!(d1.state.upgrade_request.as_deref(), Some(first));
         // The same request seen again (another reconcile, an operator restart): no restart.
-        let d2 = decide(Some(&d1.state), &req(first));
+        let d2 = decide(Some(&d1.state), &req(first), &config());
         assert!(!d2.restart);
         // Removing the annotation keeps the handled request: no restart.
-        let d3 = decide(Some(&d2.state), &base().build());
+        let d3 = decide(Some(&d2.state), &base().build(), &config());
         assert!(!d3.restart);
         assert_eq!(d3.state.upgrade_request.as_deref(), Some(first));
         // A new request restarts again.
-        let d4 = decide(Some(&d3.state), &req(second));
+        let d4 = decide(Some(&d3.state), &req(second), &config());
         assert!(d4.restart);
     }
 
@@ -332,17 +355,21 @@ mod tests {
         let d = decide(
             None,
             &with(json!({"metadata": {"annotations": {UPGRADE_REQUEST_ANNOTATION: "u-1"}}})),
+            &config(),
         );
         assert_eq!(
             Qualifying::from_annotations(&d.state.annotations()),
             Some(d.state.clone())
         );
         assert_eq!(Qualifying::from_annotations(&BTreeMap::new()), None);
-        assert_eq!(spec_hash(&base().build()), spec_hash(&base().build()));
+        assert_eq!(
+            spec_hash(&base().build(), &config()),
+            spec_hash(&base().build(), &config())
+        );
         // Serialising the same Site twice gives the same canonical form.
         assert_eq!(
-            qualifying_properties(&base().build()).to_string(),
-            qualifying_properties(&base().build()).to_string()
+            qualifying_properties(&base().build(), &config()).to_string(),
+            qualifying_properties(&base().build(), &config()).to_string()
         );
     }
 }

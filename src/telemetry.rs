@@ -1,5 +1,7 @@
 //! Logging set-up: `tracing` to standard error, as text or JSON, filtered by level directives.
 
+use std::sync::OnceLock;
+
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt;
 
@@ -75,21 +77,59 @@ pub fn filter(level: &str) -> Result<EnvFilter, String> {
         .map_err(|e| format!("invalid --log-level {level:?}: {e}"))
 }
 
-/// Installs the global subscriber. Call once, before anything logs.
-pub fn init(format: LogFormat, filter: EnvFilter) {
+/// Replaces the filter of the installed subscriber (set by [`init`]).
+type Reload = Box<dyn Fn(EnvFilter) -> Result<(), String> + Send + Sync>;
+
+/// The user's directives (`--log-level`) and how to replace the filter, once [`init`] ran.
+static INSTALLED: OnceLock<(String, Reload)> = OnceLock::new();
+
+/// Installs the global subscriber with the user's directives (`--log-level`, checked with
+/// [`filter`]) and the dependency crates at INFO. Call once, before anything logs.
+pub fn init(format: LogFormat, level: &str) -> Result<(), String> {
+    let filter = filter(&with_dependencies(level, LogLevel::Info))?;
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(ansi);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder
-            .json()
-            .flatten_event(true)
-            .with_current_span(true)
-            .init(),
+    let reload: Reload = match format {
+        LogFormat::Text => {
+            let builder = builder.with_filter_reloading();
+            let handle = builder.reload_handle();
+            builder.init();
+            Box::new(move |f| handle.reload(f).map_err(|e| e.to_string()))
+        }
+        LogFormat::Json => {
+            let builder = builder
+                .json()
+                .flatten_event(true)
+                .with_current_span(true)
+                .with_filter_reloading();
+            let handle = builder.reload_handle();
+            builder.init();
+            Box::new(move |f| handle.reload(f).map_err(|e| e.to_string()))
+        }
+    };
+    let _ = INSTALLED.set((level.to_string(), reload));
+    Ok(())
+}
+
+/// Sets the level of the dependency crates (`sitesConfig.operator.dependency_log_level`, known
+/// once the configuration is read, and followed when it changes); the user's directives stay.
+pub fn set_dependency_level(level: LogLevel) {
+    let Some((user, reload)) = INSTALLED.get() else {
+        return;
+    };
+    match filter(&with_dependencies(user, level)).and_then(reload) {
+        Ok(()) => tracing::debug!(level = level.as_directive(), "dependency log level set"),
+        Err(e) => tracing::warn!(error = %e, "cannot set the dependency log level"),
     }
+}
+
+/// The user's directives followed by the dependency crates' (which take precedence for those
+/// crates only).
+fn with_dependencies(user: &str, level: LogLevel) -> String {
+    format!("{user},{}", dependency_directives(level))
 }
 
 #[cfg(test)]

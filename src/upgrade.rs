@@ -3,20 +3,36 @@
 //! custom images are kept; `--force` also writes a new upgrade-request UUID, so even an
 //! up-to-date site re-renders and restarts once. Archived sites are upgraded too and stay at zero
 //! replicas (the command never touches `enabled`).
+//!
+//! `--record-images` is the step for Sites created before the mutating webhook recorded images:
+//! each built-in application without an image gets the one it runs (from the Site's
+//! StatefulSet), so that a new platform version moves it only through an upgrade (SPEC 4.6).
+//! Nothing rolls: the rendered image is the one that runs.
 
-use kube::ResourceExt;
+use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use crate::config::PlatformConfig;
-use crate::crd::{Site, UPGRADE_REQUEST_ANNOTATION};
-use crate::render::apps::upgraded_applications;
+use crate::crd::{Application, Site, UPGRADE_REQUEST_ANNOTATION};
+use crate::labels::{self, Control};
+use crate::render::apps::{catalogue_image, upgraded_applications};
 
 /// Which Sites to upgrade.
 #[derive(Clone, Debug)]
 pub enum Target {
     One(String),
     All,
+}
+
+/// What the command does to each Site.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Built-in images to the platform version; `force` also requests a forced upgrade.
+    Upgrade { force: bool },
+    /// Record the running image of each built-in application that records none.
+    RecordImages,
 }
 
 /// What happened to one Site.
@@ -49,12 +65,52 @@ impl std::fmt::Display for Outcome {
 
 /// The image changes an upgrade makes to `site` (`application: old -> new`).
 pub fn image_changes(site: &Site, cfg: &PlatformConfig) -> Vec<String> {
-    let upgraded = upgraded_applications(site, cfg);
+    changes(site, &upgraded_applications(site, cfg))
+}
+
+/// The applications of `site` with an image recorded for each built-in application that has
+/// none: the image of its container in `running` (the Site's StatefulSet, when the Site controls
+/// it), else the catalogue image at the platform version (what the reconciler renders).
+pub fn recorded_applications(
+    site: &Site,
+    cfg: &PlatformConfig,
+    running: Option<&StatefulSet>,
+) -> Vec<Application> {
+    let containers = running
+        .filter(|sts| labels::control(sts.meta(), site) == Control::ThisSite)
+        .and_then(|sts| Some(&sts.spec.as_ref()?.template.spec.as_ref()?.containers));
+    let running_image = |name: &str| {
+        containers?
+            .iter()
+            .find(|c| c.name == name)
+            .and_then(|c| c.image.clone())
+    };
     site.spec
         .configuration
         .applications
         .iter()
-        .zip(&upgraded)
+        .map(|app| {
+            let mut app = app.clone();
+            if app.image.is_none()
+                && let Some(entry) = cfg.sites.applications.iter().find(|c| c.name == app.name)
+            {
+                app.image = Some(
+                    running_image(&app.name)
+                        .unwrap_or_else(|| catalogue_image(entry, &cfg.sites.version)),
+                );
+            }
+            app
+        })
+        .collect()
+}
+
+/// `application: old -> new` for each application whose image `new` changes.
+fn changes(site: &Site, new: &[Application]) -> Vec<String> {
+    site.spec
+        .configuration
+        .applications
+        .iter()
+        .zip(new)
         .filter(|(old, new)| old.image != new.image)
         .map(|(old, new)| {
             format!(
@@ -67,25 +123,43 @@ pub fn image_changes(site: &Site, cfg: &PlatformConfig) -> Vec<String> {
         .collect()
 }
 
-/// Upgrades the target Sites in `namespace`. A Site that does not exist is an error before
-/// anything is written.
+/// Applies `action` to the target Sites in `namespace`. A Site that does not exist is an error
+/// before anything is written.
 pub async fn upgrade(
     client: &kube::Client,
     namespace: &str,
     cfg: &PlatformConfig,
     target: &Target,
-    force: bool,
+    action: Action,
     dry_run: bool,
 ) -> Result<Vec<Outcome>, kube::Error> {
     let api: Api<Site> = Api::namespaced(client.clone(), namespace);
+    let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
     let sites = match target {
         Target::One(name) => vec![api.get(name).await?],
         Target::All => api.list(&ListParams::default()).await?.items,
     };
+    let force = action == Action::Upgrade { force: true };
     let mut outcomes = Vec::new();
     for site in sites {
         let name = site.name_any();
-        let changes = image_changes(&site, cfg);
+        let applications = match action {
+            Action::Upgrade { .. } => upgraded_applications(&site, cfg),
+            Action::RecordImages => match statefulsets.get_opt(&name).await {
+                Ok(running) => recorded_applications(&site, cfg, running.as_ref()),
+                Err(e) => {
+                    outcomes.push(Outcome {
+                        site: name,
+                        changes: Vec::new(),
+                        forced: false,
+                        written: false,
+                        error: Some(format!("cannot read its StatefulSet: {e}")),
+                    });
+                    continue;
+                }
+            },
+        };
+        let changes = changes(&site, &applications);
         let mut outcome = Outcome {
             site: name.clone(),
             changes: changes.clone(),
@@ -97,13 +171,15 @@ pub async fn upgrade(
             outcomes.push(outcome);
             continue;
         }
-        let mut patch = json!({});
+        // The resourceVersion makes the patch conditional: an edit since the read is not lost
+        // (the Site is reported as failed and the command can be run again).
+        let mut patch = json!({"metadata": {"resourceVersion": site.resource_version()}});
         if !changes.is_empty() {
-            patch["spec"] =
-                json!({"configuration": {"applications": upgraded_applications(&site, cfg)}});
+            patch["spec"] = json!({"configuration": {"applications": applications}});
         }
         if force {
-            patch["metadata"] = json!({"annotations": {UPGRADE_REQUEST_ANNOTATION: uuid::Uuid::new_v4().to_string()}});
+            patch["metadata"]["annotations"] =
+                json!({UPGRADE_REQUEST_ANNOTATION: uuid::Uuid::new_v4().to_string()});
         }
         let params = PatchParams {
             dry_run,
@@ -116,4 +192,57 @@ pub async fn upgrade(
         outcomes.push(outcome);
     }
     Ok(outcomes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixtures::{SiteBuilder, config};
+    use serde_json::json;
+
+    fn statefulset(owner_uid: &str, images: &[(&str, &str)]) -> StatefulSet {
+        let containers: Vec<_> = images
+            .iter()
+            .map(|(name, image)| json!({"name": name, "image": image}))
+            .collect();
+        serde_json::from_value(json!({
+            "metadata": {"name": "docs-handbook", "ownerReferences": [{
+                "apiVersion": "sites.ecmwf.int/v1", "kind": "Site", "name": "docs-handbook",
+                "uid": owner_uid, "controller": true}]},
+            "spec": {"selector": {}, "serviceName": "docs-handbook",
+                     "template": {"spec": {"containers": containers}}}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn recording_keeps_what_runs_and_every_recorded_or_custom_image() {
+        let cfg = config();
+        let catalogue = catalogue_image(&cfg.sites.applications[0], &cfg.sites.version);
+        let builtin = cfg.sites.applications[0].name.clone();
+        let site = |image: Option<&str>| {
+            let mut s = SiteBuilder::new("docs-handbook")
+                .namespace("sites")
+                .app(&builtin)
+                .build();
+            s.metadata.uid = Some("uid-1".into());
+            s.spec.configuration.applications[0].image = image.map(String::from);
+            s
+        };
+        let running = statefulset("uid-1", &[(&builtin, "registry/static:2.3.0")]);
+        let foreign = statefulset("uid-other", &[(&builtin, "registry/static:0.1")]);
+        // (recorded image, StatefulSet, image after recording)
+        let table: Vec<(Option<&str>, Option<&StatefulSet>, &str)> = vec![
+            (None, Some(&running), "registry/static:2.3.0"),
+            (None, None, catalogue.as_str()),
+            (None, Some(&foreign), catalogue.as_str()),
+            (Some("mine:1"), Some(&running), "mine:1"),
+        ];
+        for (i, (recorded, sts, want)) in table.into_iter().enumerate() {
+            let s = site(recorded);
+            let apps = recorded_applications(&s, &cfg, sts);
+            assert_eq!(apps[0].image.as_deref(), Some(want), "row {i}");
+            assert_eq!(changes(&s, &apps).is_empty(), recorded.is_some(), "row {i}");
+        }
+    }
 }

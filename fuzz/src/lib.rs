@@ -69,7 +69,7 @@ pub fn check_render(site: &Site, cfg: &PlatformConfig) {
         secret_key: "fuzz-secret-key".into(),
     };
     let host = cfg.routing.host.as_deref();
-    let first_state = restart::decide(None, site).state;
+    let first_state = restart::decide(None, site, cfg).state;
     let inputs = Inputs::new(NAMESPACE, host, b"fuzz-session-key", &tokens, &first_state);
     let first = match render::render(valid, cfg, &inputs) {
         Ok(r) => r,
@@ -86,7 +86,7 @@ pub fn check_render(site: &Site, cfg: &PlatformConfig) {
 
     let recorded = render::recorded_state(Some(&first.statefulset));
     assert_eq!(recorded.as_ref(), Some(&first_state), "recorded state");
-    let decision = restart::decide(recorded.as_ref(), site);
+    let decision = restart::decide(recorded.as_ref(), site, cfg);
     assert!(!decision.restart, "an unchanged Site restarts: {site:?}");
     let again = Inputs {
         existing_claim: Some(&first.pvc),

@@ -355,8 +355,8 @@ pub fn mutate_site<K: Resource + SiteApplications>(
 /// which public path (until then the path rule allows, and the reconciler's backstop applies).
 #[derive(Default)]
 pub struct Platform {
-    /// Names no Site object may take (the session-key Secret, `sites-config`, the webhook and
-    /// metrics Services, the webhook TLS Secret, the Lease, the master Ingress).
+    /// Names of platform objects no Site object may take that the run options name (the webhook
+    /// Service and TLS Secret, the Lease); [`Platform::reserves`] adds the configuration's.
     pub reserved: Vec<String>,
     /// The Sites by public path; set when the cache has synced.
     pub sites: OnceLock<Arc<dyn SiteDirectory>>,
@@ -379,11 +379,27 @@ pub trait SiteDirectory: Send + Sync {
 }
 
 impl Platform {
+    /// Whether `name` belongs to a platform object of the namespace: [`Platform::reserved`], the
+    /// session-key Secret the configuration `cfg` names, `sites-config`, the metrics Service and
+    /// the master Ingress.
+    pub fn reserves(&self, name: &str, cfg: &PlatformConfig) -> bool {
+        self.reserved.iter().any(|r| r == name)
+            || name == cfg.sites.session.secret_key.secret_name
+            || [
+                config::CONFIGMAP_NAME,
+                crate::app::METRICS_SERVICE,
+                crate::controller::context::MASTER_INGRESS,
+            ]
+            .contains(&name)
+    }
+
     /// Every rule a Site must satisfy in this platform: [`validation::site::violations`], the
     /// reserved names, and one path per Site.
     fn violations(&self, site: &Site, old: Option<&Site>, cfg: &PlatformConfig) -> Vec<FieldError> {
         let mut v = validation::site::violations(site, old, cfg);
-        v.extend(validation::site::reserved_names(site, &self.reserved));
+        v.extend(validation::site::reserved_names(site, |name| {
+            self.reserves(name, cfg)
+        }));
         if let Some(directory) = self.sites.get() {
             v.extend(validation::site::path_in_use(
                 site,
@@ -512,14 +528,7 @@ pub fn validate_config(req: &AdmissionRequest<DynamicObject>) -> AdmissionRespon
     };
     match config::validate_configmap_data(data.as_ref(), &ctx) {
         Ok(_) => AdmissionResponse::from(req),
-        Err(config::ConfigError::Invalid(problems)) => deny(req, &problems),
-        Err(other) => deny(
-            req,
-            &[FieldError {
-                field: format!("data[\"{}\"]", config::CONFIGMAP_KEY),
-                message: other.to_string(),
-            }],
-        ),
+        Err(e) => deny(req, &e.into_problems(&config::data_field())),
     }
 }
 

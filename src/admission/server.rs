@@ -26,7 +26,7 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
 use super::SiteObject;
-use crate::config::PlatformConfig;
+use crate::config::live::Live;
 use crate::metrics::WebhookMetrics;
 
 /// Largest accepted request body. The API server sends at most two objects of up to 3 MiB each
@@ -43,7 +43,8 @@ pub const VALIDATE_CONFIG: &str = "/validate-config";
 /// What the handlers share.
 #[derive(Clone, Debug)]
 pub struct WebhookState {
-    pub config: Arc<PlatformConfig>,
+    /// The configuration in force (replaced when `sites-config` changes).
+    pub config: Live,
     pub metrics: WebhookMetrics,
     /// Reserved names and the Site directory (see [`super::Platform`]).
     pub platform: Arc<super::Platform>,
@@ -179,24 +180,26 @@ pub fn encode(response: &AdmissionResponse) -> serde_json::Result<Vec<u8>> {
 // object that is not a Site) takes the generic path, which names the problem.
 
 async fn mutate_sites(State(state): State<WebhookState>, body: Bytes) -> Response {
+    let config = state.config.get();
     if let Ok(req) = decode_as::<SiteObject>(&body) {
-        return respond(&super::mutate_site(&req, &state.config, uuid::Uuid::new_v4));
+        return respond(&super::mutate_site(&req, &config, uuid::Uuid::new_v4));
     }
     answer(&body, |req| {
-        super::mutate_site(req, &state.config, uuid::Uuid::new_v4)
+        super::mutate_site(req, &config, uuid::Uuid::new_v4)
     })
 }
 
 async fn validate_sites(State(state): State<WebhookState>, body: Bytes) -> Response {
+    let config = state.config.get();
     if let Ok(req) = decode_as::<SiteObject>(&body) {
         return respond(&super::validate_site_object_in(
             req,
-            &state.config,
+            &config,
             &state.platform,
         ));
     }
     answer(&body, |req| {
-        super::validate_site_in(req, &state.config, &state.platform)
+        super::validate_site_in(req, &config, &state.platform)
     })
 }
 

@@ -1750,14 +1750,11 @@ impl SiteDirectory for Directory {
 
 fn platform(stored: Vec<(&'static str, &'static str)>) -> Platform {
     let platform = Platform {
-        reserved: crate::app::reserved_names(
-            &config(),
-            &[
-                "sites-operator-webhook".into(),
-                "sites-operator-webhook-tls".into(),
-                "sites-operator".into(),
-            ],
-        ),
+        reserved: vec![
+            "sites-operator-webhook".into(),
+            "sites-operator-webhook-tls".into(),
+            "sites-operator".into(),
+        ],
         ..Default::default()
     };
     let _ = platform.sites.set(Arc::new(Directory(stored)));

@@ -7,6 +7,7 @@
 //! document and reports **every** problem at once, each naming its key, and for keys that moved,
 //! the replacement (RTG-01, RTG-07).
 
+pub mod live;
 mod reader;
 mod rules;
 
@@ -37,6 +38,17 @@ pub enum ConfigError {
     /// (`routing.gateway.name`, `sitesConfig.applications[1].port`).
     #[error("{}", crate::validation::join(.0))]
     Invalid(Vec<FieldError>),
+}
+
+impl ConfigError {
+    /// The problems as field errors: a document that could not be read or parsed is one problem
+    /// of `field` (where the text came from, e.g. `data["config.yaml"]`).
+    pub fn into_problems(self, field: &str) -> Vec<FieldError> {
+        match self {
+            ConfigError::Invalid(problems) => problems,
+            other => vec![FieldError::new(field, other.to_string())],
+        }
+    }
 }
 
 /// Routing mode: one for the whole platform.
@@ -464,14 +476,19 @@ pub fn validate_configmap_data(
     ctx: &Installation<'_>,
 ) -> Result<PlatformConfig, ConfigError> {
     match data.and_then(|d| d.get(CONFIGMAP_KEY)) {
-        Some(text) => PlatformConfig::from_yaml(text, &format!("data[\"{CONFIGMAP_KEY}\"]"), ctx),
+        Some(text) => PlatformConfig::from_yaml(text, &data_field(), ctx),
         None => Err(missing_configmap_key()),
     }
 }
 
+/// The field of the ConfigMap that holds the configuration: `data["config.yaml"]`.
+pub fn data_field() -> String {
+    format!("data[\"{CONFIGMAP_KEY}\"]")
+}
+
 fn missing_configmap_key() -> ConfigError {
     ConfigError::Invalid(vec![FieldError::new(
-        format!("data[\"{CONFIGMAP_KEY}\"]"),
+        data_field(),
         "required: the ConfigMap must hold the configuration under this key",
     )])
 }

@@ -17,7 +17,8 @@ use kube::api::Api;
 use kube::runtime::events::Recorder;
 use kube::runtime::reflector::{ObjectRef, Store};
 
-use crate::config::{PlatformConfig, RoutingMode};
+use crate::config::live::Live;
+use crate::config::{Routing, RoutingMode, SecretKeyRef};
 use crate::controller::index::Index;
 use crate::controller::volumes::Labeller;
 use crate::crd::Site;
@@ -88,18 +89,20 @@ impl Default for Tunables {
     }
 }
 
-type Cached<T> = Mutex<Option<(Instant, T)>>;
+/// A value read from the cluster, when, and for which reference.
+type Cached<R, T> = Mutex<Option<(Instant, R, T)>>;
 
 /// Everything a reconcile needs.
 pub struct Context {
     pub client: kube::Client,
-    pub config: Arc<PlatformConfig>,
+    /// The configuration in force; a reconcile takes it once ([`Live::get`]).
+    pub config: Live,
     pub namespace: String,
     pub caches: Caches,
     pub recorder: Option<Recorder>,
     pub tunables: Tunables,
-    session_key: Cached<Vec<u8>>,
-    master_host: Cached<Option<String>>,
+    session_key: Cached<SecretKeyRef, Vec<u8>>,
+    master_host: Cached<(), Option<String>>,
     /// The delayed volume label patches.
     pub(crate) labeller: Labeller,
     /// What the operator last wrote of each owned object (drift detection).
@@ -115,7 +118,7 @@ fn system_now() -> Time {
 impl Context {
     pub fn new(
         client: kube::Client,
-        config: Arc<PlatformConfig>,
+        config: Live,
         namespace: String,
         caches: Caches,
         recorder: Option<Recorder>,
@@ -174,12 +177,12 @@ impl Context {
             })
     }
 
-    /// The platform session key (Secret reference in the configuration), cached for a minute.
-    pub(crate) async fn session_key(&self) -> Result<Vec<u8>> {
-        if let Some(key) = fresh(&self.session_key) {
+    /// The platform session key that `reference` (the configuration's) names, cached for a
+    /// minute.
+    pub(crate) async fn session_key(&self, reference: &SecretKeyRef) -> Result<Vec<u8>> {
+        if let Some(key) = fresh(&self.session_key, reference) {
             return Ok(key);
         }
-        let reference = &self.config.sites.session.secret_key;
         let secret = self.read::<Secret>(&reference.secret_name).await?;
         let key = secret
             .and_then(|s| s.data.as_ref()?.get(&reference.key).cloned())
@@ -190,36 +193,37 @@ impl Context {
                 name: reference.secret_name.clone(),
                 key: reference.key.clone(),
             })?;
-        remember(&self.session_key, key.clone());
+        remember(&self.session_key, reference.clone(), key.clone());
         Ok(key)
     }
 
     /// `routing.host`, or in ingress mode the first rule host of the master Ingress.
-    pub(crate) async fn public_host(&self) -> Result<Option<String>> {
-        if let Some(host) = self.config.routing.host.clone() {
+    pub(crate) async fn public_host(&self, routing: &Routing) -> Result<Option<String>> {
+        if let Some(host) = routing.host.clone() {
             return Ok(Some(host));
         }
-        if self.config.routing.mode != RoutingMode::Ingress {
+        if routing.mode != RoutingMode::Ingress {
             return Ok(None);
         }
-        if let Some(host) = fresh(&self.master_host) {
+        if let Some(host) = fresh(&self.master_host, &()) {
             return Ok(host);
         }
         let master = self.read::<Ingress>(MASTER_INGRESS).await?;
         let host = master.and_then(|i| i.spec.as_ref()?.rules.as_ref()?.first()?.host.clone());
-        remember(&self.master_host, host.clone());
+        remember(&self.master_host, (), host.clone());
         Ok(host)
     }
 }
 
-fn fresh<T: Clone>(cell: &Cached<T>) -> Option<T> {
+/// The cached value, if it was read for `reference` less than [`LOOKUP_TTL`] ago.
+fn fresh<R: PartialEq, T: Clone>(cell: &Cached<R, T>, reference: &R) -> Option<T> {
     cell.lock()
         .unwrap_or_else(|e| e.into_inner())
         .as_ref()
-        .filter(|(at, _)| at.elapsed() < LOOKUP_TTL)
-        .map(|(_, v)| v.clone())
+        .filter(|(at, r, _)| at.elapsed() < LOOKUP_TTL && r == reference)
+        .map(|(_, _, v)| v.clone())
 }
 
-fn remember<T>(cell: &Cached<T>, value: T) {
-    *cell.lock().unwrap_or_else(|e| e.into_inner()) = Some((Instant::now(), value));
+fn remember<R, T>(cell: &Cached<R, T>, reference: R, value: T) {
+    *cell.lock().unwrap_or_else(|e| e.into_inner()) = Some((Instant::now(), reference, value));
 }

@@ -10,6 +10,7 @@
 //! - [`apply`]: every write the reconciler makes to the cluster;
 //! - [`volumes`]: retained volumes, claims of a previous Site, delayed volume labels;
 //! - [`status`]: the Site status as a pure function;
+//! - [`configuration`]: follows the `sites-config` ConfigMap (live configuration);
 //! - [`leader`], [`accounting`], [`changes`]: leader election, API call metrics, change logs.
 //!
 //! Caches are kube-runtime reflectors fed by watches of the platform namespace: Sites, every
@@ -21,6 +22,7 @@
 pub mod accounting;
 pub mod apply;
 pub mod changes;
+pub mod configuration;
 pub mod context;
 pub mod index;
 pub mod leader;
@@ -50,6 +52,7 @@ use tokio::sync::watch;
 use tracing::Instrument;
 
 use crate::config::PlatformConfig;
+use crate::config::live::{Follower, Live};
 use crate::crd::{ID_LABEL, Phase, Site};
 use context::{Caches, Context, Tunables};
 use index::Index;
@@ -132,7 +135,11 @@ impl ReconcileMetrics {
 #[derive(Clone, Debug)]
 pub struct Options {
     pub namespace: String,
-    pub workers: usize,
+    /// Reconcile workers; None: `sitesConfig.operator.worker_limit`, followed when it changes.
+    pub workers: Option<usize>,
+    /// The ConfigMap to follow (`sites-config`); None: the configuration never changes (a file
+    /// given with `run --config`).
+    pub config_map: Option<String>,
     pub tunables: Tunables,
     /// Name of this replica (Events' reporting instance).
     pub instance: Option<String>,
@@ -240,7 +247,7 @@ pub async fn serves_http_routes(client: &kube::Client, namespace: &str) -> bool 
 pub struct Controller {
     pub context: Arc<Context>,
     pub queue: Queue<String>,
-    workers: Vec<tokio::task::JoinHandle<()>>,
+    workers: Arc<Workers>,
     background: Vec<tokio::task::JoinHandle<()>>,
     drain: Duration,
 }
@@ -250,7 +257,7 @@ impl Controller {
     /// reconcile only while `leading` is true.
     pub async fn start(
         client: kube::Client,
-        config: Arc<PlatformConfig>,
+        config: Live,
         registry: &Registry,
         options: Options,
         leading: watch::Receiver<bool>,
@@ -413,6 +420,20 @@ impl Controller {
             instance: options.instance.clone(),
         };
         let recorder = Recorder::new(client.clone(), reporter);
+        let valid = configuration::register_valid(registry)?;
+        let mut background = Vec::new();
+        if let Some(name) = &options.config_map {
+            let follow = configuration::Follow {
+                client: client.clone(),
+                namespace: ns.clone(),
+                name: name.clone(),
+                valid,
+                recorder: Some(recorder.clone()),
+                leading: leading.clone(),
+            };
+            let follower = Follower::new(config.clone(), ns.clone());
+            background.push(tokio::spawn(configuration::follow(follow, follower)));
+        }
         let context = Arc::new(Context::new(
             client,
             config,
@@ -422,22 +443,30 @@ impl Controller {
             options.tunables.clone(),
         ));
 
-        let workers = options.workers.max(1);
-        metrics.max_concurrent.set(workers as i64);
-        let mut handles = Vec::new();
-        for _ in 0..workers {
-            handles.push(tokio::spawn(worker(
-                context.clone(),
-                queue.clone(),
-                metrics.clone(),
-                leading.clone(),
-            )));
-        }
-        let mut background = vec![tokio::spawn(observe(
+        let workers = Workers {
+            slots: Default::default(),
+            ctx: context.clone(),
+            queue: queue.clone(),
+            metrics: metrics.clone(),
+            leading: leading.clone(),
+            limit: watch::channel(0).0,
+        };
+        let fixed = options.workers;
+        let limit =
+            move |c: &PlatformConfig| fixed.unwrap_or(c.sites.operator.worker_limit as usize);
+        workers.staff(limit(&context.config.get()));
+        let workers = Arc::new(workers);
+        background.push(tokio::spawn(on_config_change(
+            context.clone(),
+            queue.clone(),
+            workers.clone(),
+            limit,
+        )));
+        background.push(tokio::spawn(observe(
             context.clone(),
             queue.clone(),
             metrics,
-        ))];
+        )));
         if let Some(every) = options.retention_interval {
             background.push(tokio::spawn(retention_loop(
                 context.clone(),
@@ -448,7 +477,7 @@ impl Controller {
         Ok(Controller {
             context,
             queue,
-            workers: handles,
+            workers,
             background,
             drain: options.drain,
         })
@@ -457,12 +486,71 @@ impl Controller {
     /// Stops handing out keys and waits (up to the drain period) for running reconciles.
     pub async fn shutdown(self) {
         self.queue.shutdown();
-        let drain = futures::future::join_all(self.workers);
+        for b in &self.background {
+            b.abort();
+        }
+        let handles =
+            std::mem::take(&mut *self.workers.slots.lock().unwrap_or_else(|e| e.into_inner()));
+        let drain = futures::future::join_all(handles.into_iter().flatten());
         if tokio::time::timeout(self.drain, drain).await.is_err() {
             tracing::warn!(drain = ?self.drain, "reconciles still running after the drain period");
         }
-        for b in self.background {
-            b.abort();
+    }
+}
+
+/// The reconcile workers: `limit` of them run. A smaller limit stops the surplus workers once
+/// they finish the reconcile at hand; a larger one starts the missing ones.
+struct Workers {
+    /// Worker `i` runs in slot `i` (None or finished: not running).
+    slots: std::sync::Mutex<Vec<Option<tokio::task::JoinHandle<()>>>>,
+    ctx: Arc<Context>,
+    queue: Queue<String>,
+    metrics: ReconcileMetrics,
+    leading: watch::Receiver<bool>,
+    limit: watch::Sender<usize>,
+}
+
+impl Workers {
+    /// Sets the limit and starts the workers below it that do not run.
+    fn staff(&self, limit: usize) {
+        let limit = limit.max(1);
+        self.limit.send_replace(limit);
+        self.metrics.max_concurrent.set(limit as i64);
+        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        if slots.len() < limit {
+            slots.resize_with(limit, || None);
+        }
+        for (i, slot) in slots.iter_mut().enumerate().take(limit) {
+            if slot.as_ref().is_none_or(|h| h.is_finished()) {
+                *slot = Some(tokio::spawn(worker(
+                    i,
+                    self.limit.subscribe(),
+                    self.ctx.clone(),
+                    self.queue.clone(),
+                    self.metrics.clone(),
+                    self.leading.clone(),
+                )));
+            }
+        }
+    }
+}
+
+/// On every new configuration in force: the worker limit follows it, and every Site is
+/// reconciled (only objects whose rendering changed are written; pods roll only where the pod
+/// template changed), at the workers' pace.
+async fn on_config_change(
+    ctx: Arc<Context>,
+    queue: Queue<String>,
+    workers: Arc<Workers>,
+    limit: impl Fn(&PlatformConfig) -> usize,
+) {
+    let mut changes = ctx.config.changes();
+    changes.mark_unchanged();
+    while changes.changed().await.is_ok() {
+        let config = changes.borrow_and_update().clone();
+        workers.staff(limit(&config));
+        for site in ctx.caches.sites.state() {
+            queue.add(site.name_any());
         }
     }
 }
@@ -483,12 +571,15 @@ async fn wait_synced(c: &Caches) {
 }
 
 async fn worker(
+    id: usize,
+    limit: watch::Receiver<usize>,
     ctx: Arc<Context>,
     queue: Queue<String>,
     metrics: ReconcileMetrics,
     mut leading: watch::Receiver<bool>,
 ) {
-    while let Some(key) = queue.get().await {
+    while id < *limit.borrow() {
+        let Some(key) = queue.get().await else { break };
         if !*leading.borrow() {
             // Not the leader: hand the key back once leadership comes.
             queue.done(&key);
@@ -533,7 +624,8 @@ async fn retention_loop(ctx: Arc<Context>, every: Duration, leading: watch::Rece
         if !*leading.borrow() {
             continue;
         }
-        let retention = &ctx.config.sites.retention;
+        let config = ctx.config.get();
+        let retention = &config.sites.retention;
         let today = crate::retention::today();
         match crate::retention::run_once(&ctx.client, &ctx.namespace, retention, today, false).await
         {

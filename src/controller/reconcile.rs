@@ -25,6 +25,7 @@ use kube::runtime::events::EventType;
 use kube::runtime::reflector::Store;
 use kube::{Resource, ResourceExt};
 
+use crate::config::{PlatformConfig, RoutingMode};
 use crate::controller::apply::{self, Written};
 use crate::controller::context::Context;
 use crate::controller::{slim, status, volumes};
@@ -84,8 +85,10 @@ pub async fn reconcile(ctx: &Context, name: &str) -> Next {
     if site.metadata.deletion_timestamp.is_some() {
         return Next::Done;
     }
+    // One configuration from start to end, even if a new one comes in meanwhile.
+    let config = ctx.config.get();
     let mut writes = Writes::default();
-    let result = converge(ctx, &site, &mut writes).await;
+    let result = converge(ctx, &config, &site, &mut writes).await;
     if !writes.created.is_empty() {
         // One Event per reconcile, listing what it created.
         let note = format!("created {}", writes.created.join(", "));
@@ -109,10 +112,15 @@ pub async fn reconcile(ctx: &Context, name: &str) -> Next {
 }
 
 /// Steps 1 to 6 of the recipe.
-async fn converge(ctx: &Context, site: &Site, writes: &mut Writes) -> Result<()> {
-    let valid = validation::site::validate(site, &ctx.config).map_err(Error::InvalidSite)?;
-    let gathered = gather(ctx, site).await?;
-    let decision = decide(ctx, site, gathered.statefulset.clone()).await?;
+async fn converge(
+    ctx: &Context,
+    config: &PlatformConfig,
+    site: &Site,
+    writes: &mut Writes,
+) -> Result<()> {
+    let valid = validation::site::validate(site, config).map_err(Error::InvalidSite)?;
+    let gathered = gather(ctx, config, site).await?;
+    let decision = decide(ctx, config, site, gathered.statefulset.clone()).await?;
     let inputs = Inputs {
         platform_namespace: &ctx.namespace,
         public_host: gathered.host.as_deref(),
@@ -128,8 +136,17 @@ async fn converge(ctx: &Context, site: &Site, writes: &mut Writes) -> Result<()>
             restarted_at: decision.restarted_at.as_deref(),
         },
     };
-    let rendered = render::render(valid, &ctx.config, &inputs)?;
-    apply_in_order(ctx, site, rendered, &gathered, &decision, writes).await
+    let rendered = render::render(valid, config, &inputs)?;
+    apply_in_order(
+        ctx,
+        config.routing.mode,
+        site,
+        rendered,
+        &gathered,
+        &decision,
+        writes,
+    )
+    .await
 }
 
 /// What rendering needs from the cluster.
@@ -146,7 +163,7 @@ struct Gathered {
     statefulset: Option<Arc<StatefulSet>>,
 }
 
-async fn gather(ctx: &Context, site: &Site) -> Result<Gathered> {
+async fn gather(ctx: &Context, config: &PlatformConfig, site: &Site) -> Result<Gathered> {
     let id = site.name_any();
     let c = &ctx.caches;
     // Tokens are generated only when the API server confirms there are none: the cache may not
@@ -160,8 +177,8 @@ async fn gather(ctx: &Context, site: &Site) -> Result<Gathered> {
         .as_deref()
         .filter(|s| labels::control(s.meta(), site) == Control::ThisSite);
     let tokens = SiteTokens::keep_or_generate(own_secret, random_token);
-    let session_key = ctx.session_key().await?;
-    let host = ctx.public_host().await?;
+    let session_key = ctx.session_key(&config.sites.session.secret_key).await?;
+    let host = ctx.public_host(&config.routing).await?;
     let claim = ctx.cached(&c.pvcs, &id);
     let retained = match claim {
         Some(_) => None,
@@ -186,15 +203,24 @@ struct Decision {
 
 async fn decide(
     ctx: &Context,
+    config: &PlatformConfig,
     site: &Site,
     mut stored: Option<Arc<StatefulSet>>,
 ) -> Result<Decision> {
-    let mut decision = restart::decide(render::recorded_state(stored.as_deref()).as_ref(), site);
+    let mut decision = restart::decide(
+        render::recorded_state(stored.as_deref()).as_ref(),
+        site,
+        config,
+    );
     if decision.restart {
         // Confirm with the API server: a StatefulSet written a moment ago may already record
         // this change, and one qualifying change must roll the pods only once (LIFE-03).
         stored = ctx.read::<StatefulSet>(&site.name_any()).await?;
-        decision = restart::decide(render::recorded_state(stored.as_deref()).as_ref(), site);
+        decision = restart::decide(
+            render::recorded_state(stored.as_deref()).as_ref(),
+            site,
+            config,
+        );
     }
     let restarted_at = if decision.restart {
         Some((ctx.now)().0.to_string())
@@ -222,6 +248,7 @@ async fn decide(
 /// route of each mode.
 async fn apply_in_order(
     ctx: &Context,
+    mode: RoutingMode,
     site: &Site,
     rendered: Rendered,
     gathered: &Gathered,
@@ -271,7 +298,7 @@ async fn apply_in_order(
     let taken = path_taken_by(ctx, site);
     // An older Site serves this path: no route for this one (its own is removed).
     let route = rendered.route.filter(|_| taken.is_none());
-    routes(ctx, &id, route, writes).await?;
+    routes(ctx, mode, &id, route, writes).await?;
     match taken {
         Some(other) => Err(Error::PathConflict {
             path: format!("{}/", render::apps::site_path(site)),
@@ -376,6 +403,7 @@ fn owned_by(obj: &impl Resource, id: &str) -> bool {
 /// does not keep the other mode's route.
 async fn routes(
     ctx: &Context,
+    mode: RoutingMode,
     id: &str,
     desired: Option<Route>,
     writes: &mut Writes,
@@ -386,12 +414,12 @@ async fn routes(
         Some(Route::HttpRoute(r)) => (None, Some(r)),
         None => (None, None),
     };
-    let (active, pruned) = match ctx.config.routing.mode {
-        crate::config::RoutingMode::Ingress => (
+    let (active, pruned) = match mode {
+        RoutingMode::Ingress => (
             active_route(ctx, writes, Some(&c.ingresses), ingress, id).await,
             prune_route::<HttpRoute>(ctx, c.httproutes.as_ref(), id).await,
         ),
-        crate::config::RoutingMode::Gateway => (
+        RoutingMode::Gateway => (
             active_route(ctx, writes, c.httproutes.as_ref(), http_route, id).await,
             prune_route::<Ingress>(ctx, Some(&c.ingresses), id).await,
         ),

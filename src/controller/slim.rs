@@ -257,7 +257,7 @@ mod tests {
         let mut site = site;
         site.metadata.namespace = Some("sites".into());
         site.metadata.uid = Some("uid-1".into());
-        let state = crate::restart::decide(None, &site).state;
+        let state = crate::restart::decide(None, &site, &crate::fixtures::config()).state;
         let tokens = SiteTokens {
             api_token: "a".into(),
             secret_key: "b".into(),

@@ -47,7 +47,7 @@ fn tokens() -> SiteTokens {
 /// Validates and renders, as the reconciler does.
 fn render_with(site: &Site, cfg: &PlatformConfig) -> Result<Rendered, Error> {
     let valid = validate(site, cfg).map_err(Error::InvalidSite)?;
-    let state = restart::decide(None, site).state;
+    let state = restart::decide(None, site, cfg).state;
     let tokens = tokens();
     let host = cfg.routing.host.as_deref();
     let inputs = Inputs::new(NAMESPACE, host, b"test-session-key", &tokens, &state);
@@ -436,7 +436,7 @@ fn restart_inputs_land_on_the_pod_template() {
     let s = base(true, 1, false).build();
     let cfg = config();
     let apps = apps::resolve(&s, &cfg);
-    let state = restart::decide(None, &s).state;
+    let state = restart::decide(None, &s, &cfg).state;
     let sts = workload::statefulset(
         &s,
         &cfg,
@@ -459,7 +459,10 @@ fn restart_inputs_land_on_the_pod_template() {
         ann[workload::RESTARTED_AT_ANNOTATION],
         "2026-11-29T10:00:00Z"
     );
-    assert_eq!(ann[restart::SPEC_HASH_ANNOTATION], restart::spec_hash(&s));
+    assert_eq!(
+        ann[restart::SPEC_HASH_ANNOTATION],
+        restart::spec_hash(&s, &cfg)
+    );
     assert_eq!(recorded_state(None), None);
 }
 
@@ -697,7 +700,7 @@ fn secrets_never_appear_in_debug_output_of_inputs() {
         existing_claim: None,
         retained_volume: None,
         pod: PodTemplateInputs {
-            state: &restart::decide(None, &base(true, 1, false).build()).state,
+            state: &restart::decide(None, &base(true, 1, false).build(), &config()).state,
             restarted_at: None,
         },
     };

@@ -290,13 +290,11 @@ fn resource_limits(site: &Site, cfg: &PlatformConfig, v: &mut FieldErrors) {
 
 /// The reserved-names rule: no object of the Site (`<id>`, `<id>-oauth2`, `<id>-files`) may take
 /// the name of a platform object of the namespace (`reserved`).
-pub fn reserved_names(site: &Site, reserved: &[String]) -> Option<FieldError> {
+pub fn reserved_names(site: &Site, reserved: impl Fn(&str) -> bool) -> Option<FieldError> {
     let id = site.metadata.name.as_deref().filter(|n| !n.is_empty())?;
-    let taken: Vec<String> = crate::labels::owned_names(id)
+    let first = crate::labels::owned_names(id)
         .into_iter()
-        .filter(|name| reserved.contains(name))
-        .collect();
-    let first = taken.first()?;
+        .find(|name| reserved(name))?;
     Some(FieldError::new(
         "metadata.name",
         format!(

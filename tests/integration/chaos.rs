@@ -13,9 +13,10 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
+use sites_operator::config::RoutingMode;
 use sites_operator::crd::Site;
 
-use crate::support::operator::{NS, example, prepare, sites};
+use crate::support::operator::{NS, config, example, prepare, sites};
 use crate::support::{Cluster, OperatorProcess, eventually_every};
 
 const SITES: usize = 200;
@@ -199,7 +200,11 @@ async fn killed_at_random_points_the_operator_converges_exactly_once() {
             .annotations
             .unwrap()["sites.ecmwf.int/spec-hash"]
             .clone();
-        assert_eq!(hash, sites_operator::restart::spec_hash(&site), "{name}");
+        assert_eq!(
+            hash,
+            sites_operator::restart::spec_hash(&site, &config(RoutingMode::Ingress)),
+            "{name}"
+        );
     }
     // Exactly one restart per site for its one qualifying change.
     let seen = seen.lock().unwrap().clone();

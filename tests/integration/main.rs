@@ -5,6 +5,7 @@
 mod chaos;
 mod cli;
 mod e2e;
+mod live_config;
 mod ownership;
 mod playground;
 mod prometheus;

@@ -68,7 +68,7 @@ async fn rendered_objects_are_accepted_and_cascade_with_the_site() {
     let id = site.metadata.name.clone().unwrap();
 
     let tokens = SiteTokens::keep_or_generate(None, || uuid::Uuid::new_v4().simple().to_string());
-    let state = sites_operator::restart::decide(None, &site).state;
+    let state = sites_operator::restart::decide(None, &site, &config(RoutingMode::Ingress)).state;
     let mut rendered = Vec::new();
     for mode in [RoutingMode::Ingress, RoutingMode::Gateway] {
         let cfg = config(mode);

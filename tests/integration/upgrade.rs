@@ -1,6 +1,6 @@
 //! `sites-operator upgrade` against the emulator (LIFE-06, LIFE-09): built-in images move to the
 //! platform version, custom images stay, --force stamps a new request, archived sites stay
-//! archived, --dry-run stores nothing.
+//! archived, --dry-run stores nothing; --record-images records what runs.
 
 use std::process::{Command, Output};
 
@@ -56,6 +56,107 @@ async fn cluster_with_namespace() -> Cluster {
         .await
         .unwrap();
     c
+}
+
+/// `sites-operator upgrade --record-images` with the configuration from the cluster's
+/// `sites-config` ConfigMap (no `--config`): each built-in application without an image gets
+/// the one its StatefulSet runs; recorded and custom images stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn record_images_writes_what_runs_from_the_configmap_configuration() {
+    let c = cluster_with_namespace().await;
+    c.kubectl_ok(&[
+        "create",
+        "configmap",
+        "sites-config",
+        "-n",
+        NS,
+        &format!(
+            "--from-file=config.yaml={}",
+            repo_file("manifests/base/config.yaml").display()
+        ),
+    ]);
+    let api: Api<Site> = Api::namespaced(c.client.clone(), NS);
+    let running = "registry.example.org/sites/static:2.3.0";
+    let legacy = api
+        .create(
+            &PostParams::default(),
+            &site("legacy", true, json!([{"name": "static"}])),
+        )
+        .await
+        .unwrap();
+    api.create(
+        &PostParams::default(),
+        &site("fresh", true, json!([{"name": "static"}])),
+    )
+    .await
+    .unwrap();
+    api.create(
+        &PostParams::default(),
+        &site(
+            "recorded",
+            true,
+            json!([{"name": "static", "image": running}, {"name": "app", "image": "ghcr.io/x/app:7"}]),
+        ),
+    )
+    .await
+    .unwrap();
+    // What the operator rendered for `legacy` when 2.3.0 was the platform version.
+    let sts: k8s_openapi::api::apps::v1::StatefulSet = serde_json::from_value(json!({
+        "metadata": {"name": "legacy", "namespace": NS, "ownerReferences": [{
+            "apiVersion": "sites.ecmwf.int/v1", "kind": "Site", "name": "legacy",
+            "uid": legacy.metadata.uid, "controller": true}]},
+        "spec": {"selector": {"matchLabels": {"app": "legacy"}}, "serviceName": "legacy",
+                 "template": {"metadata": {"labels": {"app": "legacy"}},
+                              "spec": {"containers": [{"name": "static", "image": running}]}}}
+    }))
+    .unwrap();
+    Api::<k8s_openapi::api::apps::v1::StatefulSet>::namespaced(c.client.clone(), NS)
+        .create(&PostParams::default(), &sts)
+        .await
+        .unwrap();
+
+    let out = Command::new(env!("CARGO_BIN_EXE_sites-operator"))
+        .args(["upgrade", "--all", "--record-images", "--namespace", NS])
+        .env("KUBECONFIG", c.kubeconfig())
+        .env_remove("SITES_OPERATOR_CONFIG")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains(&format!("legacy: static: (catalogue default) -> {running}")),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        text(&out).contains("recorded: up to date"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(
+        images(&api.get("legacy").await.unwrap()),
+        [Some(running.to_string())]
+    );
+    // No StatefulSet yet: the catalogue image at the configuration's version.
+    assert_eq!(
+        images(&api.get("fresh").await.unwrap()),
+        [Some("registry.example.org/sites/static:2.4.0".to_string())]
+    );
+    assert_eq!(
+        images(&api.get("recorded").await.unwrap()),
+        [
+            Some(running.to_string()),
+            Some("ghcr.io/x/app:7".to_string())
+        ]
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_sites-operator"))
+        .args(["upgrade", "legacy", "--record-images", "--force"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "--record-images excludes --force"
+    );
 }
 
 fn images(s: &Site) -> Vec<Option<String>> {

@@ -246,7 +246,12 @@ async fn kubectl_edits_go_through_the_operator_webhooks() {
 fn refuses_to_start_on_bad_input_with_one_line_and_exit_2() {
     let dir = std::env::temp_dir().join(format!("run-bad-{}", uuid::Uuid::new_v4()));
     std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("bad.yaml"), "routing:\n  mode: mesh\n").unwrap();
+    let example = std::fs::read_to_string(repo_file("manifests/base/config.yaml")).unwrap();
+    std::fs::write(
+        dir.join("bad.yaml"),
+        example.replace("  mode: ingress ", "  mode: mesh "),
+    )
+    .unwrap();
     std::fs::write(dir.join("garbage.pem"), "not a certificate").unwrap();
     let config = repo_file("manifests/base/config.yaml");
     let args = |config: &std::path::Path, cert: &std::path::Path, key: &std::path::Path| {
@@ -263,7 +268,7 @@ fn refuses_to_start_on_bad_input_with_one_line_and_exit_2() {
     let cases: Vec<(Vec<String>, &str)> = vec![
         (
             args(&dir.join("bad.yaml"), &missing, &missing),
-            "invalid configuration: routing.mode:",
+            "bad.yaml: routing.mode:",
         ),
         (args(&config, &missing, &missing), "TLS: cannot read"),
         (args(&config, &garbage, &garbage), "TLS:"),
@@ -309,6 +314,28 @@ fn refuses_to_start_on_bad_input_with_one_line_and_exit_2() {
         assert_eq!(last.len(), 1, "{args:?}: {err}");
         assert!(err.contains(want), "{args:?}: expected {want:?} in {err}");
     }
+    // An invalid configuration: one line per problem.
+    std::fs::write(
+        dir.join("two.yaml"),
+        example
+            .replace("  mode: ingress ", "  mode: mesh ")
+            .replace("sitesConfig:\n", "sitesConfig:\n  colour: blue\n"),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_sites-operator"))
+        .args(["run", "--tls-cert", "x", "--tls-key", "x", "--config"])
+        .arg(dir.join("two.yaml"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    let lines: Vec<_> = err.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(lines.len(), 2, "{err}");
+    assert!(lines[0].contains("two.yaml: routing.mode:"), "{err}");
+    assert!(
+        lines[1].contains("two.yaml: sitesConfig.colour: unknown key"),
+        "{err}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -440,4 +467,134 @@ async fn one_path_per_site_reserved_names_and_ratcheting_through_kubectl() {
     );
     let (code, log) = op.stop();
     assert_eq!(code, Some(0), "{log}");
+}
+
+/// SPEC 4.6 through kubectl and the real binary: edits of `sites-config` are checked by the
+/// validating webhook; a valid one is in force at once in both webhooks (no restart).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sites_config_edits_are_checked_and_in_force_without_a_restart() {
+    let (c, op) = operator_behind_webhooks().await;
+    let config = std::fs::read_to_string(repo_file("manifests/base/config.yaml")).unwrap();
+    let wiki_site = std::fs::read_to_string(repo_file("manifests/examples/site.yaml"))
+        .unwrap()
+        .replace("name: docs-handbook", "name: docs-wiki")
+        .replace("name: handbook", "name: wiki")
+        .replace("      - name: static", "      - name: wiki");
+    // `wiki` is not in the catalogue: a custom application needs an image.
+    let out = c.kubectl_stdin(&["apply", "-n", NS, "-f", "-"], Some(&wiki_site));
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("spec.configuration.applications[0].image"),
+        "{}",
+        stderr(&out)
+    );
+
+    // An invalid configuration is refused by the webhook, naming the key.
+    let configmap = |text: &str| {
+        let indented: String = text.lines().map(|l| format!("    {l}\n")).collect();
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: sites-config\ndata:\n  config.yaml: |\n{indented}"
+        )
+    };
+    let invalid = config.replace("  mode: ingress ", "  mode: mesh ");
+    let out = c.kubectl_stdin(&["apply", "-n", NS, "-f", "-"], Some(&configmap(&invalid)));
+    assert!(!out.status.success(), "an invalid configuration is refused");
+    assert!(stderr(&out).contains("routing.mode"), "{}", stderr(&out));
+
+    // A valid one (a catalogue application more, a new platform version) is in force without a
+    // restart: the Site is accepted, and its image recorded at the new version.
+    let valid = config.replace("version: \"2.4.0\"", "version: \"2.5.0\"").replace(
+        "  applications:                 # catalogue of built-in applications\n",
+        "  applications:                 # catalogue of built-in applications\n    - name: wiki\n      image: registry.example.org/sites/wiki\n      port: 8090\n",
+    );
+    assert_ne!(valid, config);
+    c.kubectl_ok_stdin(&["apply", "-n", NS, "-f", "-"], &configmap(&valid));
+    crate::support::eventually("the wiki Site accepted", WAIT, || async {
+        c.kubectl_stdin(&["apply", "-n", NS, "-f", "-"], Some(&wiki_site))
+            .status
+            .success()
+            .then_some(())
+    })
+    .await;
+    let image = c.kubectl_ok(&[
+        "get",
+        "site",
+        "docs-wiki",
+        "-n",
+        NS,
+        "-o",
+        "jsonpath={.spec.configuration.applications[0].image}",
+    ]);
+    assert_eq!(image, "registry.example.org/sites/wiki:2.5.0");
+    let (_, metrics) = op.get("/metrics").await.unwrap();
+    assert!(metrics.contains("\nsites_config_valid 1\n"), "{metrics}");
+    let (code, log) = op.stop();
+    assert_eq!(code, Some(0), "{log}");
+}
+
+/// Without `--config` the configuration is the ConfigMap: missing or invalid, the operator does
+/// not start (exit 2, one line per problem).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refuses_to_start_without_a_valid_config_map() {
+    let c = Cluster::start(false).await;
+    c.kubectl_ok(&["create", "namespace", NS]);
+    let dir = c.dir.join("run-config-map");
+    certs::generate(&["localhost".to_string()], 1)
+        .unwrap()
+        .write(&dir)
+        .unwrap();
+    let run = || {
+        Command::new(env!("CARGO_BIN_EXE_sites-operator"))
+            .args(["run", "--namespace", NS, "--leader-elect=false"])
+            .arg("--tls-cert")
+            .arg(dir.join("tls.crt"))
+            .arg("--tls-key")
+            .arg(dir.join("tls.key"))
+            .args([
+                "--webhook-addr",
+                "127.0.0.1:0",
+                "--metrics-addr",
+                "127.0.0.1:0",
+            ])
+            .env("KUBECONFIG", c.kubeconfig())
+            .output()
+            .unwrap()
+    };
+    let errors = |out: &std::process::Output| -> Vec<String> {
+        stderr(out)
+            .lines()
+            .filter(|l| l.starts_with("error:"))
+            .map(String::from)
+            .collect()
+    };
+    let out = run();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert_eq!(
+        errors(&out),
+        [
+            "error: invalid configuration in ConfigMap sites/sites-config: metadata.name: not found in namespace sites: create it (manifests/base/config.yaml shows every key) or run with --config FILE"
+        ]
+    );
+    c.kubectl_ok_stdin(
+        &["apply", "-n", NS, "-f", "-"],
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: sites-config\ndata:\n  config.yaml: |\n    routing:\n      mode: mesh\n    sitesConfig:\n      versoin: x\n",
+    );
+    let out = run();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let errors = errors(&out);
+    assert_eq!(errors.len(), 3, "{errors:?}");
+    assert!(
+        errors[0].starts_with(
+            "error: invalid configuration in ConfigMap sites/sites-config: routing.mode:"
+        ),
+        "{errors:?}"
+    );
+    assert!(
+        errors[1].contains("sitesConfig.version: required"),
+        "{errors:?}"
+    );
+    assert!(
+        errors[2].contains("sitesConfig.versoin: unknown key (did you mean sitesConfig.version?)"),
+        "{errors:?}"
+    );
 }

@@ -60,7 +60,7 @@ async fn start(client_ca: Option<&Bundle>) -> Server {
     .unwrap();
     let registry = Registry::new();
     let state = WebhookState {
-        config: Arc::new(config),
+        config: Arc::new(config).into(),
         metrics: WebhookMetrics::register(&registry).unwrap(),
         platform: Default::default(),
     };
@@ -684,7 +684,7 @@ async fn a_review_truncated_at_any_offset_is_a_400() {
     )
     .unwrap();
     let state = WebhookState {
-        config: Arc::new(config),
+        config: Arc::new(config).into(),
         metrics: WebhookMetrics::register(&Registry::new()).unwrap(),
         platform: Default::default(),
     };

@@ -15,6 +15,7 @@ use kube::CustomResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use prometheus::Registry;
 use serde_json::{Value, json};
+use sites_operator::config::live::Live;
 use sites_operator::config::{Installation, PlatformConfig, RoutingMode};
 use sites_operator::controller::accounting;
 use sites_operator::controller::context::Tunables;
@@ -35,6 +36,8 @@ pub const WAIT: Duration = Duration::from_secs(30);
 /// `sites_api_requests_total` counts this operator's requests only).
 pub struct Operator {
     controller: Option<Controller>,
+    /// The configuration in force (tests may replace it, as a new `sites-config` would).
+    pub live: Live,
     _leading: Option<watch::Sender<bool>>,
     elector: Option<tokio::task::JoinHandle<()>>,
     pub registry: Registry,
@@ -74,6 +77,36 @@ impl Operator {
         if let Some(c) = self.controller.take() {
             c.shutdown().await;
         }
+    }
+
+    /// Writes this operator made (anything but get/list/watch), Leases excluded, by resource
+    /// (`configmaps`, `ingresses.networking.k8s.io`, ...).
+    pub fn writes_by_resource(&self) -> std::collections::BTreeMap<String, u64> {
+        let mut by = std::collections::BTreeMap::new();
+        for line in metrics::encode(&self.registry).lines() {
+            let Some(labels) = line.strip_prefix("sites_api_requests_total{") else {
+                continue;
+            };
+            let label = |name: &str| {
+                let start = labels.find(&format!("{name}=\""))? + name.len() + 2;
+                let end = labels[start..].find('"')?;
+                Some(labels[start..start + end].to_string())
+            };
+            let (Some(verb), Some(resource)) = (label("verb"), label("resource")) else {
+                continue;
+            };
+            if ["get", "list", "watch"].contains(&verb.as_str()) || resource.starts_with("leases.")
+            {
+                continue;
+            }
+            let n: f64 = line
+                .rsplit(' ')
+                .next()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0.0);
+            *by.entry(resource).or_default() += n as u64;
+        }
+        by
     }
 
     /// Writes (anything but get/list/watch) this operator made, Leases excluded.
@@ -179,9 +212,24 @@ pub async fn start_controller(
     leading: Option<watch::Sender<bool>>,
     rx: watch::Receiver<bool>,
 ) -> Operator {
+    start_following(client, registry, cfg, None, leading, rx).await
+}
+
+/// [`start_controller`], following the ConfigMap `config_map` when given (the configuration
+/// then comes into force from it; `cfg` is the one in force until the watch delivers it).
+pub async fn start_following(
+    client: kube::Client,
+    registry: Registry,
+    cfg: Arc<PlatformConfig>,
+    config_map: Option<&str>,
+    leading: Option<watch::Sender<bool>>,
+    rx: watch::Receiver<bool>,
+) -> Operator {
+    let live = Live::from(cfg);
     let options = Options {
         namespace: NS.into(),
-        workers: 4,
+        workers: Some(4),
+        config_map: config_map.map(String::from),
         tunables: Tunables {
             pv_label_delay: (Duration::from_millis(10), Duration::from_millis(50)),
         },
@@ -189,11 +237,12 @@ pub async fn start_controller(
         drain: Duration::from_secs(10),
         retention_interval: None,
     };
-    let controller = Controller::start(client, cfg, &registry, options, rx)
+    let controller = Controller::start(client, live.clone(), &registry, options, rx)
         .await
         .expect("controller starts");
     Operator {
         controller: Some(controller),
+        live,
         _leading: leading,
         elector: None,
         registry,

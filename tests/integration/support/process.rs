@@ -42,9 +42,13 @@ impl OperatorProcess {
         let log = cert_dir.with_extension(format!("{run}.log"));
         let report = cert_dir.with_extension(format!("{run}.listening"));
         let file = std::fs::File::create(&log).expect("log file");
+        ensure_config_map(
+            kubeconfig,
+            namespace,
+            &cert_dir.with_extension("kubectl-cache"),
+        );
         let child = Command::new(env!("CARGO_BIN_EXE_sites-operator"))
-            .args(["run", "--self-signed", "--namespace", namespace, "--config"])
-            .arg(repo_file("manifests/base/config.yaml"))
+            .args(["run", "--self-signed", "--namespace", namespace])
             .args([
                 "--webhook-addr",
                 "127.0.0.1:0",
@@ -158,6 +162,39 @@ impl Drop for OperatorProcess {
         let _ = std::fs::remove_file(&self.log);
         let _ = std::fs::remove_file(&self.report);
     }
+}
+
+/// Creates the `sites-config` ConfigMap of `namespace` from the committed example unless it
+/// exists: the operator reads its configuration from it through the API, as in a cluster.
+fn ensure_config_map(kubeconfig: &std::path::Path, namespace: &str, cache: &std::path::Path) {
+    let exists = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .arg("--cache-dir")
+        .arg(cache)
+        .args(["get", "configmap", "sites-config", "-n", namespace])
+        .output()
+        .expect("kubectl runs");
+    if exists.status.success() {
+        return;
+    }
+    let out = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .arg("--cache-dir")
+        .arg(cache)
+        .args(["create", "configmap", "sites-config", "-n", namespace])
+        .arg(format!(
+            "--from-file=config.yaml={}",
+            repo_file("manifests/base/config.yaml").display()
+        ))
+        .output()
+        .expect("kubectl runs");
+    assert!(
+        out.status.success(),
+        "cannot create the sites-config ConfigMap: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Starts the operator and sends the emulator's calls of the webhook Service
