@@ -574,3 +574,162 @@ async fn responses_put_type_meta_first() {
         "{body}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_typed_generators_send_protobuf_bodies() {
+    let c = Cluster::start(false).await;
+    let ok = |args: &[&str]| c.kubectl_ok(args).trim().to_string();
+    assert_eq!(
+        ok(&["create", "service", "clusterip", "web", "--tcp=80:8080"]),
+        "service/web created"
+    );
+    assert_eq!(
+        ok(&[
+            "get",
+            "service",
+            "web",
+            "-o",
+            "jsonpath={.spec.type} {.spec.ports[0].port} {.spec.ports[0].targetPort} {.spec.ports[0].name} {.spec.selector.app}"
+        ]),
+        "ClusterIP 80 8080 80-8080 web"
+    );
+    assert_eq!(
+        ok(&["create", "service", "nodeport", "np", "--tcp=5678:8080"]),
+        "service/np created"
+    );
+    assert_eq!(
+        ok(&[
+            "create",
+            "service",
+            "externalname",
+            "ext",
+            "--external-name=example.org"
+        ]),
+        "service/ext created"
+    );
+    assert_eq!(
+        ok(&[
+            "create",
+            "deployment",
+            "app",
+            "--image=nginx:1.27",
+            "--replicas=2",
+            "--port=80"
+        ]),
+        "deployment.apps/app created"
+    );
+    assert_eq!(
+        ok(&[
+            "get",
+            "deployment",
+            "app",
+            "-o",
+            "jsonpath={.spec.replicas} {.spec.selector.matchLabels.app} {.spec.template.spec.containers[0].image} {.spec.template.spec.containers[0].ports[0].containerPort}"
+        ]),
+        "2 app nginx:1.27 80"
+    );
+    assert_eq!(
+        ok(&[
+            "create",
+            "deployment",
+            "none",
+            "--image=nginx",
+            "--replicas=0"
+        ]),
+        "deployment.apps/none created"
+    );
+    assert_eq!(
+        ok(&[
+            "get",
+            "deployment",
+            "none",
+            "-o",
+            "jsonpath={.spec.replicas}"
+        ]),
+        "0",
+        "a sent zero replicas is kept"
+    );
+    assert_eq!(
+        ok(&[
+            "create",
+            "role",
+            "reader",
+            "--verb=get,list",
+            "--resource=pods"
+        ]),
+        "role.rbac.authorization.k8s.io/reader created"
+    );
+    assert_eq!(
+        ok(&["get", "role", "reader", "-o", "jsonpath={.rules[0].verbs}"]),
+        r#"["get","list"]"#
+    );
+    assert_eq!(
+        ok(&[
+            "create",
+            "rolebinding",
+            "reader",
+            "--role=reader",
+            "--user=jdoe"
+        ]),
+        "rolebinding.rbac.authorization.k8s.io/reader created"
+    );
+    assert_eq!(
+        ok(&[
+            "create",
+            "clusterrole",
+            "watcher",
+            "--verb=watch",
+            "--resource=sites"
+        ]),
+        "clusterrole.rbac.authorization.k8s.io/watcher created"
+    );
+    assert_eq!(
+        ok(&[
+            "create",
+            "clusterrolebinding",
+            "watcher",
+            "--clusterrole=watcher",
+            "--group=ops"
+        ]),
+        "clusterrolebinding.rbac.authorization.k8s.io/watcher created"
+    );
+    assert_eq!(
+        ok(&[
+            "create",
+            "priorityclass",
+            "high",
+            "--value=1000",
+            "--description=important"
+        ]),
+        "priorityclass.scheduling.k8s.io/high created"
+    );
+    assert_eq!(
+        ok(&[
+            "get",
+            "priorityclass",
+            "high",
+            "-o",
+            "jsonpath={.value} {.description}"
+        ]),
+        "1000 important"
+    );
+    assert_eq!(
+        ok(&[
+            "create",
+            "ingress",
+            "site",
+            "--rule=docs.example.org/*=web:80"
+        ]),
+        "ingress.networking.k8s.io/site created"
+    );
+    assert_eq!(
+        ok(&[
+            "get",
+            "ingress",
+            "site",
+            "-o",
+            "jsonpath={.spec.rules[0].host} {.spec.rules[0].http.paths[0].backend.service.port.number}"
+        ]),
+        "docs.example.org 80"
+    );
+}
