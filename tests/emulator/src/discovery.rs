@@ -65,7 +65,7 @@ pub fn api_group(reg: &Registry, group: &str) -> Result<Value, ApiError> {
     Ok(g)
 }
 
-const VERBS: &[&str] = &[
+pub(crate) const VERBS: &[&str] = &[
     "create",
     "delete",
     "deletecollection",
@@ -75,6 +75,20 @@ const VERBS: &[&str] = &[
     "update",
     "watch",
 ];
+
+/// Categories a resource belongs to (`all` for the built-in workload kinds kubectl lists).
+pub fn categories(r: &ResourceInfo) -> Vec<String> {
+    let mut categories = r.categories.clone();
+    if r.is_builtin()
+        && matches!(
+            r.kind.as_str(),
+            "Pod" | "Service" | "StatefulSet" | "Deployment" | "ReplicaSet"
+        )
+    {
+        categories.push("all".into());
+    }
+    categories
+}
 
 /// `/api/v1`, `/apis/{group}/{version}`.
 pub fn resource_list(reg: &Registry, group: &str, version: &str) -> Result<Value, ApiError> {
@@ -94,27 +108,28 @@ pub fn resource_list(reg: &Registry, group: &str, version: &str) -> Result<Value
         if !r.short_names.is_empty() {
             entry["shortNames"] = json!(r.short_names);
         }
-        let mut categories = r.categories.clone();
-        if r.is_builtin()
-            && matches!(
-                r.kind.as_str(),
-                "Pod" | "Service" | "StatefulSet" | "Deployment" | "ReplicaSet"
-            )
-        {
-            categories.push("all".into());
-        }
+        let categories = categories(r);
         if !categories.is_empty() {
             entry["categories"] = json!(categories);
         }
         out.push(entry);
-        if r.status_subresource {
-            out.push(json!({
-                "name": format!("{}/status", r.plural),
+        for sub in crate::aggregated::SUBRESOURCES
+            .iter()
+            .filter(|s| (s.applies)(r))
+        {
+            let (group, version, kind) = (sub.response_kind)(r);
+            let mut e = json!({
+                "name": format!("{}/{}", r.plural, sub.name),
                 "singularName": "",
                 "namespaced": r.namespaced,
-                "kind": r.kind,
-                "verbs": ["get", "patch", "update"],
-            }));
+                "kind": kind,
+                "verbs": sub.verbs,
+            });
+            if group != r.group || version != r.version {
+                e["group"] = json!(group);
+                e["version"] = json!(version);
+            }
+            out.push(e);
         }
     }
     let gv = if group.is_empty() {

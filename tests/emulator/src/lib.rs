@@ -5,17 +5,20 @@
 
 pub mod admin;
 pub mod admission;
+pub mod aggregated;
 pub mod apply;
 pub mod builtin;
 pub mod cel;
 pub mod controllers;
 pub mod crds;
 pub mod discovery;
+pub mod events;
 pub mod faults;
 pub mod gc;
 mod gofmt;
 pub mod jsonpath;
 pub mod meta;
+pub mod negotiate;
 pub mod ops;
 pub mod protobuf;
 pub mod registry;
@@ -27,6 +30,7 @@ pub mod stats;
 pub mod status;
 pub mod store;
 pub mod table;
+pub mod wire;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -35,10 +35,13 @@ const MAX_FIELD: u64 = (1 << 29) - 1;
 
 const SUPPORTED_KINDS: &str = "Namespace, ConfigMap, Secret, ServiceAccount";
 
+/// The protobuf message schemas of the served built-in kinds (see the file's header).
+const SCHEMA_TEXT: &str = include_str!("protobuf_schema.txt");
+
 /// Decodes a Kubernetes protobuf request body into the JSON object (with apiVersion and kind
 /// set from the envelope). Err(message) for malformed input or for kinds this module does not
 /// decode; the message for an unsupported kind names it, e.g.
-/// `the emulator decodes protobuf only for Namespace, ConfigMap, Secret, ServiceAccount; send v1/Pod as JSON`.
+/// `the emulator decodes protobuf only for Namespace, ConfigMap, Secret, ServiceAccount and the kinds of the served built-in groups; send example.org/v1/Widget as JSON`.
 pub fn decode(body: &[u8]) -> Result<Value, String> {
     let Some(envelope) = body.strip_prefix(MAGIC) else {
         return Err("protobuf body does not start with the magic prefix k8s\\0".to_owned());
@@ -61,9 +64,24 @@ pub fn decode(body: &[u8]) -> Result<Value, String> {
         ("v1", "Secret") => secret,
         ("v1", "ServiceAccount") => service_account,
         _ => {
-            return Err(format!(
-                "the emulator decodes protobuf only for {SUPPORTED_KINDS}; send {api_version}/{kind} as JSON"
-            ));
+            let message = message_of(&api_version, &kind);
+            if !schema().contains_key(&message) {
+                return Err(format!(
+                    "the emulator decodes protobuf only for {SUPPORTED_KINDS} and the kinds of the served built-in groups; send {api_version}/{kind} as JSON"
+                ));
+            }
+            let mut object = match generic(&message, Msg::new(envelope.raw, 1), "")
+                .map_err(|e| format!("invalid protobuf {kind}: {e}"))?
+            {
+                Value::Object(o) => o,
+                _ => Object::new(),
+            };
+            object
+                .entry("metadata")
+                .or_insert_with(|| Value::Object(Object::new()));
+            object.insert("apiVersion".to_owned(), Value::String(api_version));
+            object.insert("kind".to_owned(), Value::String(kind));
+            return Ok(Value::Object(object));
         }
     };
     let mut object = Object::new();
@@ -799,6 +817,33 @@ mod tests {
         [MAGIC, &unknown.0].concat()
     }
 
+    #[test]
+    fn other_kinds_decode_by_schema_with_inline_members_and_pointer_zeros() {
+        let pod_spec = Enc::new()
+            .msg(
+                1,
+                Enc::new()
+                    .str(1, "scratch")
+                    .msg(2, Enc::new().msg(2, Enc::new())),
+            )
+            .msg(2, Enc::new().str(1, "c").str(2, "nginx"));
+        let deployment = Enc::new().msg(1, Enc::new().str(1, "app")).msg(
+            2,
+            Enc::new().varint(1, 0).msg(3, Enc::new().msg(2, pod_spec)),
+        );
+        let v = decode(&body("apps/v1", "Deployment", deployment)).unwrap();
+        assert_eq!(v["apiVersion"], "apps/v1");
+        assert_eq!(v["metadata"]["name"], "app");
+        assert_eq!(v["spec"]["replicas"], 0, "a sent zero replicas is kept");
+        let spec = &v["spec"]["template"]["spec"];
+        assert_eq!(spec["containers"][0]["image"], "nginx");
+        assert_eq!(
+            spec["volumes"][0],
+            serde_json::json!({"name": "scratch", "emptyDir": {}}),
+            "VolumeSource is inline, an empty emptyDir is kept"
+        );
+    }
+
     /// ObjectMeta as go-to-protobuf writes it for a fresh object: every non-pointer field,
     /// empty or zero, plus an empty creationTimestamp.
     fn go_meta(name: &str, namespace: &str) -> Enc {
@@ -1253,8 +1298,8 @@ mod tests {
             ),
             (
                 "unsupported kind",
-                body("v1", "Pod", Enc::new()),
-                "the emulator decodes protobuf only for Namespace, ConfigMap, Secret, ServiceAccount; send v1/Pod as JSON",
+                body("example.org/v1", "Widget", Enc::new()),
+                "the emulator decodes protobuf only for Namespace, ConfigMap, Secret, ServiceAccount and the kinds of the served built-in groups; send example.org/v1/Widget as JSON",
             ),
             (
                 "supported kind in another group",
@@ -1406,4 +1451,325 @@ mod tests {
             let _ = decode(&b);
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Schema-driven decoding of every other served kind
+// ---------------------------------------------------------------------------------------------
+
+/// A field's type as the schema names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ty {
+    String,
+    Signed,
+    Unsigned,
+    Bool,
+    Bytes,
+    Double,
+    Float,
+    Message,
+    Map,
+}
+
+#[derive(Debug)]
+struct FieldDef {
+    name: String,
+    ty: Ty,
+    repeated: bool,
+    message: String,
+}
+
+type Schema = std::collections::HashMap<String, std::collections::HashMap<u32, FieldDef>>;
+
+fn schema() -> &'static Schema {
+    static SCHEMA: std::sync::OnceLock<Schema> = std::sync::OnceLock::new();
+    SCHEMA.get_or_init(|| {
+        let mut out = Schema::new();
+        let mut current: Option<String> = None;
+        for line in SCHEMA_TEXT.lines() {
+            if line.starts_with('#') || line.is_empty() {
+                continue;
+            }
+            if let Some(name) = line
+                .strip_prefix("message ")
+                .or_else(|| line.strip_prefix("entry "))
+            {
+                out.entry(name.to_owned()).or_default();
+                current = Some(name.to_owned());
+                continue;
+            }
+            let parts: Vec<&str> = line.split(' ').collect();
+            let (Some(msg), [num, name, ty, label, message]) = (&current, parts.as_slice()) else {
+                continue;
+            };
+            let ty = match *ty {
+                "string" => Ty::String,
+                "int32" | "int64" | "sint32" | "sint64" | "enum" | "sfixed32" | "sfixed64" => {
+                    Ty::Signed
+                }
+                "uint32" | "uint64" | "fixed32" | "fixed64" => Ty::Unsigned,
+                "bool" => Ty::Bool,
+                "bytes" => Ty::Bytes,
+                "double" => Ty::Double,
+                "float" => Ty::Float,
+                "map" => Ty::Map,
+                _ => Ty::Message,
+            };
+            let Ok(num) = num.parse() else { continue };
+            if let Some(fields) = out.get_mut(msg) {
+                fields.insert(
+                    num,
+                    FieldDef {
+                        name: (*name).to_owned(),
+                        ty,
+                        repeated: *label == "repeated",
+                        message: (*message).to_owned(),
+                    },
+                );
+            }
+        }
+        out
+    })
+}
+
+/// The protobuf message of a kind: `apps/v1` `Deployment` is `.k8s.io.api.apps.v1.Deployment`,
+/// core `v1` kinds are in `.k8s.io.api.core.v1`.
+fn message_of(api_version: &str, kind: &str) -> String {
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let package = if group.is_empty() {
+        "core"
+    } else {
+        group.split('.').next().unwrap_or(group)
+    };
+    format!(".k8s.io.api.{package}.{version}.{kind}")
+}
+
+/// Pointer booleans: kept when sent as false (other booleans are Go values whose false is
+/// omitted from JSON).
+const POINTER_BOOLS: &[&str] = &[
+    "allocateLoadBalancerNodePorts",
+    "allowPrivilegeEscalation",
+    "automountServiceAccountToken",
+    "blockOwnerDeletion",
+    "controller",
+    "enableServiceLinks",
+    "hostUsers",
+    "immutable",
+    "manualSelector",
+    "optional",
+    "privileged",
+    "readOnlyRootFilesystem",
+    "runAsNonRoot",
+    "setHostnameAsFQDN",
+    "shareProcessNamespace",
+    "suspend",
+];
+
+/// Pointer numbers whose zero is meaningful (kept when sent).
+const POINTER_ZEROS: &[&str] = &[
+    "replicas",
+    "backoffLimit",
+    "parallelism",
+    "completions",
+    "ttlSecondsAfterFinished",
+    "successfulJobsHistoryLimit",
+    "failedJobsHistoryLimit",
+    "terminationGracePeriodSeconds",
+    "startingDeadlineSeconds",
+    "revisionHistoryLimit",
+    "progressDeadlineSeconds",
+    "priority",
+    "value",
+];
+
+/// Message fields of embedded Go structs, whose members JSON writes inline in the parent.
+const INLINE: &[&str] = &[
+    "ephemeralContainerCommon",
+    "handler",
+    "ingressRuleValue",
+    "persistentVolumeSource",
+    "volumeSource",
+];
+
+/// Pointer messages whose empty value means "set" (`emptyDir: {}`).
+const EMPTY_MEANINGFUL: &[&str] = &["emptyDir"];
+
+fn scalar(def: &FieldDef, wire: Wire<'_>) -> Result<Value, String> {
+    let name = def.name.as_str();
+    Ok(match def.ty {
+        Ty::String => Value::String(wire.string(name)?),
+        Ty::Bool => Value::Bool(wire.bool(name)?),
+        Ty::Signed => Value::from(wire.int64(name)?),
+        Ty::Unsigned => Value::from(wire.varint(name)?),
+        Ty::Bytes => Value::String(BASE64.encode(wire.bytes(name)?)),
+        Ty::Double | Ty::Float => {
+            return Err(format!("{name}: floating-point fields are not decoded"));
+        }
+        Ty::Message | Ty::Map => return Err(format!("{name}: not a scalar")),
+    })
+}
+
+/// Decodes message `name` into the JSON Go would write for it; `field` is the name of the
+/// field holding it (for the pruning rules).
+fn generic(name: &str, mut msg: Msg<'_>, field: &str) -> Result<Value, String> {
+    match name {
+        ".k8s.io.apimachinery.pkg.util.intstr.IntOrString" => {
+            let (mut ty, mut int, mut s) = (0u64, 0i64, String::new());
+            while let Some((number, wire)) = msg.next_field()? {
+                match number {
+                    1 => ty = wire.varint("type")?,
+                    2 => int = wire.int64("intVal")?,
+                    3 => s = wire.string("strVal")?,
+                    _ => {}
+                }
+            }
+            return Ok(if ty == 1 {
+                Value::String(s)
+            } else {
+                Value::from(int)
+            });
+        }
+        ".k8s.io.apimachinery.pkg.api.resource.Quantity" => {
+            let mut s = String::new();
+            while let Some((number, wire)) = msg.next_field()? {
+                if number == 1 {
+                    s = wire.string("string")?;
+                }
+            }
+            return Ok(Value::String(s));
+        }
+        ".k8s.io.apimachinery.pkg.apis.meta.v1.Time"
+        | ".k8s.io.apimachinery.pkg.apis.meta.v1.MicroTime" => {
+            return Ok(timestamp(msg)?.map_or(Value::Null, Value::String));
+        }
+        ".k8s.io.apimachinery.pkg.apis.meta.v1.Duration" => {
+            let mut ns = 0i64;
+            while let Some((number, wire)) = msg.next_field()? {
+                if number == 1 {
+                    ns = wire.int64("duration")?;
+                }
+            }
+            return Ok(Value::String(go_duration(ns)));
+        }
+        ".k8s.io.apimachinery.pkg.runtime.RawExtension"
+        | ".k8s.io.apimachinery.pkg.apis.meta.v1.FieldsV1" => {
+            let mut raw: &[u8] = &[];
+            while let Some((number, wire)) = msg.next_field()? {
+                if number == 1 {
+                    raw = wire.bytes("raw")?;
+                }
+            }
+            if raw.is_empty() {
+                return Ok(Value::Null);
+            }
+            return serde_json::from_slice(raw).map_err(|e| format!("{field}: invalid JSON: {e}"));
+        }
+        _ => {}
+    }
+    let fields = schema()
+        .get(name)
+        .ok_or_else(|| format!("no schema for message {name}"))?;
+    let mut out = Object::new();
+    while let Some((number, wire)) = msg.next_field()? {
+        let Some(def) = fields.get(&number) else {
+            continue;
+        };
+        let key = def.name.as_str();
+        match def.ty {
+            Ty::Map => {
+                let entry = msg.nested(wire.bytes(key)?)?;
+                let (k, v) = generic_entry(&def.message, entry, key)?;
+                let map = out
+                    .entry(key.to_owned())
+                    .or_insert_with(|| Value::Object(Object::new()));
+                if let Value::Object(m) = map {
+                    m.insert(k, v);
+                }
+            }
+            Ty::Message => {
+                let v = generic(&def.message, msg.nested(wire.bytes(key)?)?, key)?;
+                if INLINE.contains(&key) {
+                    // A Go struct embedded with `json:",inline"`: its members are the parent's.
+                    if let Value::Object(members) = v {
+                        out.extend(members);
+                    }
+                    continue;
+                }
+                if def.repeated {
+                    push(&mut out, key, v);
+                } else {
+                    set(&mut out, key, v);
+                }
+            }
+            _ if def.repeated => {
+                // Packed numbers come as one length-delimited field.
+                if let (Wire::Bytes(b), Ty::Signed | Ty::Unsigned | Ty::Bool) = (wire, def.ty) {
+                    let mut packed = msg.nested(b)?;
+                    while packed.remaining() > 0 {
+                        let v = packed.varint()?;
+                        push(&mut out, key, scalar(def, Wire::Varint(v))?);
+                    }
+                } else {
+                    push(&mut out, key, scalar(def, wire)?);
+                }
+            }
+            _ => set(&mut out, key, scalar(def, wire)?),
+        }
+    }
+    out.retain(|key, value| match value {
+        Value::String(s) => !s.is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        Value::Object(o) => !o.is_empty() || EMPTY_MEANINGFUL.contains(&key.as_str()),
+        Value::Number(n) => n.as_f64() != Some(0.0) || POINTER_ZEROS.contains(&key.as_str()),
+        Value::Bool(b) => *b || POINTER_BOOLS.contains(&key.as_str()),
+        Value::Null => false,
+    });
+    Ok(Value::Object(out))
+}
+
+/// One map entry (1 key, 2 value) of map field `field`.
+fn generic_entry(entry: &str, mut msg: Msg<'_>, field: &str) -> Result<(String, Value), String> {
+    let defs = schema()
+        .get(entry)
+        .ok_or_else(|| format!("no schema for map entry {entry}"))?;
+    let (mut key, mut value) = (String::new(), Value::Null);
+    while let Some((number, wire)) = msg.next_field()? {
+        match (number, defs.get(&number)) {
+            (1, _) => key = wire.string(&format!("{field} key"))?,
+            (2, Some(def)) if def.ty == Ty::Message => {
+                value = generic(&def.message, msg.nested(wire.bytes(field)?)?, field)?;
+            }
+            (2, Some(def)) => value = scalar(def, wire)?,
+            _ => {}
+        }
+    }
+    if value.is_null()
+        && let Some(def) = defs.get(&2)
+    {
+        value = match def.ty {
+            Ty::String | Ty::Bytes => Value::String(String::new()),
+            _ => Value::Null,
+        };
+    }
+    Ok((key, value))
+}
+
+/// A duration as Go's `time.Duration.String` writes it (`1h2m3s`, `1.5s`, `0s`).
+fn go_duration(ns: i64) -> String {
+    if ns == 0 {
+        return "0s".into();
+    }
+    let sign = if ns < 0 { "-" } else { "" };
+    let ns = ns.unsigned_abs();
+    let (h, m) = (ns / 3_600_000_000_000, ns / 60_000_000_000 % 60);
+    let s = (ns % 60_000_000_000) as f64 / 1e9;
+    let mut out = String::from(sign);
+    if h > 0 {
+        out.push_str(&format!("{h}h"));
+    }
+    if h > 0 || m > 0 {
+        out.push_str(&format!("{m}m"));
+    }
+    out.push_str(&format!("{s}s"));
+    out
 }

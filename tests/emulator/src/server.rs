@@ -17,7 +17,7 @@ use crate::registry::ResourceInfo;
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::status::{self, ApiError};
 use crate::store::{CommitError, EventType, ObjKey, Store, WatchEvent};
-use crate::{apply, discovery, smp, stats::Stats, table};
+use crate::{apply, discovery, negotiate, smp, stats::Stats};
 
 /// Request body limit, as the API server's.
 pub const MAX_BODY: usize = 3 * 1024 * 1024;
@@ -66,7 +66,7 @@ fn error_response(e: &ApiError) -> Response {
 }
 
 fn json_response(code: StatusCode, v: &Value) -> Response {
-    let body = serde_json::to_vec(v).unwrap_or_default();
+    let body = crate::wire::to_vec(v);
     (code, [(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
@@ -121,6 +121,23 @@ async fn route(
         return other(crate::admin::handle(app, method, &segs[1..], query, &body));
     }
     // Discovery.
+    let accept = headers.get(header::ACCEPT).and_then(|a| a.to_str().ok());
+    let discovery_output = match segs.as_slice() {
+        ["api"] | ["apis"] => Some(negotiate::negotiate(accept, negotiate::Endpoint::Discovery)),
+        ["api", _] | ["apis", _] | ["apis", _, _] => {
+            Some(negotiate::negotiate(accept, negotiate::Endpoint::Plain))
+        }
+        _ => None,
+    };
+    let discovery_output = match discovery_output.transpose() {
+        Ok(o) => o,
+        Err(e) => return other(error_response(&e)),
+    };
+    if let Some(out) = discovery_output
+        && let Some(resp) = crate::aggregated::serve(app, &segs, &out)
+    {
+        return other(resp);
+    }
     let (group, version, rest): (&str, &str, &[&str]) = match segs.as_slice() {
         ["api"] => return other(plain(Ok(discovery::api_versions()))),
         ["apis"] => {
@@ -151,11 +168,12 @@ async fn route(
         Ok(t) => t,
         Err(e) => return other(error_response(&e)),
     };
-    let resource_label = target.r.key();
+    let addressed = target.view.clone().unwrap_or_else(|| target.r.clone());
+    let resource_label = addressed.key();
     let verb = verb_of(method, &target, query);
     let (delay, fault) = app
         .faults
-        .decide(verb, &target.r, target.name.as_deref().unwrap_or(""));
+        .decide(verb, &addressed, target.name.as_deref().unwrap_or(""));
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
     }
@@ -176,7 +194,11 @@ async fn route(
 
 /// A resolved resource request.
 pub struct Target {
+    /// The stored resource.
     pub r: Arc<ResourceInfo>,
+    /// The resource as addressed, when it is another view of the stored one (events.k8s.io
+    /// Events of core Events).
+    pub view: Option<Arc<ResourceInfo>>,
     /// Namespace from the URL ("" for cluster-scoped or all-namespaces requests).
     pub namespace: String,
     /// Whether the URL named a namespace.
@@ -192,6 +214,26 @@ fn parse_target(
     rest: &[&str],
 ) -> Result<Target, ApiError> {
     let lookup = |plural: &str| reg.get(group, version, plural);
+    let target = parse_resource(reg, group, version, rest, &lookup)?;
+    if crate::events::is_view(&target.r)
+        && let Some(core) = reg.get("", "v1", "events")
+    {
+        return Ok(Target {
+            view: Some(target.r.clone()),
+            r: core,
+            ..target
+        });
+    }
+    Ok(target)
+}
+
+fn parse_resource(
+    _reg: &crate::registry::Registry,
+    _group: &str,
+    _version: &str,
+    rest: &[&str],
+    lookup: &dyn Fn(&str) -> Option<Arc<ResourceInfo>>,
+) -> Result<Target, ApiError> {
     // /namespaces/{ns}/{resource}/... when {resource} is a namespaced resource of this group.
     if rest.len() >= 3
         && rest[0] == "namespaces"
@@ -199,6 +241,7 @@ fn parse_target(
     {
         return Ok(Target {
             r,
+            view: None,
             namespace: rest[1].to_string(),
             namespaced_url: true,
             name: rest.get(3).map(|s| s.to_string()),
@@ -209,6 +252,7 @@ fn parse_target(
     let r = lookup(rest[0]).ok_or_else(ApiError::no_route)?;
     Ok(Target {
         r,
+        view: None,
         namespace: String::new(),
         namespaced_url: false,
         name: rest.get(1).map(|s| s.to_string()),
@@ -299,26 +343,47 @@ async fn dispatch(
         }
         Some(_) => return Err(ApiError::no_route()),
     };
-    let wants_table = headers
-        .get(header::ACCEPT)
-        .and_then(|a| a.to_str().ok())
-        .is_some_and(|a| {
-            a.split(',')
-                .next()
-                .is_some_and(|first| first.contains("as=Table"))
-        });
-    let include_object = query
-        .get("includeObject")
-        .map(String::as_str)
-        .unwrap_or("Metadata")
-        .to_string();
+    let watching = *method == Method::GET
+        && t.name.is_none()
+        && query.get("watch").is_some_and(|w| w == "true" || w == "1");
+    let endpoint = if watching {
+        negotiate::Endpoint::Watch
+    } else {
+        negotiate::Endpoint::Resource
+    };
+    let output = negotiate::negotiate(
+        headers.get(header::ACCEPT).and_then(|a| a.to_str().ok()),
+        endpoint,
+    )?;
+    let presentation = negotiate::Presentation {
+        output,
+        stored: t.r.clone(),
+        view: t.view.clone(),
+        include_object: query
+            .get("includeObject")
+            .map(String::as_str)
+            .unwrap_or("Metadata")
+            .to_string(),
+    };
+    if watching {
+        return watch(app, t, query, presentation);
+    }
+    let resp = respond(app, method, t, query, headers, body, status_path).await?;
+    Ok(negotiate::render(resp, &presentation).await)
+}
+
+/// The plain (stored-form JSON) answer to a non-watch resource request.
+async fn respond(
+    app: &Arc<App>,
+    method: &Method,
+    t: &Target,
+    query: &Query,
+    headers: &HeaderMap,
+    body: Bytes,
+    status_path: bool,
+) -> Result<Response, ApiError> {
     match (method.as_str(), &t.name) {
-        ("GET", None) => {
-            if query.get("watch").is_some_and(|w| w == "true" || w == "1") {
-                return watch(app, t, query, wants_table);
-            }
-            list(app, t, query, wants_table, &include_object)
-        }
+        ("GET", None) => list(app, t, query),
         ("GET", Some(_)) if query.get("watch").is_some_and(|w| w == "true" || w == "1") => {
             Err(ApiError::not_implemented(
                 "the emulator does not emulate watching a single object by URL; watch the collection with fieldSelector=metadata.name=<name>",
@@ -330,23 +395,16 @@ async fn dispatch(
                 .lock()
                 .get(&t.r, &t.namespace, name)
                 .ok_or_else(|| ApiError::not_found(&t.r, name))?;
-            if wants_table {
-                let rv = rv_of(&obj);
-                return Ok(json_response(
-                    StatusCode::OK,
-                    &table::to_table(&t.r, &[obj], rv, &include_object),
-                ));
-            }
             Ok(json_response(StatusCode::OK, &obj))
         }
         ("POST", None) => {
             let opts = write_options(query)?;
-            let obj = decode_body(headers, &body)?;
+            let obj = as_stored(t, decode_body(headers, &body)?)?;
             create(app, t, obj, &opts).await
         }
         ("PUT", Some(name)) => {
             let opts = write_options(query)?;
-            let obj = decode_body(headers, &body)?;
+            let obj = as_stored(t, decode_body(headers, &body)?)?;
             update(app, t, name, obj, status_path, &opts).await
         }
         ("PATCH", Some(name)) => {
@@ -356,6 +414,14 @@ async fn dispatch(
         ("DELETE", Some(name)) => delete(app, t, name, query, &body).await,
         ("DELETE", None) => delete_collection(app, t, query, &body).await,
         (m, _) => Err(ApiError::method_not_allowed(m)),
+    }
+}
+
+/// A request body addressed to a view (events.k8s.io Events) in the stored form.
+fn as_stored(t: &Target, obj: Value) -> Result<Value, ApiError> {
+    match &t.view {
+        Some(view) => crate::events::to_core(view, obj),
+        None => Ok(obj),
     }
 }
 
@@ -388,13 +454,7 @@ fn decode_body(headers: &HeaderMap, body: &Bytes) -> Result<Value, ApiError> {
     })
 }
 
-fn list(
-    app: &Arc<App>,
-    t: &Target,
-    query: &Query,
-    wants_table: bool,
-    include_object: &str,
-) -> Result<Response, ApiError> {
+fn list(app: &Arc<App>, t: &Target, query: &Query) -> Result<Response, ApiError> {
     let (labels, fields) = selectors(t, query)?;
     let limit = match query.get("limit").map(|l| l.parse::<i64>()) {
         None => None,
@@ -415,12 +475,6 @@ fn list(
     let keep = |o: &Value| labels.matches_object(o) && fields.matches(&|f| field_value(o, f));
     let (items, last) = st.list_page(&t.r, ns, after.as_ref(), limit, &keep);
     drop(st);
-    if wants_table {
-        return Ok(json_response(
-            StatusCode::OK,
-            &table::to_table(&t.r, &items, rv, include_object),
-        ));
-    }
     let builtin = t.r.is_builtin();
     let items: Vec<Value> = items
         .iter()
@@ -475,7 +529,12 @@ fn selectors(t: &Target, query: &Query) -> Result<(LabelSelector, FieldSelector)
     let fields = FieldSelector::parse(query.get("fieldSelector").map(String::as_str).unwrap_or(""))
         .map_err(ApiError::bad_request)?;
     for f in fields.fields() {
-        if !supported_field(&t.r, f) {
+        let supported = if t.view.is_some() {
+            matches!(f, "metadata.name" | "metadata.namespace")
+        } else {
+            supported_field(&t.r, f)
+        };
+        if !supported {
             return Err(ApiError::bad_request(format!(
                 "\"{f}\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\""
             )));
@@ -498,11 +557,14 @@ fn supported_field(r: &ResourceInfo, f: &str) -> bool {
                     | "spec.serviceAccountName"
                     | "status.podIP"
             ))
-        || (r.kind == "Event" && f.starts_with("involvedObject."))
+        || (crate::events::is_core(r) && crate::events::supported_field(f))
         || (r.kind == "Secret" && f == "type")
 }
 
 fn field_value(o: &Value, field: &str) -> Option<String> {
+    if o["kind"] == "Event" && o["apiVersion"] == "v1" {
+        return crate::events::field_value(o, field);
+    }
     let mut cur = o;
     for part in field.split('.') {
         cur = cur.get(part)?;
@@ -529,9 +591,14 @@ pub async fn create(
     let prepared = ops::prepare_create(&t.r, ns, obj, opts)?;
     let mut object = prepared.object;
     if t.r.kind == "CustomResourceDefinition" && t.r.group == "apiextensions.k8s.io" {
-        crate::crds::establish(&mut object);
+        let others = app.store.lock().objects_of(&t.r.key(), None);
+        crate::crds::establish(&mut object, &others);
     }
     let name = meta_str(&object, "name").unwrap_or_default().to_string();
+    if crate::events::is_core(&t.r) {
+        let addressed = t.view.as_deref().unwrap_or(&t.r);
+        crate::events::validate_create(addressed, &name, &object, t.view.is_some())?;
+    }
     let (object, admission_warnings) = admit(
         app,
         &t.r,
@@ -771,7 +838,23 @@ async fn patch(
                 name,
                 opts,
                 |old| {
-                    let merged = apply::apply(&t.r, old, &applied, &manager, force, status_path)?;
+                    let merged = match &t.view {
+                        Some(view) => {
+                            let shown = old.map(crate::events::from_core);
+                            as_stored(
+                                t,
+                                apply::apply(
+                                    view,
+                                    shown.as_ref(),
+                                    &applied,
+                                    &manager,
+                                    force,
+                                    status_path,
+                                )?,
+                            )?
+                        }
+                        None => apply::apply(&t.r, old, &applied, &manager, force, status_path)?,
+                    };
                     match old {
                         Some(old) => ops::prepare_update(
                             &t.r,
@@ -818,7 +901,12 @@ async fn patch(
                 .is_some_and(|s| !s.is_empty());
             write_loop(app, t, name, opts, |old| {
                 let old = old.ok_or_else(|| ApiError::not_found(&t.r, name))?;
-                let mut target = old.clone();
+                // A view's patch applies to the object as that view shows it.
+                let shown = match &t.view {
+                    Some(_) => std::borrow::Cow::Owned(crate::events::from_core(old)),
+                    None => std::borrow::Cow::Borrowed(old),
+                };
+                let mut target = Value::clone(&shown);
                 match ct.as_str() {
                     "application/merge-patch+json" => {
                         if !patch_doc.is_object() {
@@ -834,9 +922,10 @@ async fn patch(
                         })?;
                     }
                     _ => {
-                        target = smp::apply(old, &patch_doc, &kind).map_err(ApiError::bad_request)?;
+                        target = smp::apply(&shown, &patch_doc, &kind).map_err(ApiError::bad_request)?;
                     }
                 }
+                let target = as_stored(t, target)?;
                 ops::prepare_update(&t.r, old, target, status_path, opts)
             }, conditional)
             .await
@@ -1096,7 +1185,7 @@ fn watch(
     app: &Arc<App>,
     t: &Target,
     query: &Query,
-    wants_table: bool,
+    presentation: negotiate::Presentation,
 ) -> Result<Response, ApiError> {
     if query.get("sendInitialEvents").is_some_and(|v| v == "true") {
         return Err(ApiError::not_implemented(
@@ -1198,29 +1287,20 @@ fn watch(
             }
         }
     });
-    // `kubectl get -w` asks for Tables: each event carries a one-row Table, the first one with
-    // the column definitions.
-    let table_r = t.r.clone();
+    // Each event object as negotiated (`kubectl get -w` asks for Tables: a one-row Table per
+    // event, the first one with the column definitions); a watch whose objects cannot be
+    // transformed ends, as the API server's does.
     let mut first = true;
-    let body = Body::from_stream(stream.map(move |mut v| {
-        if wants_table && matches!(v["type"].as_str(), Some("ADDED" | "MODIFIED" | "DELETED")) {
-            let obj = Arc::new(v["object"].take());
-            let mut tbl = table::to_table(
-                &table_r,
-                std::slice::from_ref(&obj),
-                rv_of(&obj),
-                "Metadata",
-            );
-            if !first {
-                tbl["columnDefinitions"] = json!([]);
-            }
-            first = false;
-            v["object"] = tbl;
-        }
-        let mut line = serde_json::to_vec(&v).unwrap_or_default();
-        line.push(b'\n');
-        Ok::<_, std::convert::Infallible>(Bytes::from(line))
-    }));
+    let body = Body::from_stream(
+        stream
+            .map(move |v| presentation.watch_event(v, &mut first))
+            .take_while(|v| futures::future::ready(v.is_some()))
+            .map(|v| {
+                let mut line = crate::wire::to_vec(&v.unwrap_or_default());
+                line.push(b'\n');
+                Ok::<_, std::convert::Infallible>(Bytes::from(line))
+            }),
+    );
     Ok(Response::builder()
         .status(StatusCode::OK)
         .header(header::CONTENT_TYPE, "application/json")

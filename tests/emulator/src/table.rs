@@ -101,6 +101,7 @@ fn columns(r: &ResourceInfo) -> Vec<Column> {
         return cols;
     }
     match (r.group.as_str(), r.kind.as_str()) {
+        ("", "Event") => return event_columns(),
         ("", "Pod") => {
             cols.push(col(
                 "Ready",
@@ -266,6 +267,82 @@ fn columns(r: &ResourceInfo) -> Vec<Column> {
         _ => cols.push(age()),
     }
     cols
+}
+
+/// A timestamp as the age kubectl shows (`<unknown>` when unset).
+fn since(ts: &Value) -> String {
+    match ts.as_str().and_then(|t| t.parse::<jiff::Timestamp>().ok()) {
+        Some(t) => human_duration((jiff::Timestamp::now().as_second() - t.as_second()).max(0)),
+        None => "<unknown>".into(),
+    }
+}
+
+/// The API server's Event columns (no leading Name column; the wide ones have priority 1).
+fn event_columns() -> Vec<Column> {
+    const COLUMNS: [(&str, &str, i64, &str); 10] = [
+        (
+            "Last Seen",
+            "",
+            0,
+            "Time when this Event was last observed.",
+        ),
+        (
+            "Type",
+            "",
+            0,
+            "Type of this event (Normal, Warning), new types could be added in the future",
+        ),
+        (
+            "Reason",
+            "",
+            0,
+            "This should be a short, machine understandable string that gives the reason for the transition into the object's current status.",
+        ),
+        ("Object", "", 0, "The object that this event is about."),
+        (
+            "Subobject",
+            "",
+            1,
+            "If referring to a piece of an object instead of an entire object, this string should contain a valid JSON/Go field access statement.",
+        ),
+        (
+            "Source",
+            "",
+            1,
+            "The component reporting this event. Should be a short machine understandable string.",
+        ),
+        (
+            "Message",
+            "",
+            0,
+            "A human-readable description of the status of this operation.",
+        ),
+        (
+            "First Seen",
+            "",
+            1,
+            "The time at which the event was first recorded. (Time of server receipt is in TypeMeta.)",
+        ),
+        (
+            "Count",
+            "",
+            1,
+            "The number of times this event has occurred.",
+        ),
+        ("Name", "name", 1, "Name must be unique within a namespace."),
+    ];
+    COLUMNS
+        .iter()
+        .enumerate()
+        .map(|(i, (name, format, priority, description))| Column {
+            name: (*name).into(),
+            kind: "string".into(),
+            format: (*format).into(),
+            description: (*description).into(),
+            priority: *priority,
+            cell: Box::new(move |o| crate::events::printer_cells(o, &since).swap_remove(i)),
+        })
+        .collect()
 }
 
 /// Converts objects to a Table. `include_object` is `None`, `Metadata` (default) or `Object`.

@@ -4,5 +4,6 @@
 mod admission;
 mod api;
 mod controllers;
+mod fidelity;
 mod kubectl;
 mod support;

@@ -1,0 +1,120 @@
+//! JSON as the API server writes it: Go encodes structs in field order, so every object starts
+//! with `kind`, `apiVersion`, `metadata` (TypeMeta, ObjectMeta), and a watch event with `type`
+//! then `object`. The emulator stores objects as `serde_json` maps (sorted keys); this writer
+//! puts those members first at the object positions (the response itself, list `items`, a watch
+//! event's `object`, a Table row's `object`) and keeps the stored order for the rest.
+
+use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
+use serde_json::Value;
+
+/// Serializes a response value with the API server's member order.
+pub fn to_vec(v: &Value) -> Vec<u8> {
+    serde_json::to_vec(&Object(v)).unwrap_or_default()
+}
+
+/// A value at an object position.
+struct Object<'a>(&'a Value);
+/// An array of objects (`items`).
+struct Objects<'a>(&'a [Value]);
+/// Table rows, whose `object` is an object position.
+struct Rows<'a>(&'a [Value]);
+
+const FIRST: [&str; 3] = ["kind", "apiVersion", "metadata"];
+
+impl Serialize for Object<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let Value::Object(m) = self.0 else {
+            return self.0.serialize(s);
+        };
+        let mut out = s.serialize_map(Some(m.len()))?;
+        // A watch event: type, then object.
+        let event = !m.contains_key("kind") && m.contains_key("object") && m.contains_key("type");
+        if event {
+            out.serialize_entry("type", &m["type"])?;
+        }
+        for k in FIRST {
+            if let Some(v) = m.get(k) {
+                out.serialize_entry(k, v)?;
+            }
+        }
+        let table = m.get("kind").and_then(Value::as_str) == Some("Table");
+        for (k, v) in m {
+            if FIRST.contains(&k.as_str()) || (event && k == "type") {
+                continue;
+            }
+            match (k.as_str(), v) {
+                ("items", Value::Array(items)) => out.serialize_entry(k, &Objects(items))?,
+                ("object", _) => out.serialize_entry(k, &Object(v))?,
+                ("rows", Value::Array(rows)) if table => out.serialize_entry(k, &Rows(rows))?,
+                _ => out.serialize_entry(k, v)?,
+            }
+        }
+        out.end()
+    }
+}
+
+impl Serialize for Objects<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(Some(self.0.len()))?;
+        for v in self.0 {
+            seq.serialize_element(&Object(v))?;
+        }
+        seq.end()
+    }
+}
+
+impl Serialize for Rows<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(Some(self.0.len()))?;
+        for row in self.0 {
+            match row {
+                Value::Object(m) => seq.serialize_element(&Row(m))?,
+                other => seq.serialize_element(other)?,
+            }
+        }
+        seq.end()
+    }
+}
+
+struct Row<'a>(&'a serde_json::Map<String, Value>);
+
+impl Serialize for Row<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut out = s.serialize_map(Some(self.0.len()))?;
+        for (k, v) in self.0 {
+            if k == "object" {
+                out.serialize_entry(k, &Object(v))?;
+            } else {
+                out.serialize_entry(k, v)?;
+            }
+        }
+        out.end()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn type_meta_then_metadata_first() {
+        let v = json!({"apiVersion": "v1", "data": {"a": "b"}, "kind": "ConfigMap", "metadata": {"name": "x"}});
+        assert_eq!(
+            String::from_utf8(to_vec(&v)).unwrap(),
+            r#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"x"},"data":{"a":"b"}}"#
+        );
+        let list =
+            json!({"apiVersion": "v1", "items": [v], "kind": "ConfigMapList", "metadata": {}});
+        assert!(
+            String::from_utf8(to_vec(&list))
+                .unwrap()
+                .starts_with(r#"{"kind":"ConfigMapList","apiVersion":"v1","metadata":{},"items":[{"kind":"ConfigMap""#)
+        );
+        let ev = json!({"object": {"apiVersion": "v1", "kind": "Secret", "type": "Opaque"}, "type": "ADDED"});
+        assert_eq!(
+            String::from_utf8(to_vec(&ev)).unwrap(),
+            r#"{"type":"ADDED","object":{"kind":"Secret","apiVersion":"v1","type":"Opaque"}}"#
+        );
+    }
+}

@@ -1,0 +1,735 @@
+//! Wire fidelity: content negotiation (metadata-only answers, 406), Events as one store behind
+//! two APIs, CRD status conditions, aggregated discovery, member order and protobuf bodies —
+//! through `kube::Client`, curl and the real kubectl.
+
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{ConfigMap, Event as CoreEvent};
+use k8s_openapi::api::events::v1::Event as EventsV1Event;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::core::PartialObjectMeta;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::wait::{await_condition, conditions};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Resource, ResourceExt};
+use serde_json::{Value, json};
+
+use crate::support::{Cluster, Site, eventually, site};
+
+/// A raw request with curl: (HTTP status, Content-Type, body).
+async fn curl(
+    c: &Cluster,
+    method: &str,
+    path: &str,
+    headers: &[&str],
+    body: Option<&str>,
+) -> (u16, String, String) {
+    let url = format!("{}{path}", c.emulator.url());
+    let mut args: Vec<String> = vec![
+        "-s".into(),
+        "-X".into(),
+        method.into(),
+        "-o".into(),
+        "-".into(),
+        "-w".into(),
+        "\n%{http_code} %{content_type}".into(),
+    ];
+    for h in headers {
+        args.push("-H".into());
+        args.push((*h).into());
+    }
+    if let Some(b) = body {
+        args.push("--data-binary".into());
+        args.push(b.into());
+    }
+    args.push(url);
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("curl")
+            .args(&args)
+            .output()
+            .expect("curl runs")
+    })
+    .await
+    .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let (body, tail) = text.rsplit_once('\n').unwrap();
+    let (code, ct) = tail.split_once(' ').unwrap_or((tail, ""));
+    (code.parse().unwrap(), ct.to_string(), body.to_string())
+}
+
+const META: &str = "Accept: application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
+const META_LIST: &str = "Accept: application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_only_get_list_patch_and_watch() {
+    let c = Cluster::start(false).await;
+    let sites: Api<Site> = Api::namespaced(c.client.clone(), "default");
+    sites
+        .create(&PostParams::default(), &site("a"))
+        .await
+        .unwrap();
+
+    // get_metadata / list_metadata / patch_metadata: only the metadata comes back.
+    let m: PartialObjectMeta<Site> = sites.get_metadata("a").await.unwrap();
+    assert_eq!(m.name_any(), "a");
+    assert!(m.metadata.uid.is_some());
+    let list = sites.list_metadata(&ListParams::default()).await.unwrap();
+    assert_eq!(list.items.len(), 1);
+    assert!(list.metadata.resource_version.is_some());
+    let patched = sites
+        .patch_metadata(
+            "a",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"tier": "gold"}}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        patched.labels().get("tier").map(String::as_str),
+        Some("gold")
+    );
+    let stored = sites.get("a").await.unwrap();
+    assert_eq!(
+        stored.labels().get("tier").map(String::as_str),
+        Some("gold")
+    );
+
+    // The wire forms.
+    let (code, ct, body) = curl(
+        &c,
+        "GET",
+        "/apis/sites.ecmwf.int/v1/namespaces/default/sites/a",
+        &[META],
+        None,
+    )
+    .await;
+    assert_eq!((code, ct.as_str()), (200, "application/json"));
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["kind"], "PartialObjectMetadata");
+    assert_eq!(v["apiVersion"], "meta.k8s.io/v1");
+    assert!(v.get("spec").is_none(), "{v}");
+    assert!(body.starts_with(
+        r#"{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":"#
+    ));
+    let (_, _, body) = curl(
+        &c,
+        "GET",
+        "/api/v1/namespaces/default/configmaps",
+        &[META_LIST],
+        None,
+    )
+    .await;
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["kind"], "PartialObjectMetadataList");
+    assert!(v["metadata"]["resourceVersion"].is_string());
+    // A list asked for as a single PartialObjectMetadata, or a transformation not served: 406.
+    let (code, _, body) = curl(
+        &c,
+        "GET",
+        "/api/v1/namespaces/default/configmaps",
+        &[META],
+        None,
+    )
+    .await;
+    assert_eq!(code, 406, "{body}");
+    let (code, _, body) = curl(
+        &c,
+        "GET",
+        "/api/v1/namespaces",
+        &["Accept: application/json;as=Unknown;g=meta.k8s.io;v=v1"],
+        None,
+    )
+    .await;
+    assert_eq!(code, 406);
+    let status: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(status["reason"], "NotAcceptable");
+    assert_eq!(
+        status["message"],
+        "only the following media types are accepted: application/json, application/yaml"
+    );
+    // First acceptable clause wins; */* is plain JSON.
+    let (code, _, body) = curl(
+        &c,
+        "GET",
+        "/api/v1/namespaces/default",
+        &["Accept: application/json;as=Unknown;g=meta.k8s.io;v=v1, */*;q=0.8"],
+        None,
+    )
+    .await;
+    assert_eq!(code, 200);
+    assert!(
+        body.starts_with(r#"{"kind":"Namespace","apiVersion":"v1","metadata""#),
+        "{body}"
+    );
+
+    // metadata_watcher (kube 4.2 deprecates it for a watcher over Api<PartialObjectMeta<K>>,
+    // which sends the same requests): the operator's watch of metadata only.
+    #[allow(deprecated)]
+    let stream = kube::runtime::metadata_watcher(sites.clone(), watcher::Config::default())
+        .applied_objects()
+        .boxed();
+    let sites2 = sites.clone();
+    let creator = tokio::spawn(async move {
+        sites2
+            .create(&PostParams::default(), &site("b"))
+            .await
+            .unwrap();
+    });
+    let metas: Api<PartialObjectMeta<Site>> = Api::namespaced(c.client.clone(), "default");
+    let via_api = watcher(metas, watcher::Config::default())
+        .applied_objects()
+        .boxed();
+    let seen = tokio::time::timeout(Duration::from_secs(10), async {
+        let mut stream = stream;
+        let mut names = Vec::new();
+        while let Some(m) = stream.try_next().await.unwrap() {
+            names.push(m.name_any());
+            if names.iter().any(|n| n == "b") {
+                break;
+            }
+        }
+        names
+    })
+    .await
+    .expect("the metadata watch sees the new Site");
+    creator.await.unwrap();
+    assert!(
+        seen.contains(&"a".to_string()) && seen.contains(&"b".to_string()),
+        "{seen:?}"
+    );
+    let names: Vec<String> = tokio::time::timeout(
+        Duration::from_secs(10),
+        via_api.take(2).map_ok(|m| m.name_any()).try_collect(),
+    )
+    .await
+    .expect("the metadata watch lists")
+    .unwrap();
+    assert_eq!(names.len(), 2, "{names:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_are_one_store_behind_two_apis() {
+    let c = Cluster::start(false).await;
+    c.kubectl_ok(&["create", "namespace", "ev"]);
+    let sites: Api<Site> = Api::namespaced(c.client.clone(), "ev");
+    let s = sites
+        .create(&PostParams::default(), &site("handbook"))
+        .await
+        .unwrap();
+    let recorder = Recorder::new(
+        c.client.clone(),
+        Reporter {
+            controller: "sites-operator".into(),
+            instance: Some("sites-operator-0".into()),
+        },
+    );
+    let reference = s.object_ref(&());
+    let event = Event {
+        type_: EventType::Normal,
+        reason: "Provisioned".into(),
+        note: Some("site handbook is ready".into()),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    recorder.publish(&event, &reference).await.unwrap();
+    // A second identical event becomes a series (a merge patch through events.k8s.io).
+    recorder.publish(&event, &reference).await.unwrap();
+
+    // The core v1 view of what the Recorder wrote through events.k8s.io/v1.
+    let core: Api<CoreEvent> = Api::namespaced(c.client.clone(), "ev");
+    let list = core.list(&ListParams::default()).await.unwrap();
+    assert_eq!(list.items.len(), 1, "{list:?}");
+    let e = &list.items[0];
+    assert_eq!(e.message.as_deref(), Some("site handbook is ready"));
+    assert_eq!(e.involved_object.kind.as_deref(), Some("Site"));
+    assert_eq!(e.involved_object.name.as_deref(), Some("handbook"));
+    assert_eq!(e.involved_object.uid, s.metadata.uid);
+    assert_eq!(e.reporting_component.as_deref(), Some("sites-operator"));
+    assert_eq!(e.series.as_ref().and_then(|s| s.count), Some(2));
+    // Field selectors on involvedObject, as kubectl describe sends them.
+    let selected = core
+        .list(&ListParams::default().fields(&format!(
+            "involvedObject.name=handbook,involvedObject.namespace=ev,involvedObject.kind=Site,involvedObject.uid={}",
+            s.uid().unwrap()
+        )))
+        .await
+        .unwrap();
+    assert_eq!(selected.items.len(), 1);
+
+    // Created through core v1 with a count, read through events.k8s.io/v1.
+    let legacy: CoreEvent = serde_json::from_value(json!({
+        "metadata": {"name": "legacy"},
+        "involvedObject": {"kind": "Site", "name": "handbook", "namespace": "ev", "apiVersion": "sites.ecmwf.int/v1", "uid": s.uid()},
+        "reason": "Scaled", "message": "scaled to 2", "count": 3, "type": "Normal",
+        "source": {"component": "old-controller"},
+        "firstTimestamp": "2025-01-01T00:00:00Z", "lastTimestamp": "2025-01-01T00:05:00Z",
+    }))
+    .unwrap();
+    core.create(&PostParams::default(), &legacy).await.unwrap();
+    let v1: Api<EventsV1Event> = Api::namespaced(c.client.clone(), "ev");
+    let read = v1.get("legacy").await.unwrap();
+    assert_eq!(read.note.as_deref(), Some("scaled to 2"));
+    assert_eq!(read.deprecated_count, Some(3));
+    assert_eq!(
+        read.regarding.as_ref().and_then(|r| r.name.as_deref()),
+        Some("handbook")
+    );
+    assert_eq!(
+        read.deprecated_source
+            .as_ref()
+            .and_then(|s| s.component.as_deref()),
+        Some("old-controller")
+    );
+    // Watched through events.k8s.io: the objects are in its form.
+    let mut w = v1
+        .watch(&kube::api::WatchParams::default().timeout(5), "0")
+        .await
+        .unwrap()
+        .boxed();
+    let mut notes = Vec::new();
+    while notes.len() < 2 {
+        match w.try_next().await.unwrap() {
+            Some(kube::api::WatchEvent::Added(e)) => notes.push(e.note.unwrap_or_default()),
+            Some(_) => {}
+            None => break,
+        }
+    }
+    notes.sort();
+    assert_eq!(notes, ["scaled to 2", "site handbook is ready"]);
+    // events.k8s.io/v1 creation is validated strictly (eventTime is required).
+    let bad: EventsV1Event = serde_json::from_value(json!({
+        "metadata": {"name": "bad"}, "reason": "X", "action": "Y", "type": "Normal",
+        "reportingController": "c", "reportingInstance": "i",
+        "regarding": {"kind": "Site", "name": "handbook", "namespace": "ev"},
+    }))
+    .unwrap();
+    let err = v1.create(&PostParams::default(), &bad).await.unwrap_err();
+    let kube::Error::Api(status) = err else {
+        panic!("expected a Status")
+    };
+    assert_eq!(status.code, 422);
+    assert!(
+        status.message.contains("eventTime: Required value"),
+        "{}",
+        status.message
+    );
+
+    // kubectl: describe lists the Events of the Site; get events shows them.
+    let described = c.kubectl_ok(&["-n", "ev", "describe", "site", "handbook"]);
+    let events = described
+        .split("Events:")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no Events section:\n{described}"));
+    assert!(events.contains("Provisioned"), "{described}");
+    assert!(events.contains("site handbook is ready"), "{described}");
+    assert!(events.contains("sites-operator"), "{described}");
+    assert!(events.contains("Scaled"), "{described}");
+    let got = c.kubectl_ok(&["-n", "ev", "get", "events"]);
+    let header = got.lines().next().unwrap_or_default();
+    assert!(
+        header.starts_with("LAST SEEN") && header.contains("REASON") && header.contains("MESSAGE"),
+        "{got}"
+    );
+    assert!(got.contains("site/handbook"), "{got}");
+    assert!(got.contains("site handbook is ready"), "{got}");
+
+    // A cluster-scoped object's events go to `default`.
+    let ns_ref = k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Namespace".into()),
+        name: Some("ev".into()),
+        ..Default::default()
+    };
+    recorder.publish(&event, &ns_ref).await.unwrap();
+    let in_default: Api<CoreEvent> = Api::namespaced(c.client.clone(), "default");
+    eventually(
+        "the namespace event in default",
+        Duration::from_secs(5),
+        || {
+            let in_default = in_default.clone();
+            async move {
+                let l = in_default.list(&ListParams::default()).await.ok()?;
+                l.items
+                    .iter()
+                    .any(|e| e.involved_object.kind.as_deref() == Some("Namespace"))
+                    .then_some(())
+            }
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crds_report_names_accepted_and_established() {
+    let c = Cluster::start(false).await;
+    let crds: Api<CustomResourceDefinition> = Api::all(c.client.clone());
+    let crd = crds.get("sites.sites.ecmwf.int").await.unwrap();
+    let status = crd.status.unwrap();
+    let conditions = status.conditions.unwrap();
+    let by_type = |t: &str| conditions.iter().find(|c| c.type_ == t).unwrap().clone();
+    let names = by_type("NamesAccepted");
+    assert_eq!(
+        (names.status.as_str(), names.reason.as_deref()),
+        ("True", Some("NoConflicts"))
+    );
+    assert_eq!(names.message.as_deref(), Some("no conflicts found"));
+    let est = by_type("Established");
+    assert_eq!(
+        (
+            est.status.as_str(),
+            est.reason.as_deref(),
+            est.message.as_deref()
+        ),
+        (
+            "True",
+            Some("InitialNamesAccepted"),
+            Some("the initial names have been accepted")
+        )
+    );
+    let accepted = status.accepted_names.unwrap();
+    assert_eq!(accepted.plural, "sites");
+    assert_eq!(accepted.singular.as_deref(), Some("site"));
+    assert_eq!(accepted.list_kind.as_deref(), Some("SiteList"));
+    assert_eq!(status.stored_versions, Some(vec!["v1".to_string()]));
+
+    await_condition(
+        crds.clone(),
+        "sites.sites.ecmwf.int",
+        conditions::is_crd_established(),
+    )
+    .await
+    .unwrap();
+    let out = c.kubectl_ok(&[
+        "wait",
+        "--for=condition=Established",
+        "--timeout=10s",
+        "crd/sites.sites.ecmwf.int",
+    ]);
+    assert_eq!(
+        out.trim(),
+        "customresourcedefinition.apiextensions.k8s.io/sites.sites.ecmwf.int condition met"
+    );
+
+    // A second CRD whose kind (and so listKind) is taken in the group: NamesAccepted False
+    // naming the last conflict the naming controller found, and not served.
+    let mut other = crate::support::site_crd();
+    other.metadata.name = Some("othersites.sites.ecmwf.int".into());
+    other.spec.names.plural = "othersites".into();
+    other.spec.names.singular = Some("othersite".into());
+    other.spec.names.short_names = None;
+    let other = crds.create(&PostParams::default(), &other).await.unwrap();
+    let conditions = other.status.unwrap().conditions.unwrap();
+    let names = conditions
+        .iter()
+        .find(|c| c.type_ == "NamesAccepted")
+        .unwrap();
+    assert_eq!(
+        (
+            names.status.as_str(),
+            names.reason.as_deref(),
+            names.message.as_deref()
+        ),
+        (
+            "False",
+            Some("ListKindConflict"),
+            Some("\"SiteList\" is already in use")
+        )
+    );
+    let est = conditions
+        .iter()
+        .find(|c| c.type_ == "Established")
+        .unwrap();
+    assert_eq!(
+        (est.status.as_str(), est.reason.as_deref()),
+        ("False", Some("NotAccepted"))
+    );
+    let (code, _, _) = curl(&c, "GET", "/apis/sites.ecmwf.int/v1/othersites", &[], None).await;
+    assert_eq!(code, 404);
+}
+
+const AGGREGATED: &str = "Accept: application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aggregated_discovery_and_legacy_discovery() {
+    let c = Cluster::start(false).await;
+    let (code, ct, body) = curl(&c, "GET", "/apis", &[AGGREGATED], None).await;
+    assert_eq!(code, 200);
+    assert_eq!(
+        ct,
+        "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+    );
+    let doc: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(doc["kind"], "APIGroupDiscoveryList");
+    assert_eq!(doc["apiVersion"], "apidiscovery.k8s.io/v2");
+    let group = doc["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["metadata"]["name"] == "sites.ecmwf.int")
+        .expect("the Site group");
+    let v1 = &group["versions"][0];
+    assert_eq!(v1["version"], "v1");
+    assert_eq!(v1["freshness"], "Current");
+    let res = &v1["resources"][0];
+    assert_eq!(res["resource"], "sites");
+    assert_eq!(
+        res["responseKind"],
+        json!({"group": "sites.ecmwf.int", "version": "v1", "kind": "Site"})
+    );
+    assert_eq!(res["scope"], "Namespaced");
+    assert_eq!(res["singularResource"], "site");
+    assert_eq!(res["subresources"][0]["subresource"], "status");
+    assert!(res["verbs"].as_array().unwrap().contains(&json!("watch")));
+    // The v2beta1 form when only that is asked for; the core group on /api.
+    let (_, ct, body) = curl(
+        &c,
+        "GET",
+        "/api",
+        &["Accept: application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList"],
+        None,
+    )
+    .await;
+    assert!(ct.contains("v=v2beta1"), "{ct}");
+    let core: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(core["apiVersion"], "apidiscovery.k8s.io/v2beta1");
+    let pods = core["items"][0]["versions"][0]["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["resource"] == "pods")
+        .unwrap()
+        .clone();
+    assert_eq!(pods["shortNames"], json!(["po"]));
+    assert_eq!(pods["categories"], json!(["all"]));
+    // Legacy answers for clients that ask for plain JSON; 406 for an unserved transformation.
+    let (_, _, body) = curl(&c, "GET", "/apis", &["Accept: application/json"], None).await;
+    let legacy: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(legacy["kind"], "APIGroupList");
+    let (code, _, body) = curl(
+        &c,
+        "GET",
+        "/apis",
+        &["Accept: application/json;as=Table;g=meta.k8s.io;v=v1"],
+        None,
+    )
+    .await;
+    assert_eq!(code, 406, "{body}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["reason"],
+        "NotAcceptable"
+    );
+    // kubectl (which asks for the aggregated form first) resolves resources and short names.
+    c.kubectl_ok(&["get", "deploy", "-A"]);
+    assert!(c.kubectl_ok(&["api-resources"]).contains("sites"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn responses_put_type_meta_first() {
+    let c = Cluster::start(false).await;
+    let cms: Api<ConfigMap> = Api::namespaced(c.client.clone(), "default");
+    cms.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "x"}, "data": {"a": "b"}})).unwrap(),
+    )
+    .await
+    .unwrap();
+    let (_, _, body) = curl(
+        &c,
+        "GET",
+        "/api/v1/namespaces/default/configmaps/x",
+        &[],
+        None,
+    )
+    .await;
+    assert!(
+        body.starts_with(r#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"#),
+        "{body}"
+    );
+    let (_, _, body) = curl(
+        &c,
+        "GET",
+        "/api/v1/namespaces/default/configmaps",
+        &[],
+        None,
+    )
+    .await;
+    assert!(
+        body.starts_with(r#"{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"#),
+        "{body}"
+    );
+    let (_, _, body) = curl(
+        &c,
+        "GET",
+        "/api/v1/namespaces/default/configmaps?watch=true&timeoutSeconds=1",
+        &[],
+        None,
+    )
+    .await;
+    assert!(
+        body.starts_with(
+            r#"{"type":"ADDED","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":"#
+        ),
+        "{body}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_typed_generators_send_protobuf_bodies() {
+    let c = Cluster::start(false).await;
+    let ok = |args: &[&str]| c.kubectl_ok(args).trim().to_string();
+    assert_eq!(
+        ok(&["create", "service", "clusterip", "web", "--tcp=80:8080"]),
+        "service/web created"
+    );
+    assert_eq!(
+        ok(&[
+            "get",
+            "service",
+            "web",
+            "-o",
+            "jsonpath={.spec.type} {.spec.ports[0].port} {.spec.ports[0].targetPort} {.spec.ports[0].name} {.spec.selector.app}"
+        ]),
+        "ClusterIP 80 8080 80-8080 web"
+    );
+    assert_eq!(
+        ok(&["create", "service", "nodeport", "np", "--tcp=5678:8080"]),
+        "service/np created"
+    );
+    assert_eq!(
+        ok(&[
+            "create",
+            "service",
+            "externalname",
+            "ext",
+            "--external-name=example.org"
+        ]),
+        "service/ext created"
+    );
+    assert_eq!(
+        ok(&[
+            "create",
+            "deployment",
+            "app",
+            "--image=nginx:1.27",
+            "--replicas=2",
+            "--port=80"
+        ]),
+        "deployment.apps/app created"
+    );
+    assert_eq!(
+        ok(&[
+            "get",
+            "deployment",
+            "app",
+            "-o",
+            "jsonpath={.spec.replicas} {.spec.selector.matchLabels.app} {.spec.template.spec.containers[0].image} {.spec.template.spec.containers[0].ports[0].containerPort}"
+        ]),
+        "2 app nginx:1.27 80"
+    );
+    assert_eq!(
+        ok(&[
+            "create",
+            "deployment",
+            "none",
+            "--image=nginx",
+            "--replicas=0"
+        ]),
+        "deployment.apps/none created"
+    );
+    assert_eq!(
+        ok(&[
+            "get",
+            "deployment",
+            "none",
+            "-o",
+            "jsonpath={.spec.replicas}"
+        ]),
+        "0",
+        "a sent zero replicas is kept"
+    );
+    assert_eq!(
+        ok(&[
+            "create",
+            "role",
+            "reader",
+            "--verb=get,list",
+            "--resource=pods"
+        ]),
+        "role.rbac.authorization.k8s.io/reader created"
+    );
+    assert_eq!(
+        ok(&["get", "role", "reader", "-o", "jsonpath={.rules[0].verbs}"]),
+        r#"["get","list"]"#
+    );
+    assert_eq!(
+        ok(&[
+            "create",
+            "rolebinding",
+            "reader",
+            "--role=reader",
+            "--user=jdoe"
+        ]),
+        "rolebinding.rbac.authorization.k8s.io/reader created"
+    );
+    assert_eq!(
+        ok(&[
+            "create",
+            "clusterrole",
+            "watcher",
+            "--verb=watch",
+            "--resource=sites"
+        ]),
+        "clusterrole.rbac.authorization.k8s.io/watcher created"
+    );
+    assert_eq!(
+        ok(&[
+            "create",
+            "clusterrolebinding",
+            "watcher",
+            "--clusterrole=watcher",
+            "--group=ops"
+        ]),
+        "clusterrolebinding.rbac.authorization.k8s.io/watcher created"
+    );
+    assert_eq!(
+        ok(&[
+            "create",
+            "priorityclass",
+            "high",
+            "--value=1000",
+            "--description=important"
+        ]),
+        "priorityclass.scheduling.k8s.io/high created"
+    );
+    assert_eq!(
+        ok(&[
+            "get",
+            "priorityclass",
+            "high",
+            "-o",
+            "jsonpath={.value} {.description}"
+        ]),
+        "1000 important"
+    );
+    assert_eq!(
+        ok(&[
+            "create",
+            "ingress",
+            "site",
+            "--rule=docs.example.org/*=web:80"
+        ]),
+        "ingress.networking.k8s.io/site created"
+    );
+    assert_eq!(
+        ok(&[
+            "get",
+            "ingress",
+            "site",
+            "-o",
+            "jsonpath={.spec.rules[0].host} {.spec.rules[0].http.paths[0].backend.service.port.number}"
+        ]),
+        "docs.example.org 80"
+    );
+}
