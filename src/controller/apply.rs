@@ -12,6 +12,7 @@
 use std::collections::HashMap;
 use std::fmt::Debug;
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{PersistentVolume, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -100,11 +101,45 @@ pub enum Written {
 }
 
 /// The fingerprints ([`slim::fingerprint`]) of the managed content of the owned objects as the
-/// API server returned them after the operator's last write (or, after a restart, as first seen
-/// up to date): a watch event showing another fingerprint is drift, repaired by the next apply.
-/// One short string per object, not the objects.
+/// API server returned them after the operator's last write (or, after a restart, as first seen):
+/// a watch event showing another fingerprint is drift, repaired by the next apply. One short
+/// record per object, not the objects.
 #[derive(Default)]
-pub struct Fingerprints(Mutex<HashMap<String, String>>);
+pub struct Fingerprints(Mutex<HashMap<String, Print>>);
+
+/// What the operator last wrote of one object, and which version the watch showed last.
+struct Print {
+    fingerprint: String,
+    /// The desired hash (hashed) of the operator's last write.
+    wrote: u64,
+    /// The version (hashed resourceVersion) of the last watch event.
+    seen: u64,
+    /// The version the operator's last write returned, until the watch shows it: before that the
+    /// cache may still hold an older version (events of other writers queued in between), which
+    /// is not drift: it was repaired by that write.
+    pending: Option<(u64, Instant)>,
+}
+
+/// How long the cache may take to show the operator's own write before older versions count
+/// as drift again (a watch that lost the event relists within this time).
+const PENDING: Duration = Duration::from_secs(10);
+
+/// A resourceVersion, compared for equality only (it is opaque), as a number.
+pub(crate) fn version(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> u64 {
+    hashed(&meta.resource_version)
+}
+
+fn hashed(value: &impl std::hash::Hash) -> u64 {
+    use std::hash::Hasher;
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    value.hash(&mut h);
+    h.finish()
+}
+
+/// The desired hash an object carries.
+fn desired_of<K: Resource>(obj: &K) -> u64 {
+    hashed(&obj.annotations().get(DESIRED_HASH_ANNOTATION))
+}
 
 impl Fingerprints {
     fn key<K: Resource>(name: &str) -> String
@@ -114,12 +149,12 @@ impl Fingerprints {
         format!("{}/{name}", K::kind(&K::DynamicType::default()))
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Print>> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Whether the observed content of `stored` differs from what the operator wrote; an object
-    /// first seen up to date (after a restart) is trusted as written.
+    /// Whether the observed content of the cached copy `stored` differs from what the operator
+    /// wrote; a copy older than the operator's last write is not judged.
     fn drifted<K: Resource>(&self, stored: &K) -> bool
     where
         K::DynamicType: Default,
@@ -129,11 +164,62 @@ impl Fingerprints {
         };
         let key = Self::key::<K>(&stored.name_any());
         let mut known = self.lock();
-        match known.get(&key) {
-            Some(written) => written != observed,
+        let Some(print) = known.get_mut(&key) else {
+            return false;
+        };
+        if let Some((_, at)) = &print.pending {
+            if at.elapsed() < PENDING {
+                return false;
+            }
+            print.pending = None;
+        }
+        print.fingerprint != *observed
+    }
+
+    /// Whether the operator's last write of `desired`'s object was `desired` itself and the
+    /// cache has not shown it yet: the cached copy is older than that write, so there is nothing
+    /// to compare and nothing to write (the write's own watch event queues the Site again).
+    fn awaiting<K: Resource>(&self, desired: &K) -> bool
+    where
+        K::DynamicType: Default,
+    {
+        let key = Self::key::<K>(&desired.name_any());
+        self.lock().get(&key).is_some_and(|print| {
+            print.wrote == desired_of(desired)
+                && print.pending.is_some_and(|(_, at)| at.elapsed() < PENDING)
+        })
+    }
+
+    /// A watch event: `obj` as the cache keeps it (with its observed fingerprint) and the
+    /// [`version`] it had before slimming. An object first seen (after a restart, or made by
+    /// someone else) is taken as written; once the event shows the operator's last write, the
+    /// cache has caught up with it.
+    pub fn observe<K: Resource>(&self, obj: &K, seen: u64)
+    where
+        K::DynamicType: Default,
+    {
+        let Some(observed) = obj.annotations().get(slim::OBSERVED_FINGERPRINT) else {
+            return;
+        };
+        let key = Self::key::<K>(&obj.name_any());
+        let mut known = self.lock();
+        match known.get_mut(&key) {
+            Some(print) => {
+                print.seen = seen;
+                if print.pending.is_some_and(|(v, _)| v == seen) {
+                    print.pending = None;
+                }
+            }
             None => {
-                known.insert(key, observed.clone());
-                false
+                known.insert(
+                    key,
+                    Print {
+                        fingerprint: observed.clone(),
+                        wrote: desired_of(obj),
+                        seen,
+                        pending: None,
+                    },
+                );
             }
         }
     }
@@ -143,7 +229,20 @@ impl Fingerprints {
         K::DynamicType: Default,
     {
         let key = Self::key::<K>(&obj.name_any());
-        self.lock().insert(key, slim::fingerprint(obj));
+        let returned = version(obj.meta());
+        let mut known = self.lock();
+        let seen = known.get(&key).map(|p| p.seen);
+        // The watch may deliver the write before its response is read.
+        let pending = (seen != Some(returned)).then(|| (returned, Instant::now()));
+        known.insert(
+            key,
+            Print {
+                fingerprint: slim::fingerprint(obj),
+                wrote: desired_of(obj),
+                seen: seen.unwrap_or_default(),
+                pending,
+            },
+        );
     }
 
     /// Forgets a deleted object.
@@ -173,6 +272,9 @@ where
     K::DynamicType: Default,
 {
     stamp(&mut desired);
+    if ctx.fingerprints.awaiting(&desired) {
+        return Ok((Written::Unchanged, None));
+    }
     if let Some(s) = stored
         && up_to_date(s, &desired)
     {
@@ -429,30 +531,51 @@ mod tests {
     #[test]
     fn drift_is_a_fingerprint_other_than_the_written_one() {
         let prints = Fingerprints::default();
-        let observed = |data: &str| {
+        // A watch event: the object as cached (slimmed, with its fingerprint) and its version.
+        let event = |data: &str, rv: &str| {
             let mut c = cm(data, "u");
+            c.metadata.resource_version = Some(rv.into());
+            let v = version(&c.metadata);
             crate::controller::slim::configmap(&mut c);
+            prints.observe(&c, v);
             c
         };
-        // First seen (a restart): trusted as written.
-        assert!(!prints.drifted(&observed("1")));
-        assert!(!prints.drifted(&observed("1")));
+        // First seen (a restart): taken as written.
+        let first = event("1", "1");
+        assert!(!prints.drifted(&first));
+        assert!(prints.drifted(&event("edited", "2")), "an edit after that");
+        // The operator's write repairs it; until the watch shows the write, the cache may still
+        // hold versions in between (another writer's status update): not drift, already repaired.
+        let mut mine = cm("1", "u");
+        mine.metadata.resource_version = Some("4".into());
+        prints.written(&mine);
         assert!(
-            prints.drifted(&observed("edited")),
-            "an edit after that is drift"
+            !prints.drifted(&event("edited", "3")),
+            "older than the write"
         );
-        // After the operator's own write, its result is what counts.
-        prints.written(&cm("2", "u"));
-        assert!(!prints.drifted(&observed("2")));
-        assert!(prints.drifted(&observed("1")));
+        assert!(!prints.drifted(&event("1", "4")), "the write itself");
+        assert!(
+            prints.drifted(&event("edited again", "5")),
+            "after the write"
+        );
+        // The watch may show the write before its response is read.
+        let shown = event("2", "6");
+        let mut mine = cm("2", "u");
+        mine.metadata.resource_version = Some("6".into());
+        prints.written(&mine);
+        assert!(!prints.drifted(&shown));
+        assert!(prints.drifted(&event("edited", "7")), "not pending");
         // Status and metadata other than the managed content are not drift.
         let mut relabelled = cm("2", "u");
         relabelled.labels_mut().insert("extra".into(), "x".into());
+        relabelled.metadata.resource_version = Some("8".into());
+        let v = version(&relabelled.metadata);
         crate::controller::slim::configmap(&mut relabelled);
+        prints.observe(&relabelled, v);
         assert!(!prints.drifted(&relabelled));
-        // A deleted object is forgotten: its successor is trusted on first sight again.
+        // A deleted object is forgotten: its successor is taken as written on first sight.
         prints.forget::<ConfigMap>("a");
-        assert!(!prints.drifted(&observed("3")));
+        assert!(!prints.drifted(&event("3", "9")));
         // Without an observed fingerprint (not from a watch), nothing can be said.
         assert!(!prints.drifted(&cm("4", "u")));
     }

@@ -106,7 +106,7 @@ pub struct Context {
     /// The delayed volume label patches.
     pub(crate) labeller: Labeller,
     /// What the operator last wrote of each owned object (drift detection).
-    pub(crate) fingerprints: crate::controller::apply::Fingerprints,
+    pub(crate) fingerprints: Arc<crate::controller::apply::Fingerprints>,
     /// Where the clock comes from (tests may pin it).
     pub now: fn() -> Time,
 }

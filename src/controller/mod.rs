@@ -161,13 +161,14 @@ fn owned_key<K: Resource>(obj: &K) -> Option<String> {
     key_of(obj).or_else(|| obj.meta().name.clone())
 }
 
-/// Starts a reflector for `api` and feeds the keys of touched objects into the queue.
-fn watch_kind<K>(
+/// [`watch_kind_observed`] for an owned kind: every object the watch delivers is shown to the drift
+/// fingerprints (the cache has caught up with the operator's own write once it shows it).
+fn watch_owned<K>(
     api: Api<K>,
-    config: watcher::Config,
     queue: Queue<String>,
-    modify: impl FnMut(&mut K) + Send + 'static,
+    mut slim: impl FnMut(&mut K) + Send + 'static,
     key: impl Fn(&K) -> Option<String> + Send + 'static,
+    prints: Arc<apply::Fingerprints>,
 ) -> Store<K>
 where
     K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
@@ -175,17 +176,22 @@ where
 {
     watch_kind_observed(
         api,
-        config,
+        watcher::Config::default(),
         queue,
-        modify,
+        // The version is taken before slimming, which drops it.
+        move |obj: &mut K| {
+            let version = apply::version(obj.meta());
+            slim(obj);
+            prints.observe(obj, version);
+        },
         key,
         |_: &Store<K>, _: &watcher::Event<K>| {},
         |_: &watcher::Event<K>| {},
     )
 }
 
-/// [`watch_kind`], calling `before(store, event)` with every watch event before the store
-/// applies it (the store still holds the previous version) and `after(event)` once it did
+/// Starts a reflector for `api` and feeds the keys of touched objects into the queue, calling
+/// `before(store, event)` with every watch event before the store applies it (the store still holds the previous version) and `after(event)` once it did
 /// (before the event's key goes into the queue).
 fn watch_kind_observed<K>(
     api: Api<K>,
@@ -313,57 +319,58 @@ impl Controller {
             },
             move |event: &watcher::Event<Site>| path_index.observe(event),
         );
-        let secrets = watch_kind(
+        let prints = Arc::new(apply::Fingerprints::default());
+        let secrets = watch_owned(
             Api::<Secret>::namespaced(api(&client), &ns),
-            watcher::Config::default(),
             queue.clone(),
             slim::secret,
             owned_key,
+            prints.clone(),
         );
-        let configmaps = watch_kind(
+        let configmaps = watch_owned(
             Api::<ConfigMap>::namespaced(api(&client), &ns),
-            watcher::Config::default(),
             queue.clone(),
             slim::configmap,
             owned_key,
+            prints.clone(),
         );
-        let pvcs = watch_kind(
+        let pvcs = watch_owned(
             Api::<PersistentVolumeClaim>::namespaced(api(&client), &ns),
-            watcher::Config::default(),
             queue.clone(),
             slim::claim,
             owned_key,
+            prints.clone(),
         );
-        let statefulsets = watch_kind(
+        let statefulsets = watch_owned(
             Api::<StatefulSet>::namespaced(api(&client), &ns),
-            watcher::Config::default(),
             queue.clone(),
             slim::statefulset,
             owned_key,
+            prints.clone(),
         );
-        let services = watch_kind(
+        let services = watch_owned(
             Api::<Service>::namespaced(api(&client), &ns),
-            watcher::Config::default(),
             queue.clone(),
             slim::service,
             owned_key,
+            prints.clone(),
         );
         // Routes are watched unfiltered: a same-named route of another owner must be seen to be
         // left alone (RTG-03).
-        let ingresses = watch_kind(
+        let ingresses = watch_owned(
             Api::<Ingress>::namespaced(api(&client), &ns),
-            watcher::Config::default(),
             queue.clone(),
             slim::ingress,
             key_of,
+            prints.clone(),
         );
         let httproutes = if serves_http_routes(&client, &ns).await {
-            Some(watch_kind(
+            Some(watch_owned(
                 Api::<HttpRoute>::namespaced(api(&client), &ns),
-                watcher::Config::default(),
                 queue.clone(),
                 slim::httproute,
                 key_of,
+                prints.clone(),
             ))
         } else {
             tracing::info!("the cluster does not serve gateway.networking.k8s.io/v1 HTTPRoutes");
@@ -434,14 +441,16 @@ impl Controller {
             let follower = Follower::new(config.clone(), ns.clone());
             background.push(tokio::spawn(configuration::follow(follow, follower)));
         }
-        let context = Arc::new(Context::new(
+        let mut context = Context::new(
             client,
             config,
             ns,
             caches,
             Some(recorder),
             options.tunables.clone(),
-        ));
+        );
+        context.fingerprints = prints;
+        let context = Arc::new(context);
 
         let workers = Workers {
             slots: Default::default(),

@@ -278,7 +278,10 @@ async fn apply_in_order(
         &id,
         claim.as_ref().or(ctx.cached(&c.pvcs, &id).as_deref()),
     );
-    let (sts_written, _) = step(ctx, site, writes, &c.statefulsets, rendered.statefulset).await?;
+    let stored_template = ctx
+        .cached(&c.statefulsets, &id)
+        .and_then(|s| s.annotations().get(slim::OBSERVED_TEMPLATE).cloned());
+    let (sts_written, sts) = step(ctx, site, writes, &c.statefulsets, rendered.statefulset).await?;
     writes.workload_current = true;
     if decision.restart.restart {
         let note = "a qualifying change or upgrade request rolls the site pods";
@@ -291,7 +294,12 @@ async fn apply_in_order(
         )
         .await;
     }
-    if sts_written == Written::Updated && site.spec.configuration.enabled {
+    // LIFE-15: a new pod template rolls the pods; a pod that never becomes ready would stop the
+    // rollout. (A repaired replica count rolls nothing: its pods are left to the controller.)
+    let template_changed = sts
+        .as_ref()
+        .is_some_and(|w| stored_template.as_ref() != Some(&slim::template_fingerprint(w)));
+    if sts_written == Written::Updated && template_changed && site.spec.configuration.enabled {
         apply::delete_not_ready_pods(ctx, &id).await;
     }
     step(ctx, site, writes, &c.services, rendered.service).await?;

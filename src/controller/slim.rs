@@ -82,8 +82,21 @@ impl Managed for HttpRoute {
 
 /// A short hash of the managed content (16 hex digits).
 pub fn fingerprint<K: Managed>(obj: &K) -> String {
-    let content = obj.managed_content().to_string();
-    let digest = ring::digest::digest(&ring::digest::SHA256, content.as_bytes());
+    short_hash(&obj.managed_content())
+}
+
+/// Annotation on cached StatefulSets: [`template_fingerprint`] of the pod template the cache
+/// no longer keeps.
+pub const OBSERVED_TEMPLATE: &str = "sites.ecmwf.int/observed-template";
+
+/// A short hash of a StatefulSet's pod template: whether a write changed the pods' template
+/// (and rolls them), not only the replicas.
+pub fn template_fingerprint(sts: &StatefulSet) -> String {
+    short_hash(&serde_json::to_value(sts.spec.as_ref().map(|s| &s.template)).unwrap_or_default())
+}
+
+fn short_hash(content: &serde_json::Value) -> String {
+    let digest = ring::digest::digest(&ring::digest::SHA256, content.to_string().as_bytes());
     digest.as_ref()[..8]
         .iter()
         .map(|b| format!("{b:02x}"))
@@ -166,6 +179,11 @@ pub fn claim(c: &mut PersistentVolumeClaim) {
 /// are read back from its annotations.
 pub fn statefulset(s: &mut StatefulSet) {
     observe(s);
+    let template = template_fingerprint(s);
+    s.metadata
+        .annotations
+        .get_or_insert_default()
+        .insert(OBSERVED_TEMPLATE.into(), template);
     metadata(s);
     s.status = None;
     s.spec = s.spec.take().map(|spec| StatefulSetSpec {
