@@ -94,6 +94,9 @@ pub fn up_to_date<K: Resource>(stored: &K, desired: &K) -> bool {
 pub enum Written {
     /// Nothing: the stored object is up to date.
     Unchanged,
+    /// Nothing: the operator's last write was this very object, and the cache has not shown it
+    /// yet (the reconcile looks again once it has: [`PENDING`]).
+    Awaiting,
     /// The object did not exist and was created.
     Created,
     /// The object existed and was updated.
@@ -122,7 +125,7 @@ struct Print {
 
 /// How long the cache may take to show the operator's own write before older versions count
 /// as drift again (a watch that lost the event relists within this time).
-const PENDING: Duration = Duration::from_secs(10);
+pub const PENDING: Duration = Duration::from_secs(10);
 
 /// A resourceVersion, compared for equality only (it is opaque), as a number.
 pub(crate) fn version(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> u64 {
@@ -154,7 +157,7 @@ impl Fingerprints {
     }
 
     /// Whether the observed content of the cached copy `stored` differs from what the operator
-    /// wrote; a copy older than the operator's last write is not judged.
+    /// wrote (asked once the cache has caught up with that write: [`Fingerprints::pending`]).
     fn drifted<K: Resource>(&self, stored: &K) -> bool
     where
         K::DynamicType: Default,
@@ -163,31 +166,28 @@ impl Fingerprints {
             return false;
         };
         let key = Self::key::<K>(&stored.name_any());
-        let mut known = self.lock();
-        let Some(print) = known.get_mut(&key) else {
-            return false;
-        };
-        if let Some((_, at)) = &print.pending {
-            if at.elapsed() < PENDING {
-                return false;
-            }
-            print.pending = None;
-        }
-        print.fingerprint != *observed
+        self.lock()
+            .get(&key)
+            .is_some_and(|print| print.fingerprint != *observed)
     }
 
-    /// Whether the operator's last write of `desired`'s object was `desired` itself and the
-    /// cache has not shown it yet: the cached copy is older than that write, so there is nothing
-    /// to compare and nothing to write (the write's own watch event queues the Site again).
-    fn awaiting<K: Resource>(&self, desired: &K) -> bool
+    /// While the cache has not shown the operator's last write of `desired`'s object (at most
+    /// [`PENDING`]), the cached copy is older than that write and says nothing: Some(true) when
+    /// that write was `desired` itself (nothing to write), Some(false) when the rendering has
+    /// changed since (write). None: the cache has caught up; compare with it.
+    fn pending<K: Resource>(&self, desired: &K) -> Option<bool>
     where
         K::DynamicType: Default,
     {
         let key = Self::key::<K>(&desired.name_any());
-        self.lock().get(&key).is_some_and(|print| {
-            print.wrote == desired_of(desired)
-                && print.pending.is_some_and(|(_, at)| at.elapsed() < PENDING)
-        })
+        let mut known = self.lock();
+        let print = known.get_mut(&key)?;
+        let (_, at) = print.pending?;
+        if at.elapsed() >= PENDING {
+            print.pending = None;
+            return None;
+        }
+        Some(print.wrote == desired_of(desired))
     }
 
     /// A watch event: `obj` as the cache keeps it (with its observed fingerprint) and the
@@ -272,16 +272,19 @@ where
     K::DynamicType: Default,
 {
     stamp(&mut desired);
-    if ctx.fingerprints.awaiting(&desired) {
-        return Ok((Written::Unchanged, None));
-    }
-    if let Some(s) = stored
-        && up_to_date(s, &desired)
-    {
-        if !ctx.fingerprints.drifted(s) {
-            return Ok((Written::Unchanged, None));
+    match ctx.fingerprints.pending(&desired) {
+        Some(true) => return Ok((Written::Awaiting, None)),
+        Some(false) => {}
+        None => {
+            if let Some(s) = stored
+                && up_to_date(s, &desired)
+            {
+                if !ctx.fingerprints.drifted(s) {
+                    return Ok((Written::Unchanged, None));
+                }
+                tracing::info!(kind = %K::kind(&K::DynamicType::default()), object = %s.name_any(), "changed by someone else: restoring it");
+            }
         }
-        tracing::info!(kind = %K::kind(&K::DynamicType::default()), object = %s.name_any(), "changed by someone else: restoring it");
     }
     let name = desired.name_any();
     let api = ctx.api::<K>();
@@ -540,31 +543,49 @@ mod tests {
             prints.observe(&c, v);
             c
         };
+        // What the operator renders (and writes, with the version the API server returns).
+        let rendered = |data: &str| {
+            let mut c = cm(data, "u");
+            stamp(&mut c);
+            c
+        };
+        let write = |data: &str, rv: &str| {
+            let mut c = rendered(data);
+            c.metadata.resource_version = Some(rv.into());
+            prints.written(&c);
+        };
         // First seen (a restart): taken as written.
         let first = event("1", "1");
+        assert_eq!(prints.pending(&rendered("1")), None);
         assert!(!prints.drifted(&first));
         assert!(prints.drifted(&event("edited", "2")), "an edit after that");
         // The operator's write repairs it; until the watch shows the write, the cache may still
-        // hold versions in between (another writer's status update): not drift, already repaired.
-        let mut mine = cm("1", "u");
-        mine.metadata.resource_version = Some("4".into());
-        prints.written(&mine);
-        assert!(
-            !prints.drifted(&event("edited", "3")),
+        // hold versions in between (another writer's status update): they say nothing, and the
+        // same rendering is not written again; another rendering is.
+        write("1", "4");
+        event("edited", "3");
+        assert_eq!(
+            prints.pending(&rendered("1")),
+            Some(true),
             "older than the write"
         );
-        assert!(!prints.drifted(&event("1", "4")), "the write itself");
+        assert_eq!(
+            prints.pending(&rendered("9")),
+            Some(false),
+            "a new rendering"
+        );
+        let mine = event("1", "4");
+        assert_eq!(prints.pending(&rendered("1")), None, "the write itself");
+        assert!(!prints.drifted(&mine));
         assert!(
             prints.drifted(&event("edited again", "5")),
             "after the write"
         );
         // The watch may show the write before its response is read.
         let shown = event("2", "6");
-        let mut mine = cm("2", "u");
-        mine.metadata.resource_version = Some("6".into());
-        prints.written(&mine);
+        write("2", "6");
+        assert_eq!(prints.pending(&rendered("2")), None);
         assert!(!prints.drifted(&shown));
-        assert!(prints.drifted(&event("edited", "7")), "not pending");
         // Status and metadata other than the managed content are not drift.
         let mut relabelled = cm("2", "u");
         relabelled.labels_mut().insert("extra".into(), "x".into());

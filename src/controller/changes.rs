@@ -24,6 +24,17 @@ pub fn site_edited(old: &crate::crd::Site, new: &crate::crd::Site) -> bool {
         || old.metadata.labels != new.metadata.labels
 }
 
+/// Whether a new version of a Site can change what its reconcile does: [`site_edited`], or a
+/// change of its deletion, owners or finalizers. A status-only update (the operator's own status
+/// write, most often) cannot: it is not queued.
+pub fn site_changed(old: &crate::crd::Site, new: &crate::crd::Site) -> bool {
+    site_edited(old, new)
+        || old.metadata.deletion_timestamp != new.metadata.deletion_timestamp
+        || old.metadata.owner_references != new.metadata.owner_references
+        || old.metadata.finalizers != new.metadata.finalizers
+        || old.metadata.uid != new.metadata.uid
+}
+
 /// Every leaf that differs between `old` and `new`, as dotted paths (`spec.configuration.quota`,
 /// `spec.configuration.applications[1].image`). Lists of different lengths are one change.
 pub fn changes(old: &Value, new: &Value) -> Vec<Change> {

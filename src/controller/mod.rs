@@ -171,7 +171,14 @@ fn watch_owned<K>(
     prints: Arc<apply::Fingerprints>,
 ) -> Store<K>
 where
-    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K: Resource
+        + Clone
+        + PartialEq
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
 {
     watch_kind_observed(
@@ -185,21 +192,38 @@ where
             prints.observe(obj, version);
         },
         key,
-        |_: &Store<K>, _: &watcher::Event<K>| {},
+        changed,
         |_: &watcher::Event<K>| {},
     )
 }
 
-/// Starts a reflector for `api` and feeds the keys of touched objects into the queue, calling
-/// `before(store, event)` with every watch event before the store applies it (the store still holds the previous version) and `after(event)` once it did
-/// (before the event's key goes into the queue).
+/// Whether a watch event changes what the cache keeps of its object (kept copies are slimmed:
+/// an update of a status field, an annotation or the resourceVersion that the reconcile never
+/// reads leaves them equal). Events that change nothing are not queued.
+fn changed<K>(store: &Store<K>, event: &watcher::Event<K>) -> bool
+where
+    K: Resource + Clone + PartialEq + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    match event {
+        watcher::Event::Apply(new) | watcher::Event::InitApply(new) => store
+            .get(&reflector::ObjectRef::from(new))
+            .is_none_or(|old| *old != *new),
+        _ => true,
+    }
+}
+
+/// Starts a reflector for `api` and feeds the keys of touched objects into the queue. Calls
+/// `before(store, event)` with every watch event before the store applies it (the store still
+/// holds the previous version): false keeps the event's key out of the queue (the event cannot
+/// change what a reconcile does); and `after(event)` once the store applied it.
 fn watch_kind_observed<K>(
     api: Api<K>,
     config: watcher::Config,
     queue: Queue<String>,
     modify: impl FnMut(&mut K) + Send + 'static,
     key: impl Fn(&K) -> Option<String> + Send + 'static,
-    before: impl Fn(&Store<K>, &watcher::Event<K>) + Send + 'static,
+    before: impl Fn(&Store<K>, &watcher::Event<K>) -> bool + Send + 'static,
     after: impl Fn(&watcher::Event<K>) + Send + 'static,
 ) -> Store<K>
 where
@@ -208,12 +232,17 @@ where
 {
     let (reader, writer) = reflector::store();
     let previous = reader.clone();
+    // Set by `before` for the event whose object comes out of the stream next (the stream
+    // passes one event through every stage before it pulls the next).
+    let quiet = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let hush = quiet.clone();
     let stream = watcher(api, config)
         .default_backoff()
         .modify(modify)
         .map(move |event| {
             if let Ok(event) = &event {
-                before(&previous, event);
+                let relevant = before(&previous, event);
+                hush.store(!relevant, std::sync::atomic::Ordering::Relaxed);
             }
             event
         })
@@ -230,6 +259,9 @@ where
         while let Some(item) = stream.next().await {
             match item {
                 Ok(obj) => {
+                    if quiet.swap(false, std::sync::atomic::Ordering::Relaxed) {
+                        continue;
+                    }
                     if let Some(k) = key(&obj) {
                         queue.add(k);
                     }
@@ -297,6 +329,10 @@ impl Controller {
                     let view = |s: &Site| serde_json::json!({"metadata": {"annotations": s.metadata.annotations, "labels": s.metadata.labels}, "spec": s.spec});
                     changes::log_site_changes(&new.name_any(), &view(old), &view(new));
                 }
+                let relevant = match (event, &old) {
+                    (watcher::Event::Apply(new), Some(old)) => changes::site_changed(old, new),
+                    _ => true,
+                };
                 // A Site leaving a public path (deleted, moved, being deleted) frees it: the
                 // other Sites of that path are reconciled, so the next one gets the route now.
                 if let Some(old) = old {
@@ -316,6 +352,7 @@ impl Controller {
                         }
                     }
                 }
+                relevant
             },
             move |event: &watcher::Event<Site>| path_index.observe(event),
         );
@@ -384,7 +421,7 @@ impl Controller {
             queue.clone(),
             slim::pod,
             |p: &Pod| index::pod_keys(p).pop(),
-            |_: &Store<Pod>, _: &watcher::Event<Pod>| {},
+            changed,
             move |event: &watcher::Event<Pod>| index.observe(event),
         );
         let volumes_by_site = Index::new(index::volume_keys);
@@ -401,7 +438,7 @@ impl Controller {
                     claim.name.clone()
                 })
             },
-            |_: &Store<PersistentVolume>, _: &watcher::Event<PersistentVolume>| {},
+            changed,
             move |event: &watcher::Event<PersistentVolume>| index.observe(event),
         );
         let caches = Caches {

@@ -62,6 +62,9 @@ impl From<Retry> for Next {
 struct Writes {
     created: Vec<String>,
     workload_current: bool,
+    /// An object was left as the operator last wrote it because the cache has not shown that
+    /// write yet: look again once it should have.
+    awaiting: bool,
 }
 
 impl Writes {
@@ -69,9 +72,12 @@ impl Writes {
     where
         K::DynamicType: Default,
     {
-        if written == Written::Created {
-            self.created
-                .push(format!("{} {name}", K::kind(&K::DynamicType::default())));
+        match written {
+            Written::Created => self
+                .created
+                .push(format!("{} {name}", K::kind(&K::DynamicType::default()))),
+            Written::Awaiting => self.awaiting = true,
+            Written::Unchanged | Written::Updated => {}
         }
     }
 }
@@ -95,6 +101,7 @@ pub async fn reconcile(ctx: &Context, name: &str) -> Next {
         apply::publish(ctx, &site, EventType::Normal, reasons::CREATED, note).await;
     }
     let next = match &result {
+        Ok(()) if writes.awaiting => Next::After(apply::PENDING),
         Ok(()) => Next::Done,
         Err(e) => {
             tracing::warn!(site = name, error = %e, "reconcile incomplete");
