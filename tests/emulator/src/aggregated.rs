@@ -31,12 +31,44 @@ fn own_kind(r: &ResourceInfo) -> (String, String, String) {
 }
 
 /// The subresources discovery lists, one row each.
-pub const SUBRESOURCES: &[Subresource] = &[Subresource {
-    name: "status",
-    applies: |r| r.status_subresource,
-    response_kind: own_kind,
-    verbs: &["get", "patch", "update"],
-}];
+pub const SUBRESOURCES: &[Subresource] = &[
+    Subresource {
+        name: "approval",
+        applies: crate::kinds::has_approval,
+        response_kind: own_kind,
+        verbs: &["get", "patch", "update"],
+    },
+    Subresource {
+        name: "eviction",
+        applies: crate::kinds::has_eviction,
+        response_kind: |_| ("policy".into(), "v1".into(), "Eviction".into()),
+        verbs: &["create"],
+    },
+    Subresource {
+        name: "scale",
+        applies: crate::kinds::has_scale,
+        response_kind: |_| ("autoscaling".into(), "v1".into(), "Scale".into()),
+        verbs: &["get", "patch", "update"],
+    },
+    Subresource {
+        name: "status",
+        applies: |r| r.status_subresource,
+        response_kind: own_kind,
+        verbs: &["get", "patch", "update"],
+    },
+    Subresource {
+        name: "token",
+        applies: crate::kinds::has_token,
+        response_kind: |_| {
+            (
+                "authentication.k8s.io".into(),
+                "v1".into(),
+                "TokenRequest".into(),
+            )
+        },
+        verbs: &["create"],
+    },
+];
 
 fn resource_entry(r: &ResourceInfo) -> Value {
     let mut e = json!({
@@ -44,7 +76,7 @@ fn resource_entry(r: &ResourceInfo) -> Value {
         "responseKind": {"group": r.group, "version": r.version, "kind": r.kind},
         "scope": if r.namespaced { "Namespaced" } else { "Cluster" },
         "singularResource": r.singular,
-        "verbs": crate::discovery::VERBS,
+        "verbs": crate::kinds::verbs(r),
     });
     if !r.short_names.is_empty() {
         e["shortNames"] = json!(r.short_names);

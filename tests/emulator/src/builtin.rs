@@ -16,7 +16,7 @@ pub struct KindSchema {
     pub defs: Map<String, Value>,
 }
 
-fn generate<T: schemars::JsonSchema>() -> KindSchema {
+pub(crate) fn generate<T: schemars::JsonSchema>() -> KindSchema {
     let schema = schemars::SchemaGenerator::default().into_root_schema_for::<T>();
     let mut root = schema.to_value();
     let defs = root
@@ -71,7 +71,7 @@ pub fn kind_schema(group: &str, kind: &str) -> Option<Arc<KindSchema>> {
         ("rbac.authorization.k8s.io", "ClusterRoleBinding") => generate::<api::rbac::v1::ClusterRoleBinding>(),
         ("scheduling.k8s.io", "PriorityClass") => generate::<api::scheduling::v1::PriorityClass>(),
         ("storage.k8s.io", "StorageClass") => generate::<api::storage::v1::StorageClass>(),
-        _ => return None,
+        _ => crate::kinds::schema(group, kind)?,
     };
     let s = Arc::new(s);
     cache
@@ -286,7 +286,7 @@ pub fn defaults(r: &ResourceInfo, obj: &mut Value, old: Option<&Value>) {
                 }
             }
         }
-        _ => {}
+        _ => crate::kinds::defaults(r, obj, old),
     }
 }
 
@@ -501,7 +501,7 @@ pub fn validate(
                 }
             }
         }
-        _ => {}
+        _ => causes.extend(crate::kinds::validate(r, old, obj)),
     }
     causes
 }

@@ -153,6 +153,7 @@ pub async fn run(app: Arc<App>) {
                                 dirty.claims.insert(key);
                             }
                         }
+                        "nodes" => dirty.pods.extend(crate::cluster::unscheduled_pods(&app)),
                         "persistentvolumes" | "storageclasses.storage.k8s.io" => {
                             dirty.claims.extend(unbound.iter().cloned());
                         }
@@ -567,9 +568,19 @@ fn kubelet_step(app: &App, ns: &str, name: &str) -> bool {
     let old_status = &pod["status"];
     let conds = &old_status["conditions"];
     let mut new = (*pod).clone();
-    if pod["spec"]["nodeName"].is_null() || old_status["containerStatuses"].is_null() {
+    if pod["spec"]["nodeName"].is_null() {
+        match crate::cluster::schedule(app, &pod) {
+            Ok(node) => new["spec"]["nodeName"] = json!(node),
+            Err(why) => {
+                // Stays Pending until a node event makes it schedulable again.
+                new["status"] = crate::cluster::unschedulable_status(&pod, &why);
+                write(app, &pod_r, &pod, new);
+                return false;
+            }
+        }
+    }
+    if old_status["containerStatuses"].is_null() || pod["spec"]["nodeName"].is_null() {
         // Scheduled; containers being created.
-        new["spec"]["nodeName"] = json!("emulator-node");
         let statuses: Vec<Value> = containers
             .iter()
             .map(|c| {

@@ -103,7 +103,7 @@ pub fn resource_list(reg: &Registry, group: &str, version: &str) -> Result<Value
             "singularName": r.singular,
             "namespaced": r.namespaced,
             "kind": r.kind,
-            "verbs": VERBS,
+            "verbs": crate::kinds::verbs(r),
         });
         if !r.short_names.is_empty() {
             entry["shortNames"] = json!(r.short_names);

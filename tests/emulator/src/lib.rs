@@ -7,16 +7,20 @@ pub mod admin;
 pub mod admission;
 pub mod aggregated;
 pub mod apply;
+pub mod authz;
 pub mod builtin;
 pub mod cel;
+pub mod cluster;
 pub mod controllers;
 pub mod crds;
 pub mod discovery;
+pub mod disruption;
 pub mod events;
 pub mod faults;
 pub mod gc;
 mod gofmt;
 pub mod jsonpath;
+pub mod kinds;
 pub mod meta;
 pub mod negotiate;
 pub mod ops;
@@ -29,7 +33,9 @@ pub mod smp;
 pub mod stats;
 pub mod status;
 pub mod store;
+pub mod subresources;
 pub mod table;
+pub mod tokens;
 pub mod wire;
 
 use std::net::SocketAddr;
@@ -91,8 +97,8 @@ impl Emulator {
             services: Default::default(),
             kubelet: Default::default(),
             faults: Default::default(),
+            cluster: Default::default(),
         });
-        seed(&app);
         let listener = TcpListener::bind(("127.0.0.1", opts.port)).await?;
         let addr = listener.local_addr()?;
         let (tls, ca_pem) = if opts.tls {
@@ -104,6 +110,11 @@ impl Emulator {
         } else {
             (None, None)
         };
+        if let Some(ca) = &ca_pem {
+            app.cluster.set_ca(ca);
+        }
+        seed(&app);
+        cluster::seed(&app, addr);
         let (stop, mut stopped) = watch::channel(false);
         let router = {
             let app = app.clone();
@@ -112,6 +123,7 @@ impl Emulator {
         };
         tokio::spawn(gc::run(app.clone()));
         tokio::spawn(controllers::run(app.clone()));
+        tokio::spawn(cluster::run(app.clone()));
         tokio::spawn(async move {
             loop {
                 let accepted = tokio::select! {

@@ -26,6 +26,8 @@ pub struct CustomInfo {
     pub printer_columns: Vec<Value>,
     /// Name of the CRD object that registered the resource.
     pub crd_name: String,
+    /// `subresources.scale` of the served version (the replica and selector paths).
+    pub scale: Option<Value>,
 }
 
 /// One served resource type.
@@ -388,6 +390,9 @@ impl Registry {
                 custom: None,
             });
         }
+        for info in crate::kinds::extra() {
+            r.insert(info);
+        }
         r
     }
 
@@ -557,6 +562,7 @@ pub fn crd_resources(crd: &Value) -> Result<Vec<ResourceInfo>, String> {
                     .cloned()
                     .unwrap_or_default(),
                 crd_name: crd_name.clone(),
+                scale: Some(v["subresources"]["scale"].clone()).filter(Value::is_object),
             }),
         });
     }

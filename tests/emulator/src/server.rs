@@ -34,6 +34,8 @@ pub struct App {
     pub stats: Arc<Stats>,
     /// Where in-cluster Services (webhook backends) are reachable.
     pub services: crate::admission::ServiceMap,
+    /// Cluster-wide state outside the store (CA, issued tokens).
+    pub cluster: crate::cluster::Cluster,
 }
 
 type Query = HashMap<String, String>;
@@ -318,6 +320,9 @@ async fn dispatch(
     if !t.r.namespaced && t.namespaced_url {
         return Err(ApiError::no_route());
     }
+    if let Some(r) = crate::subresources::dispatch(app, method, t, query, headers, &body).await {
+        return r;
+    }
     let status_path = match t.sub.as_deref() {
         None => false,
         Some("status") if t.r.status_subresource => true,
@@ -425,8 +430,8 @@ fn as_stored(t: &Target, obj: Value) -> Result<Value, ApiError> {
     }
 }
 
-/// Decodes a JSON (or YAML) request body.
-fn decode_body(headers: &HeaderMap, body: &Bytes) -> Result<Value, ApiError> {
+/// Decodes a JSON, YAML or protobuf request body.
+pub(crate) fn decode_body(headers: &HeaderMap, body: &Bytes) -> Result<Value, ApiError> {
     let ct = headers
         .get(header::CONTENT_TYPE)
         .and_then(|c| c.to_str().ok())
@@ -628,6 +633,7 @@ pub async fn create(
     }
     let stored = app.store.commit_create(&t.r, object)?;
     crate::crds::after_write(app, &t.r, Some(&stored));
+    crate::cluster::after_create(app, &t.r, &stored);
     Ok(with_warnings(
         json_response(StatusCode::CREATED, &stored),
         &warnings,
@@ -765,6 +771,7 @@ where
                 Err(e) => return Err(e),
             };
             crate::crds::after_write(app, &t.r, Some(&stored));
+            crate::cluster::after_create(app, &t.r, &stored);
             return Ok(with_warnings(
                 json_response(StatusCode::CREATED, &stored),
                 &prepared.warnings,
@@ -942,15 +949,15 @@ async fn patch(
 }
 
 /// Deletion options from the query and the DeleteOptions body.
-struct DeleteOpts {
-    policy: String,
-    grace: Option<i64>,
-    dry_run: bool,
-    precondition_uid: Option<String>,
-    precondition_rv: Option<String>,
+pub(crate) struct DeleteOpts {
+    pub policy: String,
+    pub grace: Option<i64>,
+    pub dry_run: bool,
+    pub precondition_uid: Option<String>,
+    pub precondition_rv: Option<String>,
 }
 
-fn delete_options(query: &Query, body: &Bytes) -> Result<DeleteOpts, ApiError> {
+pub(crate) fn delete_options(query: &Query, body: &Bytes) -> Result<DeleteOpts, ApiError> {
     let b: Value = if body.is_empty() {
         json!({})
     } else {
@@ -1011,7 +1018,7 @@ async fn delete(
 }
 
 #[allow(clippy::too_many_arguments)]
-async fn delete_one(
+pub(crate) async fn delete_one(
     app: &Arc<App>,
     r: &Arc<ResourceInfo>,
     ns: &str,

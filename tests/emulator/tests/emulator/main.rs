@@ -3,7 +3,9 @@
 
 mod admission;
 mod api;
+mod cluster;
 mod controllers;
 mod fidelity;
 mod kubectl;
+mod subresources;
 mod support;

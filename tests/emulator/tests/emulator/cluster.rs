@@ -1,0 +1,221 @@
+//! What every cluster has: the `kubernetes` Service, per-namespace `kube-root-ca.crt` and
+//! `default` ServiceAccount, the bootstrap RBAC policy, the node (cordon), the system
+//! PriorityClasses.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Endpoints, Namespace, Node, Pod, Service, ServiceAccount,
+};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use kube::api::{Api, DeleteParams, PostParams};
+use serde_json::json;
+
+use crate::support::{Cluster, eventually};
+
+const WAIT: Duration = Duration::from_secs(15);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_cluster_has_the_default_objects() {
+    let c = Cluster::start(true).await;
+    let svc = Api::<Service>::namespaced(c.client.clone(), "default")
+        .get("kubernetes")
+        .await
+        .unwrap();
+    let spec = svc.spec.unwrap();
+    assert_eq!(spec.cluster_ip.as_deref(), Some("10.96.0.1"));
+    let port = &spec.ports.unwrap()[0];
+    assert_eq!((port.name.as_deref(), port.port), (Some("https"), 443));
+    let ep = Api::<Endpoints>::namespaced(c.client.clone(), "default")
+        .get("kubernetes")
+        .await
+        .unwrap();
+    let subset = &ep.subsets.unwrap()[0];
+    assert_eq!(
+        subset.ports.as_ref().unwrap()[0].port,
+        c.emulator.addr.port() as i32
+    );
+    let slice = Api::<EndpointSlice>::namespaced(c.client.clone(), "default")
+        .get("kubernetes")
+        .await
+        .unwrap();
+    assert_eq!(
+        slice.metadata.labels.unwrap()["kubernetes.io/service-name"],
+        "kubernetes"
+    );
+
+    // Every namespace, including new ones, has the root CA and the default service account.
+    let ca = c.emulator.ca_pem().unwrap().to_string();
+    for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+        let cm = Api::<ConfigMap>::namespaced(c.client.clone(), ns)
+            .get("kube-root-ca.crt")
+            .await
+            .unwrap();
+        assert_eq!(cm.data.unwrap()["ca.crt"], ca);
+        Api::<ServiceAccount>::namespaced(c.client.clone(), ns)
+            .get("default")
+            .await
+            .unwrap();
+    }
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "fresh"}})).unwrap();
+    Api::<Namespace>::all(c.client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+    // Present as soon as the namespace create returned.
+    let cms = Api::<ConfigMap>::namespaced(c.client.clone(), "fresh")
+        .list(&Default::default())
+        .await
+        .unwrap();
+    assert_eq!(cms.items.len(), 1);
+    c.kubectl_ok(&["create", "namespace", "new-ns"]);
+    let out = c.kubectl_ok(&[
+        "get",
+        "cm",
+        "kube-root-ca.crt",
+        "-n",
+        "new-ns",
+        "-o",
+        "jsonpath={.data.ca\\.crt}",
+    ]);
+    assert_eq!(out, ca);
+    let out = c.kubectl_ok(&["get", "serviceaccounts", "-n", "new-ns", "-o", "name"]);
+    assert_eq!(out.trim(), "serviceaccount/default");
+    // Deleted, they come back (root-CA publisher, service-account controller).
+    let cms: Api<ConfigMap> = Api::namespaced(c.client.clone(), "new-ns");
+    cms.delete("kube-root-ca.crt", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("kube-root-ca.crt re-created", WAIT, || async {
+        cms.get_opt("kube-root-ca.crt").await.ok().flatten()
+    })
+    .await;
+
+    // Bootstrap RBAC.
+    let out = c.kubectl_ok(&["get", "clusterroles", "cluster-admin", "-o", "name"]);
+    assert_eq!(
+        out.trim(),
+        "clusterrole.rbac.authorization.k8s.io/cluster-admin"
+    );
+    let binding = Api::<ClusterRoleBinding>::all(c.client.clone())
+        .get("cluster-admin")
+        .await
+        .unwrap();
+    assert_eq!(binding.subjects.unwrap()[0].name, "system:masters");
+    let view = Api::<ClusterRole>::all(c.client.clone())
+        .get("view")
+        .await
+        .unwrap();
+    assert!(
+        view.rules.unwrap().iter().any(|r| r
+            .resources
+            .as_ref()
+            .is_some_and(|rs| rs.contains(&"pods".to_string()))),
+        "view aggregates system:aggregate-to-view"
+    );
+    let edit = Api::<ClusterRole>::all(c.client.clone())
+        .get("edit")
+        .await
+        .unwrap();
+    assert_eq!(
+        edit.metadata.labels.unwrap()["rbac.authorization.k8s.io/aggregate-to-admin"],
+        "true"
+    );
+
+    // System priority classes.
+    let pcs: Api<PriorityClass> = Api::all(c.client.clone());
+    assert_eq!(
+        pcs.get("system-cluster-critical").await.unwrap().value,
+        2_000_000_000
+    );
+    assert_eq!(
+        pcs.get("system-node-critical").await.unwrap().value,
+        2_000_001_000
+    );
+}
+
+fn pod(name: &str) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"containers": [{"name": "c", "image": "nginx:1.27"}]}
+    }))
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_cordon_keeps_new_pods_pending() {
+    let c = Cluster::start(false).await;
+    let nodes: Api<Node> = Api::all(c.client.clone());
+    let node = nodes.get("emulator-node").await.unwrap();
+    let status = node.status.unwrap();
+    assert!(
+        status
+            .conditions
+            .unwrap()
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+    );
+    assert!(status.allocatable.unwrap().contains_key("cpu"));
+    let pods: Api<Pod> = Api::namespaced(c.client.clone(), "default");
+    pods.create(&PostParams::default(), &pod("before"))
+        .await
+        .unwrap();
+    eventually("pod scheduled on the node", WAIT, || async {
+        let p = pods.get("before").await.ok()?;
+        (p.spec?.node_name.as_deref() == Some("emulator-node")).then_some(())
+    })
+    .await;
+
+    let out = c.kubectl_ok(&["cordon", "emulator-node"]);
+    assert_eq!(out.trim(), "node/emulator-node cordoned");
+    let node = nodes.get("emulator-node").await.unwrap();
+    assert_eq!(node.spec.as_ref().unwrap().unschedulable, Some(true));
+    eventually("unschedulable taint", WAIT, || async {
+        let n = nodes.get("emulator-node").await.ok()?;
+        n.spec?
+            .taints?
+            .iter()
+            .any(|t| t.key == "node.kubernetes.io/unschedulable" && t.effect == "NoSchedule")
+            .then_some(())
+    })
+    .await;
+    pods.create(&PostParams::default(), &pod("after"))
+        .await
+        .unwrap();
+    let cond = eventually("PodScheduled False", WAIT, || async {
+        let p = pods.get("after").await.ok()?;
+        p.status?
+            .conditions?
+            .into_iter()
+            .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+    })
+    .await;
+    assert_eq!(cond.reason.as_deref(), Some("Unschedulable"));
+    assert!(cond.message.unwrap().contains("node(s) were unschedulable"));
+    let p = pods.get("after").await.unwrap();
+    assert_eq!(p.status.unwrap().phase.as_deref(), Some("Pending"));
+    assert!(p.spec.unwrap().node_name.is_none());
+    // The pod already running stays.
+    assert_eq!(
+        pods.get("before")
+            .await
+            .unwrap()
+            .status
+            .unwrap()
+            .phase
+            .as_deref(),
+        Some("Running")
+    );
+
+    let out = c.kubectl_ok(&["uncordon", "emulator-node"]);
+    assert_eq!(out.trim(), "node/emulator-node uncordoned");
+    eventually("pod runs after uncordon", WAIT, || async {
+        let p = pods.get("after").await.ok()?;
+        (p.status?.phase.as_deref() == Some("Running")).then_some(())
+    })
+    .await;
+    let out = c.kubectl_ok(&["get", "nodes", "-o", "name"]);
+    assert_eq!(out.trim(), "node/emulator-node");
+}
