@@ -774,6 +774,30 @@ async fn hand_edits_are_repaired() {
         "{}",
         c.emulator.stats().to_json()
     );
+
+    // `kubectl scale` (the scale subresource) is drift too.
+    let before = op.writes_by_resource();
+    c.kubectl_ok(&[
+        "scale",
+        "statefulset",
+        "docs-handbook",
+        "-n",
+        NS,
+        "--replicas=3",
+    ]);
+    eventually("kubectl scale repaired", Duration::from_secs(5), || async {
+        let sts = api::<StatefulSet>(&c).get("docs-handbook").await.ok()?;
+        (sts.spec?.replicas == Some(1)).then_some(())
+    })
+    .await;
+    wait_available(&c, "docs-handbook").await;
+    let after = op.writes_by_resource();
+    assert_eq!(
+        after.get("statefulsets.apps").copied().unwrap_or(0)
+            - before.get("statefulsets.apps").copied().unwrap_or(0),
+        1,
+        "one write for the repair"
+    );
     op.stop().await;
 }
 
