@@ -186,6 +186,19 @@ fn prune_node(
 /// updates (allocated values such as a Service's clusterIP carry over).
 pub fn defaults(r: &ResourceInfo, obj: &mut Value, old: Option<&Value>) {
     match (r.group.as_str(), r.kind.as_str()) {
+        ("batch", "Job") => {
+            if obj["spec"]["template"]["spec"].is_object() {
+                pod_spec_defaults(&mut obj["spec"]["template"]["spec"]);
+            }
+            crate::batch::job_defaults(obj, old.is_none());
+        }
+        ("batch", "CronJob") => {
+            let pod = &mut obj["spec"]["jobTemplate"]["spec"]["template"]["spec"];
+            if pod.is_object() {
+                pod_spec_defaults(pod);
+            }
+            crate::batch::cronjob_defaults(obj);
+        }
         ("", "Namespace") => {
             if old.is_none() {
                 obj["spec"] = json!({"finalizers": ["kubernetes"]});
@@ -394,6 +407,9 @@ pub fn validate(
 ) -> Vec<(String, &'static str, String)> {
     let mut causes = Vec::new();
     match (r.group.as_str(), r.kind.as_str()) {
+        ("batch", "Job") => causes.extend(crate::batch::validate_job(old, obj)),
+        ("batch", "CronJob") => causes.extend(crate::batch::validate_cronjob(obj)),
+        ("", "ResourceQuota") => causes.extend(crate::batch::validate_quota(obj)),
         ("apiextensions.k8s.io", "CustomResourceDefinition") => {
             if let Err(e) = crate::registry::crd_resources(obj) {
                 let (field, msg) = e.split_once(": ").unwrap_or(("spec", e.as_str()));

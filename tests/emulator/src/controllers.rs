@@ -111,6 +111,8 @@ struct Dirty {
     pods: HashSet<(String, String)>,
     claims: HashSet<(String, String)>,
     released_claims: Vec<Arc<Value>>,
+    /// Namespaces whose ResourceQuotas may need a new status.
+    quotas: HashSet<String>,
 }
 
 /// Runs the controllers until the process ends.
@@ -127,6 +129,9 @@ pub async fn run(app: Arc<App>) {
             ev = rx.recv() => match ev {
                 Ok(ev) => {
                     let key = (ev.namespace.clone(), meta_str(&ev.object, "name").unwrap_or_default().to_string());
+                    if !ev.namespace.is_empty() && !matches!(ev.resource.as_str(), "events" | "leases.coordination.k8s.io") {
+                        dirty.quotas.insert(ev.namespace.clone());
+                    }
                     match ev.resource.as_str() {
                         "statefulsets.apps" => { dirty.statefulsets.insert(key); }
                         "pods" => {
@@ -174,6 +179,9 @@ pub async fn run(app: Arc<App>) {
                 for claim in d.released_claims {
                     release_volume(&app, &claim);
                 }
+                for ns in d.quotas {
+                    sync_quotas(&app, &ns);
+                }
                 for (ns, name) in d.claims {
                     bind_claim(&app, &ns, &name);
                 }
@@ -188,6 +196,43 @@ pub async fn run(app: Arc<App>) {
                     }
                 }
             }
+        }
+    }
+}
+
+/// The resource quota controller: `status.hard` and `status.used` of the namespace's quotas.
+fn sync_quotas(app: &App, ns: &str) {
+    let Some(r) = resource(app, "", "resourcequotas") else {
+        return;
+    };
+    let quotas = app.store.lock().objects_of(&r.key(), Some(ns));
+    if quotas.is_empty() {
+        return;
+    }
+    let count = |key: &str| -> i64 {
+        let st = app.store.lock();
+        let (stored, service_type) = match key {
+            "services.loadbalancers" => ("services", Some("LoadBalancer")),
+            "services.nodeports" => ("services", Some("NodePort")),
+            k => (k, None),
+        };
+        st.objects_of(stored, Some(ns))
+            .iter()
+            .filter(|o| match (stored, service_type) {
+                ("pods", _) => {
+                    !matches!(o["status"]["phase"].as_str(), Some("Succeeded" | "Failed"))
+                }
+                (_, Some(t)) => o["spec"]["type"] == t,
+                _ => true,
+            })
+            .count() as i64
+    };
+    for q in quotas {
+        let status = crate::batch::quota_status(&q, &count);
+        if q["status"] != status {
+            let mut new = (*q).clone();
+            new["status"] = status;
+            write(app, &r, &q, new);
         }
     }
 }

@@ -76,16 +76,27 @@ pub(crate) const VERBS: &[&str] = &[
     "watch",
 ];
 
-/// Categories a resource belongs to (`all` for the built-in workload kinds kubectl lists).
+/// Categories a resource belongs to: `all` for the built-in workload kinds kubectl lists,
+/// `api-extensions` for the kinds that extend the API (as their REST storages declare).
 pub fn categories(r: &ResourceInfo) -> Vec<String> {
     let mut categories = r.categories.clone();
     if r.is_builtin()
         && matches!(
             r.kind.as_str(),
-            "Pod" | "Service" | "StatefulSet" | "Deployment" | "ReplicaSet"
+            "Pod" | "Service" | "StatefulSet" | "Deployment" | "ReplicaSet" | "Job" | "CronJob"
         )
     {
         categories.push("all".into());
+    }
+    if r.is_builtin()
+        && matches!(
+            r.kind.as_str(),
+            "CustomResourceDefinition"
+                | "MutatingWebhookConfiguration"
+                | "ValidatingWebhookConfiguration"
+        )
+    {
+        categories.push("api-extensions".into());
     }
     categories
 }

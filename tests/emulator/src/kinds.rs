@@ -1,5 +1,5 @@
-//! Built-in kinds served in addition to the core table of `registry.rs`: nodes, endpoint
-//! slices, PodDisruptionBudgets, CertificateSigningRequests, and the create-only review kinds
+//! Built-in kinds served in addition to the core table of `registry.rs`: nodes, resource
+//! quotas, Jobs and CronJobs, APIServices, endpoint slices, PodDisruptionBudgets, CertificateSigningRequests, and the create-only review kinds
 //! (TokenReview, SubjectAccessReview and friends, SelfSubjectReview) that are answered and never
 //! stored. Also the subresources discovery lists for them (`scale`, `eviction`, `token`,
 //! `approval`).
@@ -29,7 +29,7 @@ fn info(
         short_names: short.iter().map(|s| s.to_string()).collect(),
         categories: Vec::new(),
         status_subresource: status,
-        tracks_generation: matches!(kind, "PodDisruptionBudget"),
+        tracks_generation: matches!(kind, "PodDisruptionBudget" | "Job" | "CronJob"),
         name_rule: NameRule::Subdomain,
         custom: None,
     }
@@ -39,6 +39,27 @@ fn info(
 pub fn extra() -> Vec<ResourceInfo> {
     vec![
         info("", "nodes", "Node", false, &["no"], true),
+        info(
+            "",
+            "resourcequotas",
+            "ResourceQuota",
+            true,
+            &["quota"],
+            true,
+        ),
+        info("batch", "jobs", "Job", true, &[], true),
+        info("batch", "cronjobs", "CronJob", true, &["cj"], true),
+        ResourceInfo {
+            categories: vec!["api-extensions".into()],
+            ..info(
+                crate::apiservices::GROUP,
+                "apiservices",
+                "APIService",
+                false,
+                &[],
+                false,
+            )
+        },
         info(
             "discovery.k8s.io",
             "endpointslices",
@@ -127,6 +148,8 @@ pub fn is_review(r: &ResourceInfo) -> bool {
 pub fn verbs(r: &ResourceInfo) -> &'static [&'static str] {
     if is_review(r) {
         &["create"]
+    } else if crate::apiservices::is_apiservice(r) {
+        &["get", "list", "watch"]
     } else {
         crate::discovery::VERBS
     }
@@ -137,6 +160,12 @@ pub fn schema(group: &str, kind: &str) -> Option<KindSchema> {
     use k8s_openapi::api;
     Some(match (group, kind) {
         ("", "Node") => generate::<api::core::v1::Node>(),
+        ("", "ResourceQuota") => generate::<api::core::v1::ResourceQuota>(),
+        ("batch", "Job") => generate::<api::batch::v1::Job>(),
+        ("batch", "CronJob") => generate::<api::batch::v1::CronJob>(),
+        ("apiregistration.k8s.io", "APIService") => {
+            generate::<k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService>()
+        }
         ("discovery.k8s.io", "EndpointSlice") => generate::<api::discovery::v1::EndpointSlice>(),
         ("policy", "PodDisruptionBudget") => generate::<api::policy::v1::PodDisruptionBudget>(),
         ("certificates.k8s.io", "CertificateSigningRequest") => {

@@ -6,8 +6,10 @@
 pub mod admin;
 pub mod admission;
 pub mod aggregated;
+pub mod apiservices;
 pub mod apply;
 pub mod authz;
+pub mod batch;
 pub mod builtin;
 pub mod cel;
 pub mod cluster;

@@ -17,6 +17,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use crate::meta::{self, meta_str, rv_of};
+use crate::negotiate;
 use crate::ops::{self, WriteOptions};
 use crate::registry::ResourceInfo;
 use crate::server::{App, Target};
@@ -29,7 +30,20 @@ pub fn json_response(code: StatusCode, v: &Value) -> Response {
     (code, [(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
-/// Handles the request when it is for a subresource or kind this module serves.
+/// Whether [`dispatch`] answers the request.
+fn handles(method: &Method, t: &Target) -> bool {
+    (crate::apiservices::is_apiservice(&t.r) && *method != Method::GET)
+        || crate::kinds::is_review(&t.r)
+        || (t.name.is_some()
+            && matches!(
+                t.sub.as_deref(),
+                Some("scale" | "approval" | "eviction" | "token")
+            ))
+}
+
+/// Handles the request when it is for a subresource or kind this module serves. The answer
+/// goes through the one content negotiation (JSON or YAML; 406 otherwise), decided before
+/// anything is done, as the API server's handlers do.
 pub async fn dispatch(
     app: &Arc<App>,
     method: &Method,
@@ -38,6 +52,38 @@ pub async fn dispatch(
     headers: &HeaderMap,
     body: &Bytes,
 ) -> Option<Result<Response, ApiError>> {
+    if !handles(method, t) {
+        return None;
+    }
+    let accept = headers.get(header::ACCEPT).and_then(|a| a.to_str().ok());
+    let output = match negotiate::negotiate(accept, negotiate::Endpoint::Plain) {
+        Ok(o) => o,
+        Err(e) => return Some(Err(e)),
+    };
+    let resp = answer(app, method, t, query, headers, body).await?;
+    let presentation = negotiate::Presentation {
+        output,
+        stored: t.r.clone(),
+        view: None,
+        include_object: String::new(),
+    };
+    Some(match resp {
+        Ok(r) => Ok(negotiate::render(r, &presentation).await),
+        Err(e) => Err(e),
+    })
+}
+
+async fn answer(
+    app: &Arc<App>,
+    method: &Method,
+    t: &Target,
+    query: &std::collections::HashMap<String, String>,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Option<Result<Response, ApiError>> {
+    if crate::apiservices::is_apiservice(&t.r) && *method != Method::GET {
+        return Some(Err(ApiError::method_not_allowed(method.as_str())));
+    }
     if crate::kinds::is_review(&t.r) {
         if *method != Method::POST || t.name.is_some() {
             return Some(Err(ApiError::method_not_allowed(method.as_str())));

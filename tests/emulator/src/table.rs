@@ -264,9 +264,249 @@ fn columns(r: &ResourceInfo) -> Vec<Column> {
             }));
             cols.push(age());
         }
+        ("batch", "Job") => {
+            cols.push(col("Status", "string", "Status of the job.", |o| {
+                json!(job_status(o))
+            }));
+            cols.push(col(
+                "Completions",
+                "string",
+                "The number of pods which reached phase Succeeded.",
+                |o| {
+                    let succeeded = o["status"]["succeeded"].as_i64().unwrap_or(0);
+                    json!(match o["spec"]["completions"].as_i64() {
+                        Some(c) => format!("{succeeded}/{c}"),
+                        None => match o["spec"]["parallelism"].as_i64().unwrap_or(0) {
+                            p if p > 1 => format!("{succeeded}/1 of {p}"),
+                            _ => format!("{succeeded}/1"),
+                        },
+                    })
+                },
+            ));
+            cols.push(col(
+                "Duration",
+                "string",
+                "Time required to complete the job.",
+                |o| {
+                    let start = &o["status"]["startTime"];
+                    let parse =
+                        |v: &Value| v.as_str().and_then(|t| t.parse::<jiff::Timestamp>().ok());
+                    json!(
+                        match (parse(start), parse(&o["status"]["completionTime"])) {
+                            (None, _) => String::new(),
+                            (Some(_), None) => since(start),
+                            (Some(a), Some(b)) =>
+                                human_duration((b.as_second() - a.as_second()).max(0)),
+                        }
+                    )
+                },
+            ));
+            cols.push(age());
+            template_columns(
+                &mut cols,
+                &["spec", "template", "spec"],
+                &["spec", "selector"],
+            );
+        }
+        ("batch", "CronJob") => {
+            cols.push(col(
+                "Schedule",
+                "string",
+                "The schedule in Cron format.",
+                |o| o["spec"]["schedule"].clone(),
+            ));
+            cols.push(col(
+                "Timezone",
+                "string",
+                "The time zone name for the given schedule.",
+                |o| json!(o["spec"]["timeZone"].as_str().unwrap_or("<none>")),
+            ));
+            cols.push(col(
+                "Suspend",
+                "boolean",
+                "This flag tells the controller to suspend subsequent executions.",
+                |o| {
+                    // printBoolPtr: the value, or "<unset>".
+                    match o["spec"]["suspend"].as_bool() {
+                        Some(b) => json!(if b { "True" } else { "False" }),
+                        None => json!("<unset>"),
+                    }
+                },
+            ));
+            cols.push(col(
+                "Active",
+                "integer",
+                "A list of pointers to currently running jobs.",
+                |o| json!(o["status"]["active"].as_array().map_or(0, Vec::len)),
+            ));
+            cols.push(col(
+                "Last Schedule",
+                "string",
+                "Information when was the last time the job was successfully scheduled.",
+                |o| {
+                    let t = &o["status"]["lastScheduleTime"];
+                    json!(if t.is_string() {
+                        since(t)
+                    } else {
+                        "<none>".into()
+                    })
+                },
+            ));
+            cols.push(age());
+            template_columns(
+                &mut cols,
+                &["spec", "jobTemplate", "spec", "template", "spec"],
+                &["spec", "jobTemplate", "spec", "selector"],
+            );
+        }
+        ("", "ResourceQuota") => {
+            cols.push(age());
+            cols.push(col(
+                "Request",
+                "string",
+                "Request represents a minimum amount of cpu/memory that a container may consume.",
+                |o| json!(quota_cells(o).0),
+            ));
+            cols.push(col("Limit", "string", "Limits control the maximum amount of cpu/memory that a container may use independent of contention on the node.", |o| {
+                json!(quota_cells(o).1)
+            }));
+        }
+        ("apiregistration.k8s.io", "APIService") => {
+            cols.push(col(
+                "Service",
+                "string",
+                "The reference to the service that hosts this API endpoint.",
+                |o| {
+                    let svc = &o["spec"]["service"];
+                    json!(if svc.is_object() {
+                        format!(
+                            "{}/{}",
+                            svc["namespace"].as_str().unwrap_or(""),
+                            svc["name"].as_str().unwrap_or("")
+                        )
+                    } else {
+                        "Local".into()
+                    })
+                },
+            ));
+            cols.push(col(
+                "Available",
+                "string",
+                "Whether this service is available.",
+                |o| {
+                    let cond = o["status"]["conditions"]
+                        .as_array()
+                        .and_then(|cs| cs.iter().find(|c| c["type"] == "Available"));
+                    json!(match cond {
+                        None => "Unknown".to_string(),
+                        Some(c) => {
+                            let status = c["status"].as_str().unwrap_or("Unknown");
+                            match c["reason"].as_str().filter(|r| !r.is_empty()) {
+                                Some(r) if status != "True" => format!("{status} ({r})"),
+                                _ => status.to_string(),
+                            }
+                        }
+                    })
+                },
+            ));
+            cols.push(age());
+        }
         _ => cols.push(age()),
     }
     cols
+}
+
+/// The Job printer's status: Complete, Failed, Terminating, Suspended, FailureTarget or Running.
+fn job_status(o: &Value) -> &'static str {
+    let has = |t: &str| {
+        o["status"]["conditions"]
+            .as_array()
+            .is_some_and(|cs| cs.iter().any(|c| c["type"] == t && c["status"] == "True"))
+    };
+    if has("Complete") {
+        "Complete"
+    } else if has("Failed") {
+        "Failed"
+    } else if o["metadata"]["deletionTimestamp"].is_string() {
+        "Terminating"
+    } else if has("Suspended") {
+        "Suspended"
+    } else if has("FailureTarget") {
+        "FailureTarget"
+    } else {
+        "Running"
+    }
+}
+
+/// The wide Containers, Images and Selector columns of a workload with a pod template.
+fn template_columns(
+    cols: &mut Vec<Column>,
+    pod_spec: &'static [&'static str],
+    selector: &'static [&'static str],
+) {
+    let at = |o: &Value, path: &[&str]| -> Value {
+        let mut v = o;
+        for p in path {
+            v = &v[*p];
+        }
+        v.clone()
+    };
+    cols.push(Column {
+        priority: 1,
+        ..col(
+            "Containers",
+            "string",
+            "Names of each container in the template.",
+            move |o| json!(crate::batch::container_cells(&at(o, pod_spec)).0),
+        )
+    });
+    cols.push(Column {
+        priority: 1,
+        ..col(
+            "Images",
+            "string",
+            "Images referenced by each container in the template.",
+            move |o| json!(crate::batch::container_cells(&at(o, pod_spec)).1),
+        )
+    });
+    cols.push(Column {
+        priority: 1,
+        ..col(
+            "Selector",
+            "string",
+            "A label query over pods that should match the pod count.",
+            move |o| json!(crate::batch::format_selector(&at(o, selector))),
+        )
+    });
+}
+
+/// The ResourceQuota printer's Request and Limit cells: `resource: used/hard` over the
+/// status's hard resources in name order, `limits.*` in Limit.
+fn quota_cells(o: &Value) -> (String, String) {
+    let mut request = Vec::new();
+    let mut limit = Vec::new();
+    if let Some(hard) = o["status"]["hard"].as_object() {
+        let mut names: Vec<&String> = hard.keys().collect();
+        names.sort();
+        for name in names {
+            let text = |v: &Value| match v {
+                Value::String(s) => s.clone(),
+                Value::Null => "0".into(),
+                other => other.to_string(),
+            };
+            let cell = format!(
+                "{name}: {}/{}",
+                text(&o["status"]["used"][name.as_str()]),
+                text(&hard[name.as_str()])
+            );
+            if name.split('.').next() == Some("limits") && name.contains('.') {
+                limit.push(cell);
+            } else {
+                request.push(cell);
+            }
+        }
+    }
+    (request.join(", "), limit.join(", "))
 }
 
 /// A timestamp as the age kubectl shows (`<unknown>` when unset).

@@ -219,3 +219,111 @@ async fn kubectl_cordon_keeps_new_pods_pending() {
     let out = c.kubectl_ok(&["get", "nodes", "-o", "name"]);
     assert_eq!(out.trim(), "node/emulator-node");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apiservices_follow_the_served_group_versions() {
+    use futures::{StreamExt, TryStreamExt};
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
+    use kube::api::{ListParams, WatchEvent, WatchParams};
+
+    // The Site CRD is created by Cluster::start.
+    let c = Cluster::start(false).await;
+    let table = c.kubectl_ok(&["get", "apiservices"]);
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["NAME", "SERVICE", "AVAILABLE", "AGE"]);
+    for name in ["v1.", "v1.apps", "v1.batch", "v1.sites.ecmwf.int"] {
+        let line = table
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .unwrap_or_else(|| panic!("{name} listed:\n{table}"));
+        let cells: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(&cells[1..3], ["Local", "True"], "{line}");
+    }
+    let out = c.kubectl_ok(&[
+        "get",
+        "apiservice",
+        "v1.sites.ecmwf.int",
+        "-o",
+        "jsonpath={.spec.group} {.spec.version} {.spec.groupPriorityMinimum} {.spec.versionPriority} {.status.conditions[0].reason}",
+    ]);
+    assert_eq!(out, "sites.ecmwf.int v1 1000 100 Local");
+
+    // The api-extensions category, as the API server declares it.
+    let names = c.kubectl_ok(&["get", "api-extensions", "-o", "name"]);
+    for want in [
+        "apiservice.apiregistration.k8s.io/v1.apps",
+        "customresourcedefinition.apiextensions.k8s.io/sites.sites.ecmwf.int",
+    ] {
+        assert!(names.lines().any(|l| l == want), "{want} in:\n{names}");
+    }
+
+    let api: Api<APIService> = Api::all(c.client.clone());
+    let core = api.get("v1.").await.unwrap();
+    let spec = core.spec.as_ref().unwrap();
+    assert_eq!(spec.group.as_deref().unwrap_or(""), "");
+    assert_eq!(spec.service, None);
+    assert_eq!(
+        (spec.group_priority_minimum, spec.version_priority),
+        (18000, 1)
+    );
+    let apps = api.get("v1.apps").await.unwrap().spec.unwrap();
+    assert_eq!(
+        (apps.group_priority_minimum, apps.version_priority),
+        (17800, 15)
+    );
+    let cond = &core.status.unwrap().conditions.unwrap()[0];
+    assert_eq!(
+        (
+            cond.type_.as_str(),
+            cond.status.as_str(),
+            cond.message.as_deref()
+        ),
+        (
+            "Available",
+            "True",
+            Some("Local APIServices are always available")
+        )
+    );
+    // Read-only: writes are 405.
+    let err = api
+        .delete("v1.apps", &Default::default())
+        .await
+        .map_err(crate::support::api_error)
+        .unwrap_err();
+    assert_eq!(err.code, 405);
+
+    // Deleting the CRD removes its APIService (seen by a watch, kubectl and get).
+    let list = api.list(&ListParams::default()).await.unwrap();
+    let rv = list.metadata.resource_version.unwrap();
+    let mut events = api
+        .watch(&WatchParams::default().timeout(10), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    Api::<CustomResourceDefinition>::all(c.client.clone())
+        .delete("sites.sites.ecmwf.int", &Default::default())
+        .await
+        .unwrap();
+    let deleted = loop {
+        match events.try_next().await.unwrap() {
+            Some(WatchEvent::Deleted(o)) => break o.metadata.name.unwrap(),
+            Some(_) => continue,
+            None => panic!("watch ended before the APIService was deleted"),
+        }
+    };
+    assert_eq!(deleted, "v1.sites.ecmwf.int");
+    let out = c.kubectl(&["get", "apiservice", "v1.sites.ecmwf.int"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not found"));
+    assert_eq!(
+        api.get("v1.sites.ecmwf.int")
+            .await
+            .map_err(crate::support::api_error)
+            .unwrap_err()
+            .code,
+        404
+    );
+    // The built-in ones stay.
+    assert!(api.get("v1.batch").await.is_ok());
+}

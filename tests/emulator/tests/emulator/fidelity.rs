@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use crate::support::{Cluster, Site, eventually, site};
 
 /// A raw request with curl: (HTTP status, Content-Type, body).
-async fn curl(
+pub(crate) async fn curl(
     c: &Cluster,
     method: &str,
     path: &str,

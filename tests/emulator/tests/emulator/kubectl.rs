@@ -418,3 +418,184 @@ async fn kubectl_typed_create_commands_work() {
         assert!(labels.contains("kubernetes.io/metadata.name"), "{labels}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_create_job_cronjob_and_quota() {
+    use k8s_openapi::api::batch::v1::{CronJob, Job};
+    use k8s_openapi::api::core::v1::{Namespace, Pod, ResourceQuota};
+    use kube::api::PostParams;
+
+    let c = Cluster::start(false).await;
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "batch"}})).unwrap();
+    Api::<Namespace>::all(c.client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+
+    // A Job: stored with the API server's defaults and generated selector; its pods are not run.
+    c.kubectl_ok(&["-n", "batch", "create", "job", "pi", "--image=busybox"]);
+    let job = Api::<Job>::namespaced(c.client.clone(), "batch")
+        .get("pi")
+        .await
+        .unwrap();
+    let uid = job.metadata.uid.clone().unwrap();
+    let spec = job.spec.as_ref().unwrap();
+    assert_eq!(
+        (spec.completions, spec.parallelism, spec.backoff_limit),
+        (Some(1), Some(1), Some(6))
+    );
+    assert_eq!(spec.completion_mode.as_deref(), Some("NonIndexed"));
+    let selector = spec
+        .selector
+        .as_ref()
+        .unwrap()
+        .match_labels
+        .as_ref()
+        .unwrap();
+    assert_eq!(selector["batch.kubernetes.io/controller-uid"], uid);
+    let labels = spec
+        .template
+        .metadata
+        .as_ref()
+        .unwrap()
+        .labels
+        .as_ref()
+        .unwrap();
+    assert_eq!(labels["batch.kubernetes.io/job-name"], "pi");
+    assert_eq!(labels["controller-uid"], uid);
+    let pod = spec.template.spec.as_ref().unwrap();
+    assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
+    assert_eq!(pod.containers[0].image.as_deref(), Some("busybox"));
+    let table = c.kubectl_ok(&["-n", "batch", "get", "jobs"]);
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["NAME", "STATUS", "COMPLETIONS", "DURATION", "AGE"]);
+    assert_eq!(
+        (cell(&table, 1, 0), cell(&table, 1, 1), cell(&table, 1, 2)),
+        ("pi".into(), "Running".into(), "0/1".into())
+    );
+    let wide = c.kubectl_ok(&["-n", "batch", "get", "job", "pi", "-o", "wide"]);
+    assert!(
+        wide.contains(&format!("batch.kubernetes.io/controller-uid={uid}")),
+        "{wide}"
+    );
+
+    // A CronJob.
+    c.kubectl_ok(&[
+        "-n",
+        "batch",
+        "create",
+        "cronjob",
+        "tick",
+        "--image=busybox",
+        "--schedule=*/1 * * * *",
+    ]);
+    let cj = Api::<CronJob>::namespaced(c.client.clone(), "batch")
+        .get("tick")
+        .await
+        .unwrap();
+    let spec = cj.spec.as_ref().unwrap();
+    assert_eq!(spec.schedule, "*/1 * * * *");
+    assert_eq!(spec.concurrency_policy.as_deref(), Some("Allow"));
+    assert_eq!(
+        (
+            spec.successful_jobs_history_limit,
+            spec.failed_jobs_history_limit,
+            spec.suspend
+        ),
+        (Some(3), Some(1), Some(false))
+    );
+    let template = spec
+        .job_template
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap();
+    assert_eq!(template.restart_policy.as_deref(), Some("OnFailure"));
+    let table = c.kubectl_ok(&["-n", "batch", "get", "cronjobs"]);
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "NAME", "SCHEDULE", "TIMEZONE", "SUSPEND", "ACTIVE", "LAST", "SCHEDULE", "AGE"
+        ]
+    );
+    // The schedule has spaces and LAST SCHEDULE is one column: split the row after the schedule.
+    assert_eq!(cell(&table, 1, 1), "*/1 * * * *");
+    let row = table.lines().nth(1).unwrap();
+    let rest: Vec<&str> = row
+        .split_once("*/1 * * * *")
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    assert_eq!(&rest[..4], ["<none>", "False", "0", "<none>"], "{table}");
+    let all = c.kubectl_ok(&["-n", "batch", "get", "all", "-o", "name"]);
+    assert!(all.lines().any(|l| l == "job.batch/pi"), "{all}");
+    assert!(all.lines().any(|l| l == "cronjob.batch/tick"), "{all}");
+    // Bad input: a clear Status naming the field.
+    let out = c.kubectl(&[
+        "-n",
+        "batch",
+        "create",
+        "cronjob",
+        "bad",
+        "--image=busybox",
+        "--schedule=every minute",
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("spec.schedule: Invalid value"), "{err}");
+    let bad: Job = serde_json::from_value(json!({
+        "metadata": {"name": "always"},
+        "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "busybox"}]}}},
+    }))
+    .unwrap();
+    let status = Api::<Job>::namespaced(c.client.clone(), "batch")
+        .create(&PostParams::default(), &bad)
+        .await
+        .map_err(crate::support::api_error)
+        .unwrap_err();
+    assert_eq!(status.code, 422);
+    assert!(
+        status
+            .message
+            .contains("spec.template.spec.restartPolicy: Unsupported value: \"Always\""),
+        "{}",
+        status.message
+    );
+
+    // A ResourceQuota, with the quota controller's status.
+    c.kubectl_ok(&["-n", "batch", "create", "quota", "q", "--hard=pods=10"]);
+    let quotas = Api::<ResourceQuota>::namespaced(c.client.clone(), "batch");
+    let q = quotas.get("q").await.unwrap();
+    assert_eq!(q.spec.unwrap().hard.unwrap()["pods"].0, "10");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+    }))
+    .unwrap();
+    Api::<Pod>::namespaced(c.client.clone(), "batch")
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap();
+    crate::support::eventually("quota usage", Duration::from_secs(15), || {
+        let quotas = quotas.clone();
+        async move {
+            let status = quotas.get("q").await.ok()?.status?;
+            (status.used?.get("pods")?.0 == "1" && status.hard?.get("pods")?.0 == "10")
+                .then_some(())
+        }
+    })
+    .await;
+    let table = c.kubectl_ok(&["-n", "batch", "get", "quota"]);
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["NAME", "AGE", "REQUEST", "LIMIT"]);
+    assert_eq!(cell(&table, 1, 2), "pods: 1/10");
+    let out = c.kubectl(&["-n", "batch", "create", "quota", "neg", "--hard=pods=-1"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("spec.hard[pods]"), "{err}");
+}

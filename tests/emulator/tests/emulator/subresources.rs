@@ -755,3 +755,67 @@ async fn kubectl_certificate_approve() {
     assert_eq!(err.code, 422);
     assert!(err.message.contains("spec.request"), "{}", err.message);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subresource_answers_are_negotiated() {
+    use crate::fidelity::curl;
+    let c = Cluster::start(false).await;
+    let sts: Api<StatefulSet> = Api::namespaced(c.client.clone(), "default");
+    sts.create(&PostParams::default(), &statefulset("web", 2))
+        .await
+        .unwrap();
+    let path = "/apis/apps/v1/namespaces/default/statefulsets/web/scale";
+    let (code, ct, body) = curl(&c, "GET", path, &["Accept: application/yaml"], None).await;
+    assert_eq!((code, ct.as_str()), (200, "application/yaml"), "{body}");
+    let scale: Value = serde_yaml_ng::from_str(&body).unwrap();
+    assert_eq!(scale["kind"], "Scale");
+    assert_eq!(scale["spec"]["replicas"], 2);
+    // Not served: 406 before anything is done.
+    let (code, _, body) = curl(
+        &c,
+        "GET",
+        path,
+        &["Accept: application/vnd.kubernetes.protobuf"],
+        None,
+    )
+    .await;
+    assert_eq!(code, 406, "{body}");
+    let status: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(status["reason"], "NotAcceptable");
+    let (code, _, _) = curl(
+        &c,
+        "PUT",
+        path,
+        &[
+            "Accept: application/json;as=Table;g=meta.k8s.io;v=v1",
+            "Content-Type: application/json",
+        ],
+        Some(r#"{"apiVersion":"autoscaling/v1","kind":"Scale","metadata":{"name":"web","namespace":"default"},"spec":{"replicas":5}}"#),
+    )
+    .await;
+    assert_eq!(code, 406);
+    assert_eq!(
+        sts.get("web").await.unwrap().spec.unwrap().replicas,
+        Some(2)
+    );
+    // Reviews and tokens too.
+    let (code, ct, body) = curl(
+        &c,
+        "POST",
+        "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+        &["Accept: application/yaml", "Content-Type: application/json"],
+        Some(r#"{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}"#),
+    )
+    .await;
+    assert_eq!((code, ct.as_str()), (201, "application/yaml"), "{body}");
+    assert!(body.contains("username: kubernetes-admin"), "{body}");
+    let (code, _, _) = curl(
+        &c,
+        "POST",
+        "/api/v1/namespaces/default/serviceaccounts/default/token",
+        &["Accept: text/plain", "Content-Type: application/json"],
+        Some(r#"{"apiVersion":"authentication.k8s.io/v1","kind":"TokenRequest","spec":{}}"#),
+    )
+    .await;
+    assert_eq!(code, 406);
+}
