@@ -327,6 +327,28 @@ fn reflow_descriptions(schema: &mut JSONSchemaProps) {
     }
 }
 
+/// The Gateway API HTTPRoute CRD (standard channel) as this release's gateway-api types define
+/// it, with the printer columns of the upstream CRD (HOSTNAMES, AGE), for development clusters
+/// without the Gateway API (`sites-operator crd --with-gateway-api`).
+pub fn http_route_crd() -> CustomResourceDefinition {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceColumnDefinition;
+    let mut crd =
+        <gateway_api::apis::standard::httproutes::HttpRoute as kube::CustomResourceExt>::crd();
+    let column = |name: &str, type_: &str, path: &str| CustomResourceColumnDefinition {
+        name: name.into(),
+        type_: type_.into(),
+        json_path: path.into(),
+        ..Default::default()
+    };
+    for version in &mut crd.spec.versions {
+        version.additional_printer_columns = Some(vec![
+            column("Hostnames", "string", ".spec.hostnames"),
+            column("Age", "date", ".metadata.creationTimestamp"),
+        ]);
+    }
+    crd
+}
+
 /// The Site CustomResourceDefinition as YAML, exactly as committed in `manifests/base/crd.yaml`.
 pub fn crd_yaml() -> String {
     serde_yaml_ng::to_string(&crd()).expect("a CustomResourceDefinition always serialises to YAML")

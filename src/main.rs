@@ -542,7 +542,7 @@ fn main() -> ExitCode {
         Command::Crd { with_gateway_api } => {
             print!("{}", sites_operator::crd::crd_yaml());
             if with_gateway_api {
-                let crd = <gateway_api::apis::standard::httproutes::HttpRoute as kube::CustomResourceExt>::crd();
+                let crd = sites_operator::crd::http_route_crd();
                 match serde_yaml_ng::to_string(&crd) {
                     Ok(yaml) => print!("---\n{yaml}"),
                     Err(e) => {

@@ -251,3 +251,27 @@ fn global_flags_are_validated() {
         "unknown subcommands are usage errors"
     );
 }
+
+/// `crd --with-gateway-api` installs HTTPRoutes that kubectl prints with the upstream CRD's
+/// columns (HOSTNAMES, AGE).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_printed_http_route_crd_has_the_upstream_columns() {
+    let c = crate::support::Cluster::start(false).await;
+    let out = run(&["crd", "--with-gateway-api"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    c.kubectl_ok_stdin(&["apply", "-f", "-"], &stdout(&out));
+    c.kubectl_ok(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/httproutes.gateway.networking.k8s.io",
+        "--timeout=30s",
+    ]);
+    c.kubectl_ok_stdin(
+        &["apply", "-n", "default", "-f", "-"],
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata:\n  name: web\nspec:\n  hostnames: [sites.example.org]\n",
+    );
+    let table = c.kubectl_ok(&["get", "httproutes", "-n", "default"]);
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["NAME", "HOSTNAMES", "AGE"], "{table}");
+    assert!(table.contains("sites.example.org"), "{table}");
+}

@@ -10,7 +10,6 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::api::networking::v1::Ingress;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::CustomResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use sites_operator::config::{Installation, PlatformConfig, RoutingMode};
 use sites_operator::crd::{OPERATOR_BOUND_ANNOTATION, Site};
@@ -54,9 +53,12 @@ where
 async fn rendered_objects_are_accepted_and_cascade_with_the_site() {
     let c = Cluster::start(false).await;
     let crds: Api<CustomResourceDefinition> = Api::all(c.client.clone());
-    crds.create(&PostParams::default(), &HttpRoute::crd())
-        .await
-        .expect("HTTPRoute CRD is accepted");
+    crds.create(
+        &PostParams::default(),
+        &sites_operator::crd::http_route_crd(),
+    )
+    .await
+    .expect("HTTPRoute CRD is accepted");
     let sites: Api<Site> = Api::namespaced(c.client.clone(), NS);
     let text =
         std::fs::read_to_string(repo_file("manifests/examples/site-custom-app.yaml")).unwrap();

@@ -6,12 +6,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use gateway_api::apis::standard::httproutes::HttpRoute;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::CustomResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use prometheus::Registry;
 use serde_json::{Value, json};
@@ -149,7 +147,10 @@ pub async fn prepare(c: &Cluster) {
         .create(&PostParams::default(), &secret)
         .await;
     let _ = Api::<CustomResourceDefinition>::all(client)
-        .create(&PostParams::default(), &HttpRoute::crd())
+        .create(
+            &PostParams::default(),
+            &sites_operator::crd::http_route_crd(),
+        )
         .await;
 }
 
