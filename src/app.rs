@@ -80,6 +80,8 @@ pub struct RunOptions {
     pub client_ca: Option<PathBuf>,
     pub cert_reload_interval: Duration,
     pub shutdown_timeout: Duration,
+    /// The webhook server's connection limits.
+    pub webhook_limits: server::Limits,
     /// Names of the platform's objects in the namespace that no Site object may take, besides
     /// the ones the configuration and the constants name ([`admission::Platform::reserves`]).
     pub reserved_names: Vec<String>,
@@ -354,6 +356,8 @@ pub async fn run(
         prometheus::process_collector::ProcessCollector::for_self(),
     ))?;
     let api_requests = accounting::register(&registry)?;
+    metrics::register_build_info(&registry)?;
+    let leader_status = metrics::register_leader(&registry, &opts.lease_name)?;
     // Files are checked before the API server is contacted: a bad certificate path fails fast.
     let client_ca = opts.client_ca.as_deref().map(tls::load_roots).transpose()?;
     let files = match &opts.certs {
@@ -451,19 +455,22 @@ pub async fn run(
     });
     let app = server::router(WebhookState {
         config: live.clone(),
-        metrics: webhook_metrics,
+        metrics: webhook_metrics.clone(),
         platform: platform.clone(),
     });
-    let webhook_task = tokio::spawn(server::serve_tls(
+    let webhook_task = tokio::spawn(server::serve_tls_limited(
         webhook_listener,
         tls_config,
         app,
         stopped(stop_rx.clone()),
         opts.shutdown_timeout,
+        opts.webhook_limits,
+        Some(webhook_metrics),
     ));
 
     // Reconcile workers: caches first (all replicas keep them warm), writes only when leading.
     let (leading_tx, leading_rx) = watch::channel(!opts.leader_election);
+    let leader_task = tokio::spawn(follow_leadership(leading_rx.clone(), leader_status));
     let elector = opts.leader_election.then(|| {
         let elector = Elector::new(
             client.clone(),
@@ -505,11 +512,24 @@ pub async fn run(
         let _ = e.await;
     }
     log_level.abort();
+    leader_task.abort();
     let _ = webhook_task.await;
     let _ = reload_task.await;
     let _ = health_task.await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Keeps `leader_election_master_status` at 1 while this replica leads (always, without leader
+/// election: it then writes as the only replica), 0 otherwise.
+async fn follow_leadership(mut leading: watch::Receiver<bool>, gauge: prometheus::IntGauge) {
+    loop {
+        gauge.set(i64::from(*leading.borrow_and_update()));
+        if leading.changed().await.is_err() {
+            gauge.set(0);
+            return;
+        }
+    }
 }
 
 /// Sets the Kubernetes client crates' log level (`sitesConfig.operator.dependency_log_level`)

@@ -43,12 +43,14 @@ pub const MAX_SITE_ID_LEN: usize = 52;
     status = "SiteStatus",
     derive = "PartialEq",
     doc = "A hosted web site served at /<space>/<name>/ on the platform host. The object name is the site id (a DNS-1035 label of at most 52 characters); it names every object the operator creates for the site.",
+    printcolumn = r#"{"name": "Path", "type": "string", "description": "URL path of the site, /<space>/<name>/ (written by the operator)", "jsonPath": ".status.path"}"#,
     printcolumn = r#"{"name": "Space", "type": "string", "description": "First URL segment of the site", "jsonPath": ".spec.configuration.space"}"#,
-    printcolumn = r#"{"name": "Name", "type": "string", "description": "Second URL segment of the site", "jsonPath": ".spec.name"}"#,
     printcolumn = r#"{"name": "Phase", "type": "string", "description": "Pod phase of the site", "jsonPath": ".status.phase"}"#,
     printcolumn = r#"{"name": "Available", "type": "string", "description": "All objects exist and the site pods are running and ready", "jsonPath": ".status.conditions[?(@.type==\"Available\")].status"}"#,
     printcolumn = r#"{"name": "Progressing", "type": "string", "description": "Another reconcile is expected before the status reflects the spec", "jsonPath": ".status.conditions[?(@.type==\"Progressing\")].status"}"#,
-    printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#
+    printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#,
+    printcolumn = r#"{"name": "Owner", "type": "string", "priority": 1, "description": "User name of the site owner", "jsonPath": ".spec.owner"}"#,
+    printcolumn = r#"{"name": "Replicas", "type": "integer", "priority": 1, "description": "Pod replicas the site asks for", "jsonPath": ".spec.configuration.settings.replicas"}"#
 )]
 pub struct SiteSpec {
     /// Site name: the second URL segment. The site is served at /<space>/<name>/.
@@ -221,6 +223,9 @@ pub struct SiteStatus {
     /// Phase of the site pods: Pending, Running, Disabled (archived) or Failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<Phase>,
+    /// The site's URL path, `/<space>/<name>/` (the `PATH` column of `kubectl get sites`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
     /// Per-container problems of the site pods (waiting, terminated or unready containers).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub problems: Vec<Problem>,
@@ -407,8 +412,8 @@ mod tests {
         assert_eq!(
             columns,
             [
+                ("Path", ".status.path"),
                 ("Space", ".spec.configuration.space"),
-                ("Name", ".spec.name"),
                 ("Phase", ".status.phase"),
                 (
                     "Available",
@@ -419,6 +424,8 @@ mod tests {
                     ".status.conditions[?(@.type==\"Progressing\")].status"
                 ),
                 ("Age", ".metadata.creationTimestamp"),
+                ("Owner", ".spec.owner"),
+                ("Replicas", ".spec.configuration.settings.replicas"),
             ]
         );
     }

@@ -25,6 +25,7 @@ pub(crate) mod fixtures;
 pub mod labels;
 pub mod metrics;
 pub mod policy;
+pub mod progress;
 pub mod reasons;
 pub mod render;
 pub mod restart;

@@ -253,6 +253,36 @@ struct RunArgs {
     /// How long in-flight requests may take to finish on shutdown.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     shutdown_timeout: std::time::Duration,
+    /// How long a webhook client may take to send a request header (HTTP/1.1; an idle HTTP/1.1
+    /// keep-alive connection waits under this limit too), and to send anything after the TLS
+    /// handshake. At most 10 minutes.
+    #[arg(long, default_value = "10s", value_parser = parse_limit_duration)]
+    webhook_header_read_timeout: std::time::Duration,
+    /// How long a webhook connection may carry no traffic before it is closed (a request in
+    /// progress finishes first). At most 1 hour.
+    #[arg(long, default_value = "120s", value_parser = parse_idle_duration)]
+    webhook_idle_timeout: std::time::Duration,
+    /// Most webhook connections open at once; further ones are closed on accept and counted in
+    /// sites_webhook_connections_refused_total.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    webhook_max_connections: u32,
+}
+
+/// A duration of at most 10 minutes.
+fn parse_limit_duration(s: &str) -> Result<std::time::Duration, String> {
+    parse_duration(s).and_then(|d| at_most(s, d, 600))
+}
+
+/// A duration of at most 1 hour.
+fn parse_idle_duration(s: &str) -> Result<std::time::Duration, String> {
+    parse_duration(s).and_then(|d| at_most(s, d, 3600))
+}
+
+fn at_most(s: &str, d: std::time::Duration, secs: u64) -> Result<std::time::Duration, String> {
+    if d > std::time::Duration::from_secs(secs) {
+        return Err(format!("{s:?} is longer than the maximum of {secs}s"));
+    }
+    Ok(d)
 }
 
 /// Parses `500ms`, `10s`, `2m`.
@@ -323,6 +353,11 @@ fn run(args: RunArgs) -> ExitCode {
         client_ca: args.client_ca,
         cert_reload_interval: args.cert_reload_interval,
         shutdown_timeout: args.shutdown_timeout,
+        webhook_limits: sites_operator::admission::server::Limits {
+            header_read_timeout: args.webhook_header_read_timeout,
+            idle_timeout: args.webhook_idle_timeout,
+            max_connections: args.webhook_max_connections as usize,
+        },
         reserved_names,
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -416,15 +451,21 @@ fn retention(
             Ok(c) => c,
             Err(code) => return code,
         };
-        match sites_operator::retention::run_once(
+        let mut progress = sites_operator::progress::Progress::stderr(
+            "retention",
+            if dry_run { "to act on" } else { "acted on" },
+        );
+        let result = sites_operator::retention::run_once_with_progress(
             &client,
             namespace,
             &cfg.sites.retention,
             today,
             dry_run,
+            |c| progress.update(c),
         )
-        .await
-        {
+        .await;
+        progress.finish();
+        match result {
             Ok(acted) => {
                 for (site, action) in acted {
                     let what = match action {
@@ -460,9 +501,32 @@ fn upgrade(
             Ok(c) => c,
             Err(code) => return code,
         };
-        match sites_operator::upgrade::upgrade(&client, namespace, &cfg, &target, action, dry_run)
-            .await
-        {
+        // Progress for --all (one Site needs none): live on a terminal, else one summary line.
+        let all = matches!(target, sites_operator::upgrade::Target::All);
+        let mut progress = all.then(|| {
+            sites_operator::progress::Progress::stderr(
+                "upgrade",
+                if dry_run { "to change" } else { "changed" },
+            )
+        });
+        let result = sites_operator::upgrade::upgrade_with_progress(
+            &client,
+            namespace,
+            &cfg,
+            &target,
+            action,
+            dry_run,
+            |c| {
+                if let Some(p) = progress.as_mut() {
+                    p.update(c)
+                }
+            },
+        )
+        .await;
+        if let Some(p) = progress {
+            p.finish();
+        }
+        match result {
             Ok(outcomes) => {
                 let failed = outcomes.iter().any(|o| o.error.is_some());
                 for o in &outcomes {

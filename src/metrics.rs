@@ -1,15 +1,54 @@
 //! Prometheus metrics with controller-runtime names, so existing dashboards work.
 
-use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry};
+use prometheus::{
+    HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+};
+
+/// The commit the binary was built from (`git rev-parse --short HEAD` at build time, or
+/// `SITES_OPERATOR_COMMIT`, or "unknown"; see build.rs).
+pub const COMMIT: &str = env!("SITES_OPERATOR_COMMIT");
+
+/// `sites_operator_build_info{version,commit}` = 1.
+pub fn register_build_info(registry: &Registry) -> prometheus::Result<IntGauge> {
+    let gauge = IntGauge::with_opts(
+        Opts::new(
+            "sites_operator_build_info",
+            "Always 1; the labels name the version and commit of the running binary.",
+        )
+        .const_label("version", env!("CARGO_PKG_VERSION"))
+        .const_label("commit", COMMIT),
+    )?;
+    registry.register(Box::new(gauge.clone()))?;
+    gauge.set(1);
+    Ok(gauge)
+}
+
+/// `leader_election_master_status{name}` (client-go's name): 1 while this replica holds the
+/// leader Lease `name`, 0 otherwise. Exists from the start at 0.
+pub fn register_leader(registry: &Registry, lease: &str) -> prometheus::Result<IntGauge> {
+    let gauge = IntGauge::with_opts(
+        Opts::new(
+            "leader_election_master_status",
+            "1 while this replica is the leader of the named Lease, 0 otherwise.",
+        )
+        .const_label("name", lease),
+    )?;
+    registry.register(Box::new(gauge.clone()))?;
+    Ok(gauge)
+}
 
 /// Webhook metrics: `controller_runtime_webhook_requests_total{webhook,code}`,
 /// `controller_runtime_webhook_requests_in_flight{webhook}`,
-/// `controller_runtime_webhook_latency_seconds{webhook}`.
+/// `controller_runtime_webhook_latency_seconds{webhook}`; and the connection limits' metrics,
+/// `sites_webhook_open_connections` and `sites_webhook_connections_refused_total` (connections
+/// closed on accept because `--webhook-max-connections` were open).
 #[derive(Clone, Debug)]
 pub struct WebhookMetrics {
     pub requests: IntCounterVec,
     pub in_flight: IntGaugeVec,
     pub latency: HistogramVec,
+    pub open_connections: IntGauge,
+    pub connections_refused: IntCounter,
 }
 
 impl WebhookMetrics {
@@ -42,11 +81,33 @@ impl WebhookMetrics {
         )?;
         registry.register(Box::new(requests.clone()))?;
         registry.register(Box::new(in_flight.clone()))?;
+        let open_connections = IntGauge::new(
+            "sites_webhook_open_connections",
+            "Current number of open connections to the webhook server.",
+        )?;
+        let connections_refused = IntCounter::new(
+            "sites_webhook_connections_refused_total",
+            "Connections to the webhook server closed on accept because the connection limit was reached.",
+        )?;
         registry.register(Box::new(latency.clone()))?;
+        registry.register(Box::new(open_connections.clone()))?;
+        registry.register(Box::new(connections_refused.clone()))?;
+        // Series exist from the start, as controller-runtime does.
+        for webhook in [
+            crate::admission::server::MUTATE_SITES,
+            crate::admission::server::VALIDATE_SITES,
+            crate::admission::server::VALIDATE_CONFIG,
+        ] {
+            in_flight.with_label_values(&[webhook]);
+            latency.with_label_values(&[webhook]);
+            requests.with_label_values(&[webhook, "200"]);
+        }
         Ok(WebhookMetrics {
             requests,
             in_flight,
             latency,
+            open_connections,
+            connections_refused,
         })
     }
 }

@@ -71,13 +71,54 @@ pub async fn run_once(
     today: Date,
     dry_run: bool,
 ) -> Result<Vec<(String, Action)>, kube::Error> {
+    run_once_with_progress(client, namespace, retention, today, dry_run, |_| {}).await
+}
+
+/// [`run_once`], calling `progress` before the first Site and after each one (`changed`: the
+/// Sites acted on). The run stops at the first failed write, which `failed` counts.
+pub async fn run_once_with_progress(
+    client: &kube::Client,
+    namespace: &str,
+    retention: &Retention,
+    today: Date,
+    dry_run: bool,
+    mut progress: impl FnMut(crate::progress::Counts),
+) -> Result<Vec<(String, Action)>, kube::Error> {
     let api: Api<Site> = Api::namespaced(client.clone(), namespace);
     let mut acted = Vec::new();
-    for site in api.list(&ListParams::default()).await? {
+    let sites = api.list(&ListParams::default()).await?.items;
+    let mut counts = crate::progress::Counts {
+        total: sites.len(),
+        ..Default::default()
+    };
+    progress(counts);
+    for site in sites {
+        let result = apply_one(&api, &site, retention, today, dry_run, &mut acted).await;
+        counts.done += 1;
+        counts.changed = acted.len();
+        if result.is_err() {
+            counts.failed += 1;
+        }
+        progress(counts);
+        result?;
+    }
+    Ok(acted)
+}
+
+/// Decides and applies the policy to one Site, recording it in `acted` when acted on.
+async fn apply_one(
+    api: &Api<Site>,
+    site: &Site,
+    retention: &Retention,
+    today: Date,
+    dry_run: bool,
+    acted: &mut Vec<(String, Action)>,
+) -> Result<(), kube::Error> {
+    {
         let name = site.name_any();
-        let action = decide(&site, today, retention);
+        let action = decide(site, today, retention);
         if action == Action::Keep {
-            continue;
+            return Ok(());
         }
         if !dry_run {
             match action {
@@ -103,7 +144,7 @@ pub async fn run_once(
         }
         acted.push((name, action));
     }
-    Ok(acted)
+    Ok(())
 }
 
 /// Today's date in UTC.

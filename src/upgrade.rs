@@ -133,6 +133,20 @@ pub async fn upgrade(
     action: Action,
     dry_run: bool,
 ) -> Result<Vec<Outcome>, kube::Error> {
+    upgrade_with_progress(client, namespace, cfg, target, action, dry_run, |_| {}).await
+}
+
+/// [`upgrade`], calling `progress` with the outcomes so far after each Site, and once before
+/// the first with none (the total is known then).
+pub async fn upgrade_with_progress(
+    client: &kube::Client,
+    namespace: &str,
+    cfg: &PlatformConfig,
+    target: &Target,
+    action: Action,
+    dry_run: bool,
+    mut progress: impl FnMut(crate::progress::Counts),
+) -> Result<Vec<Outcome>, kube::Error> {
     let api: Api<Site> = Api::namespaced(client.clone(), namespace);
     let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
     let sites = match target {
@@ -140,8 +154,19 @@ pub async fn upgrade(
         Target::All => api.list(&ListParams::default()).await?.items,
     };
     let force = action == Action::Upgrade { force: true };
-    let mut outcomes = Vec::new();
+    let mut outcomes: Vec<Outcome> = Vec::new();
+    let total = sites.len();
+    let counts = |outcomes: &[Outcome]| crate::progress::Counts {
+        done: outcomes.len(),
+        total,
+        changed: outcomes.iter().filter(|o| o.written).count(),
+        failed: outcomes.iter().filter(|o| o.error.is_some()).count(),
+    };
+    progress(counts(&outcomes));
     for site in sites {
+        if !outcomes.is_empty() {
+            progress(counts(&outcomes));
+        }
         let name = site.name_any();
         let applications = match action {
             Action::Upgrade { .. } => upgraded_applications(&site, cfg),
@@ -190,6 +215,9 @@ pub async fn upgrade(
             Err(e) => outcome.error = Some(e.to_string()),
         }
         outcomes.push(outcome);
+    }
+    if !outcomes.is_empty() {
+        progress(counts(&outcomes));
     }
     Ok(outcomes)
 }

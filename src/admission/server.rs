@@ -13,9 +13,8 @@ use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use kube::Resource;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse};
@@ -221,8 +220,38 @@ async fn validate_config(body: Bytes) -> Response {
     answer(&body, super::validate_config)
 }
 
+/// The webhook server's defences against clients that hold connections without using them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// How long a client may take to send a request's header (HTTP/1.1), and to send anything
+    /// at all after the TLS handshake before its protocol is known.
+    pub header_read_timeout: Duration,
+    /// How long a connection may stay without any traffic before it is closed (gracefully: a
+    /// request in progress finishes).
+    pub idle_timeout: Duration,
+    /// Most connections open at once; further ones are closed on accept and counted in
+    /// `sites_webhook_connections_refused_total`.
+    pub max_connections: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            header_read_timeout: Duration::from_secs(10),
+            // Longer than the API server's idle-connection timeout (90 s, Go's default), so the
+            // client normally closes an idle connection first and never races a server close.
+            idle_timeout: Duration::from_secs(120),
+            max_connections: 1000,
+        }
+    }
+}
+
+/// Length of the HTTP/2 connection preface: until this many bytes came, the protocol of a
+/// connection may still be unknown, which the HTTP/1.1 header timeout does not cover.
+const PREFACE_LEN: u64 = 24;
+
 /// Serves `app` over TLS on `listener` until `shutdown` resolves, then stops accepting and waits
-/// up to `drain` for in-flight requests.
+/// up to `drain` for in-flight requests. Uses the default [`Limits`].
 pub async fn serve_tls(
     listener: TcpListener,
     tls: Arc<rustls::ServerConfig>,
@@ -230,9 +259,31 @@ pub async fn serve_tls(
     shutdown: impl Future<Output = ()>,
     drain: Duration,
 ) {
+    serve_tls_limited(listener, tls, app, shutdown, drain, Limits::default(), None).await
+}
+
+/// [`serve_tls`] with explicit connection limits; `metrics` counts open and refused connections.
+pub async fn serve_tls_limited(
+    listener: TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    app: Router,
+    shutdown: impl Future<Output = ()>,
+    drain: Duration,
+    limits: Limits,
+    metrics: Option<WebhookMetrics>,
+) {
     let acceptor = TlsAcceptor::from(tls);
-    let graceful = GracefulShutdown::new();
-    let builder = auto::Builder::new(TokioExecutor::new());
+    let max = limits
+        .max_connections
+        .clamp(1, tokio::sync::Semaphore::MAX_PERMITS) as u32;
+    let slots = Arc::new(tokio::sync::Semaphore::new(max as usize));
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout);
+    builder.http2().timer(TokioTimer::new());
     tokio::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
@@ -247,17 +298,31 @@ pub async fn serve_tls(
                 }
             },
         };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            tracing::debug!(%peer, max, "connection limit reached: connection refused");
+            if let Some(m) = &metrics {
+                m.connections_refused.inc();
+            }
+            drop(stream);
+            continue;
+        };
         // Without TCP_NODELAY, an h2 response (HEADERS and DATA frames written separately) waits
         // for the client's delayed ACK: ~40 ms per request.
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!(%peer, error = %e, "cannot set TCP_NODELAY");
         }
+        let open = metrics
+            .as_ref()
+            .map(|m| OpenConnection::new(&m.open_connections));
         let acceptor = acceptor.clone();
         let builder = builder.clone();
         let service = TowerToHyperService::new(app.clone());
-        let watcher = graceful.watcher();
+        let stop = stop_rx.clone();
         tokio::spawn(async move {
-            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+            let _slot = slot;
+            let _open = open;
+            let handshake = limits.header_read_timeout.min(HANDSHAKE_TIMEOUT);
+            let tls = match tokio::time::timeout(handshake, acceptor.accept(stream)).await {
                 Ok(Ok(tls)) => tls,
                 Ok(Err(e)) => {
                     tracing::debug!(%peer, error = %e, "TLS handshake failed");
@@ -268,14 +333,46 @@ pub async fn serve_tls(
                     return;
                 }
             };
-            let conn = builder.serve_connection_with_upgrades(TokioIo::new(tls), service);
-            if let Err(e) = watcher.watch(conn.into_owned()).await {
-                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            let activity = Activity::new();
+            let io = TokioIo::new(Tracked {
+                inner: tls,
+                activity: activity.clone(),
+            });
+            let conn = builder.serve_connection_with_upgrades(io, service);
+            // Driven until it ends; closed gracefully on shutdown or when idle too long (before
+            // its protocol is known: silent for the header timeout). A client that ignores the
+            // graceful close is dropped `header_read_timeout` later.
+            tokio::pin!(conn);
+            let idle = idle_deadline(&activity, limits);
+            tokio::pin!(idle);
+            let mut stop = stop;
+            let reason = tokio::select! {
+                result = &mut conn => {
+                    if let Err(e) = result {
+                        tracing::debug!(%peer, error = %e, "connection ended with an error");
+                    }
+                    return;
+                }
+                _ = stop.wait_for(|s| *s) => "shutdown",
+                _ = &mut idle => "idle",
+            };
+            tracing::debug!(%peer, reason, "closing the connection");
+            conn.as_mut().graceful_shutdown();
+            if reason == "shutdown" {
+                // The server's drain period bounds this.
+                let _ = conn.await;
+            } else if tokio::time::timeout(limits.header_read_timeout, conn)
+                .await
+                .is_err()
+            {
+                tracing::debug!(%peer, "connection dropped: the client ignored the close");
             }
         });
     }
     drop(listener);
-    if tokio::time::timeout(drain, graceful.shutdown())
+    let _ = stop_tx.send(true);
+    // Every connection holds a slot until it ends: all slots back means all connections closed.
+    if tokio::time::timeout(drain, slots.acquire_many(max))
         .await
         .is_err()
     {
@@ -283,6 +380,150 @@ pub async fn serve_tls(
             ?drain,
             "webhook requests still running after the drain period"
         );
+    }
+}
+
+/// Resolves once the connection has moved no bytes for the idle timeout (the header timeout
+/// while fewer bytes than the HTTP/2 preface came).
+async fn idle_deadline(activity: &Activity, limits: Limits) {
+    loop {
+        let limit = if activity.read_bytes() < PREFACE_LEN {
+            limits.header_read_timeout
+        } else {
+            limits.idle_timeout
+        };
+        let deadline = activity.last() + limit;
+        let now = tokio::time::Instant::now();
+        if now >= deadline {
+            return;
+        }
+        // Look again at least every shorter limit: the limit in force changes once the
+        // preface length has been read.
+        let recheck = now + limits.header_read_timeout.min(limits.idle_timeout);
+        tokio::time::sleep_until(deadline.min(recheck)).await;
+    }
+}
+
+/// Counts a connection in `sites_webhook_open_connections` while it lives.
+struct OpenConnection(prometheus::IntGauge);
+
+impl OpenConnection {
+    fn new(gauge: &prometheus::IntGauge) -> OpenConnection {
+        gauge.inc();
+        OpenConnection(gauge.clone())
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+/// When a connection last moved bytes, and how many it read.
+#[derive(Clone)]
+struct Activity {
+    epoch: tokio::time::Instant,
+    /// Milliseconds since `epoch` of the last read or write.
+    last_ms: Arc<std::sync::atomic::AtomicU64>,
+    read: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Activity {
+    fn new() -> Activity {
+        Activity {
+            epoch: tokio::time::Instant::now(),
+            last_ms: Arc::default(),
+            read: Arc::default(),
+        }
+    }
+
+    fn touch(&self, read: usize) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let ms = self.epoch.elapsed().as_millis() as u64;
+        self.last_ms.fetch_max(ms, Relaxed);
+        if read > 0 {
+            self.read.fetch_add(read as u64, Relaxed);
+        }
+    }
+
+    fn last(&self) -> tokio::time::Instant {
+        let ms = self.last_ms.load(std::sync::atomic::Ordering::Relaxed);
+        self.epoch + Duration::from_millis(ms)
+    }
+
+    fn read_bytes(&self) -> u64 {
+        self.read.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// An IO stream that records its traffic in an [`Activity`].
+struct Tracked<T> {
+    inner: T,
+    activity: Activity,
+}
+
+impl<T: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Tracked<T> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        let read = buf.filled().len() - before;
+        if read > 0 {
+            self.activity.touch(read);
+        }
+        polled
+    }
+}
+
+impl<T: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Tracked<T> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let polled = std::pin::Pin::new(&mut self.inner).poll_write(cx, buf);
+        if let std::task::Poll::Ready(Ok(n)) = &polled
+            && *n > 0
+        {
+            self.activity.touch(0);
+        }
+        polled
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let polled = std::pin::Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        if let std::task::Poll::Ready(Ok(n)) = &polled
+            && *n > 0
+        {
+            self.activity.touch(0);
+        }
+        polled
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
 

@@ -35,7 +35,7 @@ pub mod volumes;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use gateway_api::apis::standard::httproutes::HttpRoute;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{
@@ -67,6 +67,10 @@ pub const CONTROLLER: &str = "site";
 pub struct ReconcileMetrics {
     pub total: IntCounterVec,
     pub errors: IntCounterVec,
+    /// Terminal errors: the Site or the cluster has to change (see [`reconcile::Next::Terminal`]).
+    pub terminal_errors: IntCounterVec,
+    /// Reconciles that panicked (caught; the key is retried with backoff).
+    pub panics: IntCounterVec,
     pub time: Histogram,
     pub active_workers: IntGauge,
     pub max_concurrent: IntGauge,
@@ -88,6 +92,20 @@ impl ReconcileMetrics {
                 c(Opts::new(
                     "controller_runtime_reconcile_errors_total",
                     "Total number of reconciliation errors per controller",
+                )),
+                &[],
+            )?,
+            terminal_errors: IntCounterVec::new(
+                c(Opts::new(
+                    "controller_runtime_terminal_reconcile_errors_total",
+                    "Total number of terminal reconciliation errors per controller",
+                )),
+                &[],
+            )?,
+            panics: IntCounterVec::new(
+                c(Opts::new(
+                    "controller_runtime_reconcile_panics_total",
+                    "Total number of reconciliation panics per controller",
                 )),
                 &[],
             )?,
@@ -114,6 +132,8 @@ impl ReconcileMetrics {
         };
         registry.register(Box::new(m.total.clone()))?;
         registry.register(Box::new(m.errors.clone()))?;
+        registry.register(Box::new(m.terminal_errors.clone()))?;
+        registry.register(Box::new(m.panics.clone()))?;
         registry.register(Box::new(m.time.clone()))?;
         registry.register(Box::new(m.active_workers.clone()))?;
         registry.register(Box::new(m.max_concurrent.clone()))?;
@@ -124,6 +144,8 @@ impl ReconcileMetrics {
             m.total.with_label_values(&[result]);
         }
         m.errors.with_label_values(&[] as &[&str]);
+        m.terminal_errors.with_label_values(&[] as &[&str]);
+        m.panics.with_label_values(&[] as &[&str]);
         for phase in ["Pending", "Running", "Disabled", "Failed"] {
             m.by_phase.with_label_values(&[phase]);
         }
@@ -635,12 +657,28 @@ async fn worker(
         }
         metrics.active_workers.inc();
         let started = Instant::now();
-        let next = reconcile::reconcile(&ctx, &key)
-            .instrument(tracing::info_span!("reconcile", site = %key))
-            .await;
+        // A panicking reconcile is caught, counted and retried with backoff; the worker lives on.
+        let next = guarded(
+            &key,
+            &metrics,
+            reconcile::reconcile(&ctx, &key)
+                .instrument(tracing::info_span!("reconcile", site = %key)),
+        )
+        .await;
         metrics.time.observe(started.elapsed().as_secs_f64());
         metrics.active_workers.dec();
         let result = match next {
+            Next::Terminal(after) => {
+                metrics
+                    .terminal_errors
+                    .with_label_values(&[] as &[&str])
+                    .inc();
+                queue.forget(&key);
+                if let Some(delay) = after {
+                    queue.add_after(key.clone(), delay);
+                }
+                "error"
+            }
             Next::Done => {
                 queue.forget(&key);
                 "success"
@@ -659,6 +697,34 @@ async fn worker(
         metrics.total.with_label_values(&[result]).inc();
         queue.done(&key);
     }
+}
+
+/// Runs one reconcile; a panic is caught, logged, counted in
+/// `controller_runtime_reconcile_panics_total` and turned into a retry with backoff, so the
+/// worker lives on.
+async fn guarded(
+    key: &str,
+    metrics: &ReconcileMetrics,
+    reconcile: impl std::future::Future<Output = Next>,
+) -> Next {
+    std::panic::AssertUnwindSafe(reconcile)
+        .catch_unwind()
+        .await
+        .unwrap_or_else(|panic| {
+            let message = panic_message(panic.as_ref());
+            tracing::error!(site = %key, panic = %message, "reconcile panicked; retrying with backoff");
+            metrics.panics.with_label_values(&[] as &[&str]).inc();
+            Next::Backoff
+        })
+}
+
+/// The text of a caught panic's payload.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(no message)".to_string())
 }
 
 /// Runs the retention policy every `every` while leading.
@@ -708,5 +774,38 @@ async fn observe(ctx: Arc<Context>, queue: Queue<String>, metrics: ReconcileMetr
         {
             metrics.by_phase.with_label_values(&[phase]).set(n);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_panicking_reconcile_is_caught_counted_and_retried_with_backoff() {
+        let registry = Registry::new();
+        let metrics = ReconcileMetrics::register(&registry).unwrap();
+        let text = crate::metrics::encode(&registry);
+        for series in [
+            "controller_runtime_reconcile_panics_total{controller=\"site\"} 0",
+            "controller_runtime_terminal_reconcile_errors_total{controller=\"site\"} 0",
+        ] {
+            assert!(
+                text.contains(series),
+                "{series} exists from the start:\n{text}"
+            );
+        }
+        let next = guarded("docs-handbook", &metrics, async {
+            panic!("a bug");
+        })
+        .await;
+        assert_eq!(next, Next::Backoff);
+        let next = guarded("docs-handbook", &metrics, async { Next::Done }).await;
+        assert_eq!(next, Next::Done);
+        assert_eq!(metrics.panics.with_label_values(&[] as &[&str]).get(), 1);
+        assert_eq!(
+            panic_message(&String::from("formatted") as &(dyn std::any::Any + Send)),
+            "formatted"
+        );
     }
 }

@@ -43,6 +43,10 @@ pub enum Next {
     Backoff,
     /// Retry after a fixed delay.
     After(Duration),
+    /// A terminal error (the Site or the cluster has to change): not retried with backoff;
+    /// retried after the delay when there is one (a forbidden request, RBAC is not watched).
+    /// Counted in `controller_runtime_terminal_reconcile_errors_total`.
+    Terminal(Option<Duration>),
 }
 
 impl From<Retry> for Next {
@@ -106,7 +110,14 @@ pub async fn reconcile(ctx: &Context, name: &str) -> Next {
         Err(e) => {
             tracing::warn!(site = name, error = %e, "reconcile incomplete");
             warn_once(ctx, &site, e).await;
-            e.retry().into()
+            if e.is_transient() {
+                e.retry().into()
+            } else {
+                match e.retry() {
+                    Retry::After(delay) => Next::Terminal(Some(delay)),
+                    _ => Next::Terminal(None),
+                }
+            }
         }
     };
     match write_status(ctx, &site, result.as_ref().err(), writes.workload_current).await {

@@ -143,13 +143,56 @@ async fn the_life_of_a_site() {
         path("manifests/examples/site.yaml"),
     ]);
     wait_available(&t);
+    // NAME PATH SPACE PHASE AVAILABLE PROGRESSING AGE; -o wide adds OWNER and REPLICAS.
+    let table = t.ok(&["get", "site", "docs-handbook", "-n", NS]);
+    let header: Vec<&str> = table
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        header,
+        [
+            "NAME",
+            "PATH",
+            "SPACE",
+            "PHASE",
+            "AVAILABLE",
+            "PROGRESSING",
+            "AGE"
+        ],
+        "{table}"
+    );
     let row = t.ok(&["get", "site", "docs-handbook", "-n", NS, "--no-headers"]);
     let cols: Vec<&str> = row.split_whitespace().collect();
     assert_eq!(
-        &cols[1..6],
-        ["docs", "handbook", "Running", "True", "False"],
+        &cols[..6],
+        [
+            "docs-handbook",
+            "/docs/handbook/",
+            "docs",
+            "Running",
+            "True",
+            "False"
+        ],
         "{row}"
     );
+    let wide = t.ok(&["get", "site", "docs-handbook", "-n", NS, "-o", "wide"]);
+    let header: Vec<&str> = wide
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(&header[7..], ["OWNER", "REPLICAS"], "{wide}");
+    let cols: Vec<&str> = wide
+        .lines()
+        .nth(1)
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(&cols[7..], ["jdoe", "1"], "{wide}");
     for kind in [
         "secret/docs-handbook",
         "secret/docs-handbook-oauth2",

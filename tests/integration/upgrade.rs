@@ -37,6 +37,16 @@ fn text(o: &Output) -> String {
     )
 }
 
+/// The summary lines (`COMMAND: N/M Sites done, ...`) the command printed on stderr, which is
+/// not a terminal here: no live progress, one summary line.
+fn summaries(o: &Output, command: &str) -> Vec<String> {
+    String::from_utf8_lossy(&o.stderr)
+        .lines()
+        .filter(|l| l.starts_with(&format!("{command}: ")) && l.contains("Sites done"))
+        .map(str::to_string)
+        .collect()
+}
+
 fn site(name: &str, enabled: bool, apps: serde_json::Value) -> Site {
     serde_json::from_value(json!({
         "apiVersion": "sites.ecmwf.int/v1", "kind": "Site",
@@ -197,6 +207,16 @@ async fn upgrade_rewrites_builtin_images_and_force_requests_a_restart() {
     );
     assert!(text(&out).contains("current: up to date"), "{}", text(&out));
     assert_eq!(
+        summaries(&out, "upgrade"),
+        ["upgrade: 4/4 Sites done, 3 to change, 0 failed"],
+        "{}",
+        text(&out)
+    );
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains('\r'),
+        "no live progress off a terminal"
+    );
+    assert_eq!(
         images(&api.get("pinned").await.unwrap()),
         [Some(old.to_string())]
     );
@@ -204,6 +224,10 @@ async fn upgrade_rewrites_builtin_images_and_force_requests_a_restart() {
     // One site.
     let out = run(&c, &["pinned"]);
     assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        summaries(&out, "upgrade").is_empty(),
+        "one Site: no summary"
+    );
     assert_eq!(
         images(&api.get("pinned").await.unwrap()),
         [Some(new.to_string())]
@@ -222,6 +246,12 @@ async fn upgrade_rewrites_builtin_images_and_force_requests_a_restart() {
     // All, forced: built-in images current, custom kept, archived stays archived, new requests.
     let out = run(&c, &["--all", "--force"]);
     assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(
+        summaries(&out, "upgrade"),
+        ["upgrade: 4/4 Sites done, 4 changed, 0 failed"],
+        "{}",
+        text(&out)
+    );
     let custom = api.get("custom").await.unwrap();
     assert_eq!(
         images(&custom),
@@ -302,6 +332,12 @@ async fn retention_archives_then_deletes_and_touches_nothing_else() {
             && printed.contains("long-archived: deleted (dry run)"),
         "{printed}"
     );
+    assert_eq!(
+        summaries(&out, "retention"),
+        ["retention: 5/5 Sites done, 2 to act on, 0 failed"],
+        "{}",
+        text(&out)
+    );
     assert!(
         api.get("expired").await.unwrap().spec.configuration.enabled,
         "dry run wrote"
@@ -310,6 +346,12 @@ async fn retention_archives_then_deletes_and_touches_nothing_else() {
 
     let out = retention(&c, &["--today", "2027-07-01"]);
     assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(
+        summaries(&out, "retention"),
+        ["retention: 5/5 Sites done, 2 acted on, 0 failed"],
+        "{}",
+        text(&out)
+    );
     let expired = api.get("expired").await.unwrap();
     assert!(!expired.spec.configuration.enabled);
     assert_eq!(

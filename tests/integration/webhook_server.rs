@@ -44,6 +44,10 @@ fn names() -> Vec<String> {
 }
 
 async fn start(client_ca: Option<&Bundle>) -> Server {
+    start_limited(client_ca, server::Limits::default()).await
+}
+
+async fn start_limited(client_ca: Option<&Bundle>, limits: server::Limits) -> Server {
     let dir = std::env::temp_dir().join(format!("webhook-it-{}", uuid::Uuid::new_v4()));
     let bundle = certs::generate(&names(), 30).unwrap();
     bundle.write(&dir).unwrap();
@@ -59,15 +63,16 @@ async fn start(client_ca: Option<&Bundle>) -> Server {
     )
     .unwrap();
     let registry = Registry::new();
+    let webhook_metrics = WebhookMetrics::register(&registry).unwrap();
     let state = WebhookState {
         config: Arc::new(config).into(),
-        metrics: WebhookMetrics::register(&registry).unwrap(),
+        metrics: webhook_metrics.clone(),
         platform: Default::default(),
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(server::serve_tls(
+    let task = tokio::spawn(server::serve_tls_limited(
         listener,
         tls_config,
         server::router(state),
@@ -75,6 +80,8 @@ async fn start(client_ca: Option<&Bundle>) -> Server {
             let _ = stopped.await;
         },
         Duration::from_secs(5),
+        limits,
+        Some(webhook_metrics),
     ));
     Server {
         addr,
@@ -1063,4 +1070,233 @@ async fn rotation_under_concurrent_requests_fails_no_request() {
     }
     watcher.abort();
     assert!(total >= 8, "{total} requests");
+}
+
+/// Reads from `conn` until the server closes it (EOF or a reset); how long that took, or None
+/// when it stayed open for `within`.
+async fn closed_within<S: tokio::io::AsyncRead + Unpin>(
+    conn: &mut S,
+    within: Duration,
+) -> Option<Duration> {
+    use tokio::io::AsyncReadExt as _;
+    let started = tokio::time::Instant::now();
+    let mut buf = [0u8; 1024];
+    let deadline = started + within;
+    loop {
+        match tokio::time::timeout_at(deadline, conn.read(&mut buf)).await {
+            Err(_) => return None,
+            Ok(Ok(0)) | Ok(Err(_)) => return Some(started.elapsed()),
+            // A 408 or similar before the close is fine.
+            Ok(Ok(_)) => continue,
+        }
+    }
+}
+
+fn metric_line(registry: &Registry, name: &str) -> Option<f64> {
+    metrics::encode(registry)
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} "))?.parse().ok())
+}
+
+fn short_limits() -> server::Limits {
+    server::Limits {
+        header_read_timeout: Duration::from_millis(500),
+        idle_timeout: Duration::from_secs(60),
+        max_connections: 100,
+    }
+}
+
+#[tokio::test]
+async fn a_client_that_sends_half_a_header_is_dropped_within_the_header_timeout() {
+    use tokio::io::AsyncWriteExt as _;
+    let s = start_limited(None, short_limits()).await;
+    let client = Client::new(&s.bundle.ca_pem);
+    // Half an HTTP/1.1 request header, then nothing.
+    let mut half = client.connect(s.addr).await.unwrap();
+    half.write_all(b"POST /validate-sites HTTP/1.1\r\nHost: loc")
+        .await
+        .unwrap();
+    half.flush().await.unwrap();
+    // Nothing at all after the handshake.
+    let mut silent = client.connect(s.addr).await.unwrap();
+    // A prefix of the HTTP/2 preface (the protocol is not known yet).
+    let mut preface = client.connect(s.addr).await.unwrap();
+    preface.write_all(b"PRI * HTTP/2.0\r\n").await.unwrap();
+    preface.flush().await.unwrap();
+    for (what, conn) in [
+        ("half a header", &mut half),
+        ("silent", &mut silent),
+        ("half a preface", &mut preface),
+    ] {
+        let took = closed_within(conn, Duration::from_secs(10))
+            .await
+            .unwrap_or_else(|| panic!("{what}: still open after 10 s"));
+        assert!(
+            took < Duration::from_secs(5),
+            "{what}: closed after {took:?}"
+        );
+    }
+    // A client that completes its request in time is served.
+    let (status, _) = send(
+        client.connect(s.addr).await.unwrap(),
+        "POST",
+        "/validate-sites",
+        review(site(8080)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, 200);
+    eventually(
+        "the closed connections to be uncounted",
+        Duration::from_secs(10),
+        || async {
+            (metric_line(&s.registry, "sites_webhook_open_connections") == Some(0.0)).then_some(())
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn the_connection_past_the_limit_is_refused_and_counted() {
+    let limits = server::Limits {
+        header_read_timeout: Duration::from_secs(30),
+        idle_timeout: Duration::from_secs(60),
+        max_connections: 3,
+    };
+    let s = start_limited(None, limits).await;
+    let client = Client::new(&s.bundle.ca_pem);
+    let mut open = Vec::new();
+    for _ in 0..3 {
+        open.push(client.connect(s.addr).await.unwrap());
+    }
+    assert_eq!(
+        metric_line(&s.registry, "sites_webhook_connections_refused_total"),
+        Some(0.0)
+    );
+    // The fourth: accepted by the kernel, closed by the server before the TLS handshake.
+    assert!(
+        client.connect(s.addr).await.is_err(),
+        "the 4th connection is refused"
+    );
+    assert_eq!(
+        metric_line(&s.registry, "sites_webhook_connections_refused_total"),
+        Some(1.0)
+    );
+    assert_eq!(
+        metric_line(&s.registry, "sites_webhook_open_connections"),
+        Some(3.0)
+    );
+    // One closes: there is room again.
+    drop(open.pop());
+    eventually("a slot to free up", Duration::from_secs(10), || async {
+        (metric_line(&s.registry, "sites_webhook_open_connections") == Some(2.0)).then_some(())
+    })
+    .await;
+    let (status, _) = send(
+        client.connect(s.addr).await.unwrap(),
+        "POST",
+        "/validate-sites",
+        review(site(8080)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(
+        metric_line(&s.registry, "sites_webhook_connections_refused_total"),
+        Some(1.0)
+    );
+}
+
+#[tokio::test]
+async fn an_idle_keep_alive_connection_is_closed_after_the_idle_timeout() {
+    let limits = server::Limits {
+        // Longer than the idle timeout: the idle timeout is what closes.
+        header_read_timeout: Duration::from_secs(30),
+        idle_timeout: Duration::from_millis(500),
+        max_connections: 100,
+    };
+    let s = start_limited(None, limits).await;
+    // HTTP/1.1, raw: one keep-alive request, its response, then silence until the server closes.
+    {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let mut tls = Client::new(&s.bundle.ca_pem).connect(s.addr).await.unwrap();
+        let body = review(site(8080));
+        let head = format!(
+            "POST /validate-sites HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        tls.write_all(head.as_bytes()).await.unwrap();
+        tls.write_all(&body).await.unwrap();
+        tls.flush().await.unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !String::from_utf8_lossy(&got).contains("\"uid\"") {
+            let n = tokio::time::timeout(Duration::from_secs(10), tls.read(&mut buf))
+                .await
+                .expect("a response")
+                .unwrap();
+            assert!(n > 0, "closed before the response");
+            got.extend_from_slice(&buf[..n]);
+        }
+        assert!(
+            got.starts_with(b"HTTP/1.1 200"),
+            "{}",
+            String::from_utf8_lossy(&got)
+        );
+        let took = closed_within(&mut tls, Duration::from_secs(10))
+            .await
+            .expect("the idle HTTP/1.1 connection is closed");
+        assert!(took >= Duration::from_millis(300), "closed after {took:?}");
+    }
+    for alpn in [HTTP1, &[b"h2".as_slice()][..]] {
+        let client = Client {
+            alpn,
+            ..Client::new(&s.bundle.ca_pem)
+        };
+        let tls = client.connect(s.addr).await.unwrap();
+        let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+        let io = TokioIo::new(tls);
+        let req = || {
+            http::Request::builder()
+                .method("POST")
+                .uri("https://localhost/validate-sites")
+                .header("content-type", "application/json")
+                .body(Full::new(Bytes::from(review(site(8080)))))
+                .unwrap()
+        };
+        // One request on a keep-alive connection, then nothing: the server closes it, which
+        // ends the client's connection task.
+        let started = tokio::time::Instant::now();
+        // The request sender stays alive: a client drops an unused connection by itself.
+        let (conn, _sender): (tokio::task::JoinHandle<()>, Box<dyn std::any::Any + Send>) = if h2 {
+            let (mut sender, conn) =
+                hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
+                    .await
+                    .unwrap();
+            let task = tokio::spawn(async move {
+                let _ = conn.await;
+            });
+            let resp = sender.send_request(req()).await.unwrap();
+            assert_eq!(resp.status(), 200);
+            (task, Box::new(sender))
+        } else {
+            let (mut sender, conn) = hyper::client::conn::http1::handshake(io).await.unwrap();
+            let task = tokio::spawn(async move {
+                let _ = conn.await;
+            });
+            let resp = sender.send_request(req()).await.unwrap();
+            assert_eq!(resp.status(), 200);
+            let _ = resp.into_body().collect().await.unwrap();
+            (task, Box::new(sender))
+        };
+        tokio::time::timeout(Duration::from_secs(10), conn)
+            .await
+            .unwrap_or_else(|_| panic!("h2={h2}: the idle connection is still open after 10 s"))
+            .unwrap();
+        assert!(
+            started.elapsed() >= Duration::from_millis(400),
+            "h2={h2}: closed after {:?}, before the idle timeout",
+            started.elapsed()
+        );
+    }
 }

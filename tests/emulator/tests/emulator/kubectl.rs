@@ -55,8 +55,8 @@ async fn session(c: &Cluster) -> Vec<String> {
         header,
         [
             "NAME",
+            "PATH",
             "SPACE",
-            "NAME",
             "PHASE",
             "AVAILABLE",
             "PROGRESSING",
@@ -65,8 +65,9 @@ async fn session(c: &Cluster) -> Vec<String> {
         "{table}"
     );
     assert_eq!(cell(&table, 1, 0), "docs-handbook", "{table}");
-    assert_eq!(cell(&table, 1, 1), "docs", "{table}");
-    assert_eq!(cell(&table, 1, 2), "handbook", "{table}");
+    // PATH is the status' (written by the operator): empty here.
+    assert_eq!(cell(&table, 1, 1), "", "{table}");
+    assert_eq!(cell(&table, 1, 2), "docs", "{table}");
     transcript.push(header.join(" "));
     // short name from discovery
     let by_short = c.kubectl_ok(&["get", "site", "docs-handbook", "-o", "name"]);
