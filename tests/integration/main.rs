@@ -2,6 +2,7 @@
 //! emulator. One test binary with modules: faster to link than one binary per file. The
 //! emulator's own tests live in its crate (`tests/emulator/tests/emulator/`).
 
+mod availability;
 mod chaos;
 mod cli;
 mod e2e;
