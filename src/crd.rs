@@ -332,26 +332,54 @@ fn reflow_descriptions(schema: &mut JSONSchemaProps) {
     }
 }
 
-/// The Gateway API HTTPRoute CRD (standard channel) as this release's gateway-api types define
-/// it, with the printer columns of the upstream CRD (HOSTNAMES, AGE), for development clusters
-/// without the Gateway API (`sites-operator crd --with-gateway-api`).
-pub fn http_route_crd() -> CustomResourceDefinition {
+/// The Gateway API HTTPRoute and Gateway CRDs (standard channel) as this release's gateway-api
+/// types define them, with the printer columns of the upstream CRDs (HTTPRoute: HOSTNAMES, AGE;
+/// Gateway: CLASS, ADDRESS, PROGRAMMED, AGE), for development clusters without the Gateway API
+/// (`sites-operator crd --with-gateway-api`).
+pub fn gateway_api_crds() -> [CustomResourceDefinition; 2] {
+    use gateway_api::apis::standard::{gateways::Gateway, httproutes::HttpRoute};
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceColumnDefinition;
-    let mut crd =
-        <gateway_api::apis::standard::httproutes::HttpRoute as kube::CustomResourceExt>::crd();
     let column = |name: &str, type_: &str, path: &str| CustomResourceColumnDefinition {
         name: name.into(),
         type_: type_.into(),
         json_path: path.into(),
         ..Default::default()
     };
-    for version in &mut crd.spec.versions {
-        version.additional_printer_columns = Some(vec![
-            column("Hostnames", "string", ".spec.hostnames"),
-            column("Age", "date", ".metadata.creationTimestamp"),
-        ]);
-    }
-    crd
+    let with_columns = |mut crd: CustomResourceDefinition,
+                        columns: Vec<CustomResourceColumnDefinition>| {
+        for version in &mut crd.spec.versions {
+            version.additional_printer_columns = Some(columns.clone());
+        }
+        crd
+    };
+    [
+        with_columns(
+            <HttpRoute as kube::CustomResourceExt>::crd(),
+            vec![
+                column("Hostnames", "string", ".spec.hostnames"),
+                column("Age", "date", ".metadata.creationTimestamp"),
+            ],
+        ),
+        with_columns(
+            <Gateway as kube::CustomResourceExt>::crd(),
+            vec![
+                column("Class", "string", ".spec.gatewayClassName"),
+                column("Address", "string", ".status.addresses[*].value"),
+                column(
+                    "Programmed",
+                    "string",
+                    ".status.conditions[?(@.type==\"Programmed\")].status",
+                ),
+                column("Age", "date", ".metadata.creationTimestamp"),
+            ],
+        ),
+    ]
+}
+
+/// The HTTPRoute CRD of [`gateway_api_crds`].
+pub fn http_route_crd() -> CustomResourceDefinition {
+    let [http_route, _] = gateway_api_crds();
+    http_route
 }
 
 /// The Site CustomResourceDefinition as YAML, exactly as committed in `manifests/base/crd.yaml`.

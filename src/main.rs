@@ -47,8 +47,9 @@ enum Command {
     /// The output is what `manifests/base/crd.yaml` holds: `sites-operator crd | kubectl apply -f -`
     /// installs or updates the CRD.
     Crd {
-        /// Also print the Gateway API HTTPRoute CRD (standard channel, as this release's
-        /// gateway-api types define it), for development clusters without the Gateway API.
+        /// Also print the Gateway API HTTPRoute and Gateway CRDs (standard channel, as this
+        /// release's gateway-api types define them, with the upstream printer columns), for
+        /// development clusters without the Gateway API.
         /// Production clusters install the upstream Gateway API CRDs.
         #[arg(long)]
         with_gateway_api: bool,
@@ -606,12 +607,13 @@ fn main() -> ExitCode {
         Command::Crd { with_gateway_api } => {
             print!("{}", sites_operator::crd::crd_yaml());
             if with_gateway_api {
-                let crd = sites_operator::crd::http_route_crd();
-                match serde_yaml_ng::to_string(&crd) {
-                    Ok(yaml) => print!("---\n{yaml}"),
-                    Err(e) => {
-                        eprintln!("error: cannot print the HTTPRoute CRD: {e}");
-                        return ExitCode::FAILURE;
+                for crd in sites_operator::crd::gateway_api_crds() {
+                    match serde_yaml_ng::to_string(&crd) {
+                        Ok(yaml) => print!("---\n{yaml}"),
+                        Err(e) => {
+                            eprintln!("error: cannot print the Gateway API CRDs: {e}");
+                            return ExitCode::FAILURE;
+                        }
                     }
                 }
             }

@@ -252,10 +252,10 @@ fn global_flags_are_validated() {
     );
 }
 
-/// `crd --with-gateway-api` installs HTTPRoutes that kubectl prints with the upstream CRD's
-/// columns (HOSTNAMES, AGE).
+/// `crd --with-gateway-api` installs HTTPRoutes and Gateways that kubectl prints with the
+/// upstream CRDs' columns.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_printed_http_route_crd_has_the_upstream_columns() {
+async fn the_printed_gateway_api_crds_have_the_upstream_columns() {
     let c = crate::support::Cluster::start(false).await;
     let out = run(&["crd", "--with-gateway-api"]);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -274,4 +274,22 @@ async fn the_printed_http_route_crd_has_the_upstream_columns() {
     let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
     assert_eq!(header, ["NAME", "HOSTNAMES", "AGE"], "{table}");
     assert!(table.contains("sites.example.org"), "{table}");
+    c.kubectl_ok(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/gateways.gateway.networking.k8s.io",
+        "--timeout=30s",
+    ]);
+    c.kubectl_ok_stdin(
+        &["apply", "-n", "default", "-f", "-"],
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata:\n  name: sites-gateway\nspec:\n  gatewayClassName: example\n  listeners: [{name: http, port: 80, protocol: HTTP}]\n",
+    );
+    let table = c.kubectl_ok(&["get", "gateways", "-n", "default"]);
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        ["NAME", "CLASS", "ADDRESS", "PROGRAMMED", "AGE"],
+        "{table}"
+    );
+    assert!(table.contains("example"), "{table}");
 }
