@@ -47,15 +47,6 @@ async fn write_config(c: &Cluster, text: &str) {
         .expect("sites-config patched");
 }
 
-/// The operator's writes since `before`, by resource (Leases excluded).
-fn writes_since(op: &Operator, before: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
-    op.writes_by_resource()
-        .into_iter()
-        .map(|(r, n)| (r.clone(), n - before.get(&r).copied().unwrap_or(0)))
-        .filter(|(_, n)| *n > 0)
-        .collect()
-}
-
 /// The Events recorded about the ConfigMap with `reason`.
 async fn config_events(c: &Cluster, reason: &str) -> Vec<Event> {
     api::<Event>(c)
@@ -168,7 +159,7 @@ async fn a_valid_change_is_in_force_without_a_restart_and_writes_only_what_it_ch
     .await;
     op.settled_after(reconciles + 1.0).await;
     assert_eq!(
-        writes_since(&op, &before),
+        op.writes_since(&before),
         BTreeMap::from([
             ("events.events.k8s.io".to_string(), 1),
             ("ingresses.networking.k8s.io".to_string(), 2),
@@ -187,7 +178,7 @@ async fn a_valid_change_is_in_force_without_a_restart_and_writes_only_what_it_ch
     .await;
     op.settled_after(reconciles + 1.0).await;
     assert_eq!(
-        writes_since(&op, &before),
+        op.writes_since(&before),
         BTreeMap::from([
             ("configmaps".to_string(), 2),
             ("events.events.k8s.io".to_string(), 1),

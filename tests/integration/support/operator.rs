@@ -107,6 +107,19 @@ impl Operator {
         by
     }
 
+    /// The writes this operator made since `before` (a [`Operator::writes_by_resource`]), by
+    /// resource, only those with writes.
+    pub fn writes_since(
+        &self,
+        before: &std::collections::BTreeMap<String, u64>,
+    ) -> std::collections::BTreeMap<String, u64> {
+        self.writes_by_resource()
+            .into_iter()
+            .map(|(r, n)| (r.clone(), n - before.get(&r).copied().unwrap_or(0)))
+            .filter(|(_, n)| *n > 0)
+            .collect()
+    }
+
     /// Writes (anything but get/list/watch) this operator made, Leases excluded.
     pub fn writes(&self) -> f64 {
         metrics::encode(&self.registry)
