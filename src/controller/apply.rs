@@ -198,7 +198,12 @@ impl Fingerprints {
     where
         K::DynamicType: Default,
     {
-        let Some(observed) = obj.annotations().get(slim::OBSERVED_FINGERPRINT) else {
+        // Only the operator's own objects can drift; others get no record.
+        let Some(observed) = obj
+            .annotations()
+            .get(slim::OBSERVED_FINGERPRINT)
+            .filter(|_| slim::managed(obj))
+        else {
             return;
         };
         let key = Self::key::<K>(&obj.name_any());
@@ -445,6 +450,21 @@ pub async fn delete_not_ready_pods(ctx: &Context, id: &str) {
     }
 }
 
+/// An Event note as the API server accepts it: at most 1 KiB, cut on a character boundary
+/// (a Site with many violations, a configuration with many problems).
+pub fn event_note(mut text: String) -> String {
+    const MAX: usize = 1024;
+    if text.len() > MAX {
+        let mut end = MAX - 3;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push_str("...");
+    }
+    text
+}
+
 /// Records an Event about the Site (failures are logged: an Event is never worth a retry).
 pub async fn publish(ctx: &Context, site: &Site, type_: EventType, reason: &str, note: String) {
     let Some(recorder) = &ctx.recorder else {
@@ -453,7 +473,7 @@ pub async fn publish(ctx: &Context, site: &Site, type_: EventType, reason: &str,
     let event = Event {
         type_,
         reason: reason.into(),
-        note: Some(note),
+        note: Some(event_note(note)),
         action: "Reconcile".into(),
         secondary: None,
     };
@@ -470,7 +490,7 @@ mod tests {
 
     fn cm(data: &str, owner_uid: &str) -> ConfigMap {
         serde_json::from_value(json!({
-            "metadata": {"name": "a", "labels": {"sites.ecmwf.int/id": "a"},
+            "metadata": {"name": "a", "labels": {"sites.ecmwf.int/id": "a", "app.kubernetes.io/managed-by": "sites-operator"},
                          "ownerReferences": [{"apiVersion": "sites.ecmwf.int/v1", "kind": "Site", "name": "a", "uid": owner_uid, "controller": true}]},
             "data": {"k": data}
         }))
@@ -529,6 +549,14 @@ mod tests {
         let mut newer = cm("2", "u");
         stamp(&mut newer);
         assert!(!up_to_date(&stored, &newer));
+    }
+
+    #[test]
+    fn event_notes_fit_the_limit_on_a_character_boundary() {
+        assert_eq!(event_note("short".into()), "short");
+        let n = event_note("é".repeat(600));
+        assert!(n.len() <= 1024, "{}", n.len());
+        assert!(n.ends_with("..."));
     }
 
     #[test]

@@ -14,6 +14,7 @@ use prometheus::{IntGauge, Registry};
 use tokio::sync::watch;
 
 use crate::config::live::{Follower, Verdict};
+use crate::controller::apply;
 use crate::reasons;
 use crate::validation::join;
 
@@ -95,7 +96,7 @@ async fn report(follow: &Follow, verdict: &Verdict, object: Option<&ConfigMap>) 
             Event {
                 type_: EventType::Warning,
                 reason: reasons::INVALID_CONFIGURATION.into(),
-                note: Some(note(&format!(
+                note: Some(apply::event_note(format!(
                     "refused, the last valid configuration stays in force: {}",
                     join(problems)
                 ))),
@@ -121,32 +122,5 @@ async fn report(follow: &Follow, verdict: &Verdict, object: Option<&ConfigMap>) 
         });
     if let Err(e) = recorder.publish(&event, &reference).await {
         tracing::warn!(error = %e, reason = %event.reason, "cannot record an event");
-    }
-}
-
-/// An Event note: the API server accepts at most 1 KiB.
-fn note(text: &str) -> String {
-    const MAX: usize = 1024;
-    if text.len() <= MAX {
-        return text.to_string();
-    }
-    let mut end = MAX - 3;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}...", &text[..end])
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn notes_fit_the_event_limit_on_a_character_boundary() {
-        assert_eq!(note("short"), "short");
-        let long = "é".repeat(600);
-        let n = note(&long);
-        assert!(n.len() <= 1024, "{}", n.len());
-        assert!(n.ends_with("..."));
     }
 }
