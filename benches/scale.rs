@@ -71,6 +71,9 @@ impl Operator {
                 "127.0.0.1:0",
                 "--metrics-addr",
                 "127.0.0.1:0",
+                "--metrics-insecure",
+                "--health-addr",
+                "127.0.0.1:0",
             ])
             .arg("--listen-report")
             .arg(&report)
@@ -85,14 +88,14 @@ impl Operator {
         Operator { child, report }
     }
 
-    /// The metrics and health address, once the operator listens.
-    fn metrics_addr(&self) -> Option<std::net::SocketAddr> {
+    /// The addresses, once the operator listens.
+    fn listening(&self) -> Option<sites_operator::app::Listening> {
         let text = std::fs::read_to_string(&self.report).ok()?;
-        Some(sites_operator::app::Listening::parse(&text)?.metrics)
+        sites_operator::app::Listening::parse(&text)
     }
 
     fn metric(&self, prefix: &str) -> f64 {
-        let Some(addr) = self.metrics_addr() else {
+        let Some(addr) = self.listening().map(|l| l.metrics) else {
             return 0.0;
         };
         let out = Command::new("curl")
@@ -134,7 +137,7 @@ impl Operator {
     }
 
     fn ready(&self) -> bool {
-        let Some(addr) = self.metrics_addr() else {
+        let Some(addr) = self.listening().map(|l| l.health) else {
             return false;
         };
         Command::new("curl")

@@ -5,8 +5,9 @@
 #   make run                     # ingress mode
 #   MODE=gateway make run        # gateway mode (HTTPRoutes)
 #
-# Environment: MODE (ingress|gateway), PLAYGROUND_DIR (.playground), WEBHOOK_PORT and METRICS_PORT
-# (default 0: free ports picked by the operator, which reports them), PROFILE (debug|release,
+# Environment: MODE (ingress|gateway), PLAYGROUND_DIR (.playground), WEBHOOK_PORT, METRICS_PORT and
+# HEALTH_PORT (default 0: free ports picked by the operator, which reports them; metrics are plain
+# HTTP and open here, --metrics-insecure), PROFILE (debug|release,
 # default debug), PLAYGROUND_BIN (a directory with prebuilt sites-operator and sites-emulator
 # binaries: skips the build).
 set -euo pipefail
@@ -15,6 +16,7 @@ MODE=${MODE:-ingress}
 DIR=${PLAYGROUND_DIR:-.playground}
 WEBHOOK_PORT=${WEBHOOK_PORT:-0}
 METRICS_PORT=${METRICS_PORT:-0}
+HEALTH_PORT=${HEALTH_PORT:-0}
 PROFILE=${PROFILE:-debug}
 NS=sites
 
@@ -84,6 +86,7 @@ k apply -f manifests/base/webhooks.yaml >/dev/null
 LISTENING=$DIR/operator.listening
 "$BIN/sites-operator" run --self-signed --namespace "$NS" \
   --webhook-addr "127.0.0.1:$WEBHOOK_PORT" --metrics-addr "127.0.0.1:$METRICS_PORT" \
+  --metrics-insecure --health-addr "127.0.0.1:$HEALTH_PORT" \
   --listen-report "$LISTENING" --cert-dir "$DIR/certs" >"$DIR/operator.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 1 300); do
@@ -91,16 +94,17 @@ for _ in $(seq 1 300); do
   kill -0 "${pids[-1]}" 2>/dev/null || break
   sleep 0.1
 done
-read -r webhook_field metrics_field <"$LISTENING" 2>/dev/null || { echo "error: the operator did not start listening (see $DIR/operator.log)" >&2; exit 1; }
+read -r webhook_field metrics_field health_field <"$LISTENING" 2>/dev/null || { echo "error: the operator did not start listening (see $DIR/operator.log)" >&2; exit 1; }
 WEBHOOK_ADDR=${webhook_field#webhook=}
 METRICS_ADDR=${metrics_field#metrics=}
+HEALTH_ADDR=${health_field#health=}
 # The webhook configurations name the Service; the emulator sends its calls to the operator.
 printf '%s' "$WEBHOOK_ADDR" | k create --raw "/__emulator/services/$NS/sites-operator-webhook/443" -f - >/dev/null
 for _ in $(seq 1 300); do
-  curl -fs "http://$METRICS_ADDR/readyz" >/dev/null 2>&1 && break
+  curl -fs "http://$HEALTH_ADDR/readyz" >/dev/null 2>&1 && break
   sleep 0.1
 done
-curl -fs "http://$METRICS_ADDR/readyz" >/dev/null || { echo "error: the operator did not become ready (see $DIR/operator.log)" >&2; exit 1; }
+curl -fs "http://$HEALTH_ADDR/readyz" >/dev/null || { echo "error: the operator did not become ready (see $DIR/operator.log)" >&2; exit 1; }
 
 for f in site.yaml site-custom-app.yaml site-archived.yaml; do
   k apply -n "$NS" -f "manifests/examples/$f" >/dev/null
@@ -122,6 +126,7 @@ sites-operator playground ($MODE mode) is running.
   kubectl describe site docs-handbook -n $NS
   kubectl edit configmap sites-config -n $NS      # a valid change is in force at once
   curl -s http://$METRICS_ADDR/metrics | grep -E '^(workqueue|controller_runtime|sites_)'
+  curl -s http://$HEALTH_ADDR/readyz
 
 Logs: $DIR/operator.log, $DIR/emulator.log. Ctrl-C stops everything.
 EOT

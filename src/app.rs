@@ -1,6 +1,7 @@
-//! `sites-operator run`: the process. It serves the admission webhooks (HTTPS) and the metrics
-//! and health endpoints (plain HTTP, separate port), and runs the reconcile workers behind
-//! leader election.
+//! `sites-operator run`: the process. It serves the admission webhooks (HTTPS), `/metrics`
+//! (HTTPS for callers the API server authenticates and authorizes, or plain HTTP with
+//! `--metrics-insecure`) and the health endpoints (plain HTTP, a port of their own, open), and
+//! runs the reconcile workers behind leader election.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -28,7 +29,7 @@ use crate::controller::accounting::{self, CountLayer};
 use crate::controller::context::Tunables;
 use crate::controller::leader::{Elector, Timing};
 use crate::controller::{self, Controller};
-use crate::metrics::{self, WebhookMetrics};
+use crate::metrics::{self, WebhookMetrics, access};
 use crate::tls::{self, CertStore};
 use crate::validation::FieldError;
 
@@ -72,8 +73,13 @@ pub struct RunOptions {
     pub namespace: String,
     /// Webhook server address; port 0 picks a free port (see `listen_report`).
     pub webhook_addr: SocketAddr,
-    /// Metrics and health server address; port 0 picks a free port.
+    /// Metrics server address; port 0 picks a free port.
     pub metrics_addr: SocketAddr,
+    /// Serve `/metrics` over plain HTTP to anyone (local runs); otherwise HTTPS with the serving
+    /// certificate, for callers a TokenReview and a SubjectAccessReview admit ([`access`]).
+    pub metrics_insecure: bool,
+    /// Health server address (`/healthz`, `/readyz`, plain HTTP, open); port 0 picks a free port.
+    pub health_addr: SocketAddr,
     /// File the bound addresses are written to once both servers listen (`--listen-report`).
     pub listen_report: Option<PathBuf>,
     pub certs: CertSource,
@@ -206,52 +212,65 @@ async fn self_signed_files(
     namespace: &str,
 ) -> Result<(PathBuf, PathBuf), StartError> {
     let failed = |e: &dyn std::fmt::Display| StartError::SelfSigned(e.to_string());
-    let bundle = with_retry("storing the webhook certificate", || {
+    let ensured = with_retry("storing the webhook certificate", || {
         selfsigned::ensure_certificate(client, namespace, secret, dns_names)
     })
     .await
     .map_err(|e| failed(&e))?;
     with_retry("patching the webhook CA bundle", || {
-        selfsigned::patch_ca_bundles(client, &bundle.ca_pem, mutating, validating)
+        selfsigned::patch_ca_bundles(client, &ensured.trust_pem, mutating, validating)
     })
     .await
     .map_err(|e| failed(&e))?;
-    bundle.write(cert_dir).map_err(|e| failed(&e))?;
+    ensured.bundle.write(cert_dir).map_err(|e| failed(&e))?;
     Ok((cert_dir.join(CERT_FILE), cert_dir.join(KEY_FILE)))
 }
 
-#[derive(Clone)]
-struct Health {
-    registry: Registry,
-    ready: Arc<AtomicBool>,
+/// `/metrics`: the registry's text exposition; behind [`access::require`] when `gate` is given.
+fn metrics_router(registry: Registry, gate: Option<Arc<access::Gate>>) -> Router {
+    let router = Router::new().route(
+        "/metrics",
+        get(|State(registry): State<Registry>| async move {
+            (
+                [(
+                    axum::http::header::CONTENT_TYPE,
+                    "text/plain; version=0.0.4; charset=utf-8",
+                )],
+                metrics::encode(&registry),
+            )
+        }),
+    );
+    let router = match gate {
+        Some(gate) => router.layer(axum::middleware::from_fn_with_state(gate, access::require)),
+        None => router,
+    };
+    router.with_state(registry)
 }
 
-fn health_router(health: Health) -> Router {
+/// `/healthz` (the process serves) and `/readyz` (TLS loaded, caches synced), open to anyone.
+fn health_router(ready: Arc<AtomicBool>) -> Router {
     Router::new()
-        .route(
-            "/metrics",
-            get(|State(h): State<Health>| async move {
-                (
-                    [(
-                        axum::http::header::CONTENT_TYPE,
-                        "text/plain; version=0.0.4; charset=utf-8",
-                    )],
-                    metrics::encode(&h.registry),
-                )
-            }),
-        )
         .route("/healthz", get(|| async { "ok\n" }))
         .route(
             "/readyz",
-            get(|State(h): State<Health>| async move {
-                if h.ready.load(Ordering::Acquire) {
+            get(|State(ready): State<Arc<AtomicBool>>| async move {
+                if ready.load(Ordering::Acquire) {
                     (StatusCode::OK, "ok\n").into_response()
                 } else {
                     (StatusCode::SERVICE_UNAVAILABLE, "not ready\n").into_response()
                 }
             }),
         )
-        .with_state(health)
+        .with_state(ready)
+}
+
+/// How `/metrics` is served, for the start-up log line.
+fn metrics_access(insecure: bool) -> &'static str {
+    if insecure {
+        "plain HTTP, open to anyone"
+    } else {
+        "HTTPS, for callers a TokenReview and a SubjectAccessReview admit"
+    }
 }
 
 /// Binds `addr` and returns the listener with the address it got (the real port when `addr`
@@ -267,7 +286,7 @@ async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), StartError>
 }
 
 /// The addresses the servers listen on, as `--listen-report` writes them: one line,
-/// `webhook=ADDR metrics=ADDR`.
+/// `webhook=ADDR metrics=ADDR health=ADDR`.
 ///
 /// With port 0 the kernel picks the ports while the socket is bound, so whoever started the
 /// process learns them only from the process; a port chosen by the caller beforehand could be
@@ -276,23 +295,27 @@ async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), StartError>
 pub struct Listening {
     pub webhook: SocketAddr,
     pub metrics: SocketAddr,
+    pub health: SocketAddr,
 }
 
 impl Listening {
-    /// Reads a report line; None unless it has both addresses.
+    /// Reads a report line; None unless it has the three addresses.
     pub fn parse(text: &str) -> Option<Listening> {
         let mut webhook = None;
         let mut metrics = None;
+        let mut health = None;
         for field in text.split_whitespace() {
             match field.split_once('=') {
                 Some(("webhook", a)) => webhook = a.parse().ok(),
                 Some(("metrics", a)) => metrics = a.parse().ok(),
+                Some(("health", a)) => health = a.parse().ok(),
                 _ => {}
             }
         }
         Some(Listening {
             webhook: webhook?,
             metrics: metrics?,
+            health: health?,
         })
     }
 
@@ -333,7 +356,11 @@ impl std::fmt::Display for ConfigSource {
 
 impl std::fmt::Display for Listening {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "webhook={} metrics={}", self.webhook, self.metrics)
+        write!(
+            f,
+            "webhook={} metrics={} health={}",
+            self.webhook, self.metrics, self.health
+        )
     }
 }
 
@@ -407,11 +434,18 @@ pub async fn run(
     let webhook_metrics = WebhookMetrics::register(&registry)?;
     let (webhook_listener, webhook) = bind(opts.webhook_addr).await?;
     let (metrics_listener, metrics) = bind(opts.metrics_addr).await?;
-    let listening = Listening { webhook, metrics };
+    let (health_listener, health) = bind(opts.health_addr).await?;
+    let listening = Listening {
+        webhook,
+        metrics,
+        health,
+    };
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
         webhook = %webhook,
         metrics = %metrics,
+        metrics_access = metrics_access(opts.metrics_insecure),
+        health = %health,
         routing_mode = config.routing.mode.as_str(),
         config = %opts.config,
         "sites-operator started"
@@ -427,21 +461,41 @@ pub async fn run(
         let _ = rx.wait_for(|v| *v).await;
     };
     let ready = Arc::new(AtomicBool::new(false));
-    let health = Health {
-        registry: registry.clone(),
-        ready: ready.clone(),
-    };
     let health_task = tokio::spawn({
         let stop = stopped(stop_rx.clone());
+        let router = health_router(ready.clone());
         async move {
-            if let Err(e) = axum::serve(metrics_listener, health_router(health))
+            if let Err(e) = axum::serve(health_listener, router)
+                .with_graceful_shutdown(stop)
+                .await
+            {
+                tracing::error!(error = %e, "health server failed");
+            }
+        }
+    });
+    let metrics_task = if opts.metrics_insecure {
+        let stop = stopped(stop_rx.clone());
+        let router = metrics_router(registry.clone(), None);
+        tokio::spawn(async move {
+            if let Err(e) = axum::serve(metrics_listener, router)
                 .with_graceful_shutdown(stop)
                 .await
             {
                 tracing::error!(error = %e, "metrics server failed");
             }
-        }
-    });
+        })
+    } else {
+        // The serving certificate of the webhooks (reloaded with it), no client certificates.
+        tokio::spawn(server::serve_tls_limited(
+            metrics_listener,
+            Arc::new(tls::server_config(store.clone(), None)?),
+            metrics_router(registry.clone(), Some(access::Gate::new(client.clone()))),
+            stopped(stop_rx.clone()),
+            opts.shutdown_timeout,
+            server::Limits::default(),
+            None,
+        ))
+    };
     let reload_task = tokio::spawn(
         store
             .clone()
@@ -515,6 +569,7 @@ pub async fn run(
     leader_task.abort();
     let _ = webhook_task.await;
     let _ = reload_task.await;
+    let _ = metrics_task.await;
     let _ = health_task.await;
     tracing::info!("stopped");
     Ok(())
@@ -577,9 +632,13 @@ mod tests {
         let listening = Listening {
             webhook: "127.0.0.1:40153".parse().unwrap(),
             metrics: "[::1]:38421".parse().unwrap(),
+            health: "127.0.0.1:8081".parse().unwrap(),
         };
         let line = format!("{listening}\n");
-        assert_eq!(line, "webhook=127.0.0.1:40153 metrics=[::1]:38421\n");
+        assert_eq!(
+            line,
+            "webhook=127.0.0.1:40153 metrics=[::1]:38421 health=127.0.0.1:8081\n"
+        );
         assert_eq!(Listening::parse(&line), Some(listening));
         assert_eq!(
             Listening::parse("webhook=127.0.0.1:1"),

@@ -190,12 +190,20 @@ struct RunArgs {
     /// Address of the HTTPS webhook server (port 0: any free port, see --listen-report).
     #[arg(long, default_value = "0.0.0.0:9443")]
     webhook_addr: std::net::SocketAddr,
-    /// Address of the plain-HTTP metrics and health server (/metrics, /healthz, /readyz; port 0:
-    /// any free port).
-    #[arg(long, default_value = "0.0.0.0:8080")]
+    /// Address of the metrics server (/metrics; port 0: any free port). HTTPS with the serving
+    /// certificate; a caller needs a bearer token that a TokenReview authenticates and a
+    /// SubjectAccessReview allows `get` on the non-resource URL /metrics (401/403 otherwise).
+    #[arg(long, default_value = "0.0.0.0:8443")]
     metrics_addr: std::net::SocketAddr,
-    /// Once both servers listen, write their addresses to this file as one line
-    /// `webhook=IP:PORT metrics=IP:PORT` (how a caller that asked for port 0 learns the ports).
+    /// Serve /metrics over plain HTTP to anyone (local runs and the playground).
+    #[arg(long)]
+    metrics_insecure: bool,
+    /// Address of the health server (/healthz, /readyz; plain HTTP, open; port 0: any free port).
+    #[arg(long, default_value = "0.0.0.0:8081")]
+    health_addr: std::net::SocketAddr,
+    /// Once the servers listen, write their addresses to this file as one line
+    /// `webhook=IP:PORT metrics=IP:PORT health=IP:PORT` (how a caller that asked for port 0
+    /// learns the ports).
     #[arg(long, value_name = "FILE")]
     listen_report: Option<PathBuf>,
     /// Serving certificate (PEM chain); reloaded when it changes.
@@ -226,6 +234,10 @@ struct RunArgs {
     /// Webhook Service whose DNS names the self-signed certificate covers.
     #[arg(long, default_value = "sites-operator-webhook")]
     webhook_service: String,
+    /// Metrics Service whose DNS names the self-signed certificate covers too (Prometheus
+    /// verifies the metrics server against them).
+    #[arg(long, default_value = sites_operator::app::METRICS_SERVICE)]
+    metrics_service: String,
     /// Directory the self-signed certificate is written to for serving.
     #[arg(long, default_value = "/tmp/sites-operator-certs")]
     cert_dir: PathBuf,
@@ -311,12 +323,17 @@ fn run(args: RunArgs) -> ExitCode {
     // The platform objects a Site's objects may never be named like (with the configuration's).
     let reserved_names = vec![
         args.webhook_service.clone(),
+        args.metrics_service.clone(),
         args.self_signed_secret.clone(),
         args.lease_name.clone(),
     ];
     let certs = if args.self_signed {
         let mut dns_names =
             sites_operator::certs::service_dns_names(&args.webhook_service, &args.namespace);
+        dns_names.extend(sites_operator::certs::service_dns_names(
+            &args.metrics_service,
+            &args.namespace,
+        ));
         dns_names.extend(["localhost".to_string(), "127.0.0.1".to_string()]);
         CertSource::SelfSigned {
             secret: args.self_signed_secret,
@@ -349,6 +366,8 @@ fn run(args: RunArgs) -> ExitCode {
         namespace: args.namespace,
         webhook_addr: args.webhook_addr,
         metrics_addr: args.metrics_addr,
+        metrics_insecure: args.metrics_insecure,
+        health_addr: args.health_addr,
         listen_report: args.listen_report,
         certs,
         client_ca: args.client_ca,

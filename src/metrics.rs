@@ -1,4 +1,7 @@
-//! Prometheus metrics with controller-runtime names, so existing dashboards work.
+//! Prometheus metrics with controller-runtime names, so existing dashboards work; [`access`]
+//! decides who may read them.
+
+pub mod access;
 
 use prometheus::{
     HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,

@@ -117,15 +117,25 @@ fn secret_object(name: &str, namespace: &str, bundle: &Bundle) -> Secret {
     }
 }
 
+/// The shared certificate and the CA bundle clients must trust.
+#[derive(Debug)]
+pub struct Ensured {
+    pub bundle: Bundle,
+    /// The bundle's CA, followed by the CA of the certificate it replaced (if any): replicas
+    /// still serving the replaced certificate (they read the Secret at start) stay trusted until
+    /// they restart, when the bundle is patched down to the new CA alone.
+    pub trust_pem: String,
+}
+
 /// Returns the shared certificate: the stored one when usable, else a new one stored in the
-/// Secret (created, or replaced when stale). When another replica wins the race, its
-/// certificate is used.
+/// Secret (created, or replaced when stale or not covering `names`). When another replica wins
+/// the race, its certificate is used.
 pub async fn ensure_certificate(
     client: &kube::Client,
     namespace: &str,
     secret_name: &str,
     names: &[String],
-) -> Result<Bundle, SelfSignedError> {
+) -> Result<Ensured, SelfSignedError> {
     let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let secret_err = |source| SelfSignedError::Secret {
         namespace: namespace.into(),
@@ -135,8 +145,12 @@ pub async fn ensure_certificate(
     for _ in 0..5 {
         let stored = api.get_opt(secret_name).await.map_err(secret_err)?;
         if let Some(bundle) = stored.as_ref().and_then(|s| usable(s, names)) {
-            return Ok(bundle);
+            return Ok(Ensured {
+                trust_pem: bundle.ca_pem.clone(),
+                bundle,
+            });
         }
+        let previous_ca = stored.as_ref().and_then(|s| key(s, CA_FILE));
         let bundle = certs::generate(names, VALIDITY_DAYS)?;
         let mut object = secret_object(secret_name, namespace, &bundle);
         let written = match stored {
@@ -153,7 +167,14 @@ pub async fn ensure_certificate(
                     secret = secret_name,
                     "stored a new self-signed webhook certificate"
                 );
-                return Ok(bundle);
+                let mut trust_pem = bundle.ca_pem.clone();
+                if let Some(old) = previous_ca.filter(|old| *old != bundle.ca_pem) {
+                    if !trust_pem.ends_with('\n') {
+                        trust_pem.push('\n');
+                    }
+                    trust_pem.push_str(&old);
+                }
+                return Ok(Ensured { bundle, trust_pem });
             }
             // Another replica wrote first: read what it stored.
             Err(kube::Error::Api(s)) if s.code == 409 => continue,

@@ -1,11 +1,166 @@
-//! A real Prometheus scrapes the operator: `promtool check metrics` finds no problems in the
-//! exposition, and Prometheus's query API returns the work-queue depth. Prometheus and promtool
-//! come from the Debian package `prometheus`, which `make tools` installs.
+//! Metrics as a cluster serves them: HTTPS, only for callers whose bearer token the API server
+//! authenticates (TokenReview) and authorizes for `get` on `/metrics` (SubjectAccessReview); a
+//! real Prometheus scrapes them with a ServiceAccount token bound to the shipped
+//! `sites-operator-metrics-reader` ClusterRole, `promtool check metrics` finds no problems in
+//! the exposition, and Prometheus's query API returns the work-queue depth. Prometheus and
+//! promtool come from the Debian package `prometheus`, which `make tools` installs.
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use crate::support::{Cluster, OperatorProcess, eventually_every};
+use crate::support::process::{http_get, https_get};
+use crate::support::{Cluster, OperatorProcess, eventually, eventually_every, repo_file};
+
+/// A name of the metrics Service that the serving certificate covers (`--self-signed` adds the
+/// metrics Service's names), as Prometheus's `server_name` names it in a cluster.
+const METRICS_HOST: &str = "sites-operator-metrics.sites.svc";
+
+/// Applies the shipped `sites-operator-metrics-reader` ClusterRole (manifests/base/rbac.yaml).
+fn install_metrics_reader(c: &Cluster) {
+    let text = std::fs::read_to_string(repo_file("manifests/base/rbac.yaml")).unwrap();
+    let role = serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|doc| <serde_json::Value as serde::Deserialize>::deserialize(doc).unwrap())
+        .find(|v| {
+            v["kind"] == "ClusterRole" && v["metadata"]["name"] == "sites-operator-metrics-reader"
+        })
+        .expect("rbac.yaml ships the sites-operator-metrics-reader ClusterRole");
+    c.kubectl_ok_stdin(&["apply", "-f", "-"], &role.to_string());
+}
+
+/// A token of a new ServiceAccount `monitoring/<name>`, bound to the metrics reader when `read`.
+fn service_account_token(c: &Cluster, name: &str, read: bool) -> String {
+    c.kubectl_ok(&["create", "serviceaccount", name, "-n", "monitoring"]);
+    if read {
+        bind_metrics_reader(c, name);
+    }
+    c.kubectl_ok(&["create", "token", name, "-n", "monitoring"])
+        .trim()
+        .to_string()
+}
+
+fn bind_metrics_reader(c: &Cluster, name: &str) {
+    c.kubectl_ok(&[
+        "create",
+        "clusterrolebinding",
+        &format!("{name}-metrics"),
+        "--clusterrole=sites-operator-metrics-reader",
+        &format!("--serviceaccount=monitoring:{name}"),
+    ]);
+}
+
+/// A cluster with the namespaces `sites` and `monitoring` and the metrics reader ClusterRole,
+/// and the operator serving secure metrics; returns them with the CA of its certificate.
+async fn secure_operator() -> (Cluster, OperatorProcess, String) {
+    let c = Cluster::start(true).await;
+    c.kubectl_ok(&["create", "namespace", "sites"]);
+    c.kubectl_ok(&["create", "namespace", "monitoring"]);
+    install_metrics_reader(&c);
+    let op = OperatorProcess::start_secure(&c.kubeconfig(), "sites", &c.dir.join("certs"));
+    op.ready(Duration::from_secs(60)).await;
+    let ca = std::fs::read_to_string(c.dir.join("certs").join("ca.crt")).unwrap();
+    (c, op, ca)
+}
+
+/// The sum of the series of `name` whose line contains every one of `labels`.
+fn series(body: &str, name: &str, labels: &[&str]) -> f64 {
+    body.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")) && labels.iter().all(|x| l.contains(x)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_need_a_token_the_api_server_authenticates_and_authorizes() {
+    let (c, op, ca) = secure_operator().await;
+    let listening = op.reported().unwrap();
+    let get = |token: Option<String>| {
+        let ca = ca.clone();
+        async move {
+            https_get(
+                listening.metrics,
+                &ca,
+                METRICS_HOST,
+                "/metrics",
+                token.as_deref(),
+            )
+            .await
+        }
+    };
+    // Health stays open, on its own plain-HTTP port.
+    for path in ["/healthz", "/readyz"] {
+        let (status, _) = op.get(path).await.unwrap();
+        assert_eq!(status, 200, "{path}");
+    }
+    // No token, or a token the API server does not know: 401 with a Bearer challenge.
+    let (status, response) = get(None).await.unwrap();
+    assert_eq!(status, 401, "{response}");
+    assert!(
+        response
+            .to_ascii_lowercase()
+            .contains("www-authenticate: bearer"),
+        "{response}"
+    );
+    assert!(!response.contains("workqueue_depth"), "{response}");
+    let (status, response) = get(Some("not-a-token".into())).await.unwrap();
+    assert_eq!(status, 401, "{response}");
+    // Authenticated, without the grant: 403 naming the user, never echoing the token.
+    let token = service_account_token(&c, "scraper", false);
+    let (status, response) = get(Some(token.clone())).await.unwrap();
+    assert_eq!(status, 403, "{response}");
+    assert!(
+        response.contains("system:serviceaccount:monitoring:scraper"),
+        "{response}"
+    );
+    assert!(!response.contains(&token), "{response}");
+    // Granted: allowed once the refusal's short cache lifetime is over.
+    bind_metrics_reader(&c, "scraper");
+    let (_, body) = eventually(
+        "the bound token to read /metrics",
+        Duration::from_secs(60),
+        || {
+            let get = get(Some(token.clone()));
+            async move { get.await.ok().filter(|(s, _)| *s == 200) }
+        },
+    )
+    .await;
+    assert!(body.contains("workqueue_depth"), "{body}");
+    // An allowed caller is not reviewed again on every scrape.
+    let reviews = |body: &str| {
+        (
+            series(
+                body,
+                "sites_api_requests_total",
+                &[
+                    "verb=\"create\"",
+                    "resource=\"tokenreviews.authentication.k8s.io\"",
+                ],
+            ),
+            series(
+                body,
+                "sites_api_requests_total",
+                &[
+                    "verb=\"create\"",
+                    "resource=\"subjectaccessreviews.authorization.k8s.io\"",
+                ],
+            ),
+        )
+    };
+    let first = reviews(&body);
+    assert!(first.0 >= 3.0 && first.1 >= 2.0, "{first:?}");
+    let mut last = String::new();
+    for _ in 0..5 {
+        let (status, body) = get(Some(token.clone())).await.unwrap();
+        assert_eq!(status, 200);
+        last = body;
+    }
+    assert_eq!(reviews(&last), first);
+    // Plain HTTP on the metrics port serves nothing.
+    let plain = http_get(listening.metrics, "/metrics", &[]).await;
+    assert!(plain.as_ref().is_none_or(|(s, _)| *s != 200), "{plain:?}");
+    // The token never reaches the log.
+    let (_, log) = op.stop();
+    assert!(!log.contains(&token), "the token is in the log");
+}
 
 fn tool(name: &str) -> String {
     let found = Command::new("sh")
@@ -36,18 +191,22 @@ fn listening_address(log: &str) -> Option<String> {
 async fn prometheus_scrapes_the_operator() {
     let promtool = tool("promtool");
     let prometheus = tool("prometheus");
-    let c = Cluster::start(true).await;
-    c.kubectl_ok(&["create", "namespace", "sites"]);
-    let op = OperatorProcess::start(&c.kubeconfig(), "sites", &c.dir.join("certs"));
-    op.ready(Duration::from_secs(60)).await;
+    let (c, op, ca) = secure_operator().await;
+    let token = service_account_token(&c, "prometheus", true);
     // Once this replica (the only one) leads.
     let body = eventually_every(
         "the replica to lead",
         Duration::from_secs(60),
         Duration::from_millis(200),
         || async {
-            let (_, response) = op.get("/metrics").await?;
+            let (status, response) =
+                https_get(op.metrics(), &ca, METRICS_HOST, "/metrics", Some(&token))
+                    .await
+                    .ok()?;
             let body = response.split("\r\n\r\n").nth(1)?.to_string();
+            if status != 200 {
+                return None;
+            }
             body.contains("leader_election_master_status{name=\"sites-operator\"} 1")
                 .then_some(body)
         },
@@ -127,14 +286,19 @@ async fn prometheus_scrapes_the_operator() {
         "promtool check metrics:\n{report}"
     );
 
-    // A real Prometheus scraping the metrics port. It listens on a port of its own choosing and
-    // logs the address it got ("Listening on", address=...), which is read back from its log.
+    // A real Prometheus scraping the metrics port as the monitoring overlay's ServiceMonitor
+    // does: HTTPS verified against the CA, a bearer token. It listens on a port of its own
+    // choosing and logs the address it got ("Listening on", address=...), read back from its log.
     let config = c.dir.join("prometheus.yml");
     let log = c.dir.join("prometheus.log");
+    let token_file = c.dir.join("prometheus.token");
+    std::fs::write(&token_file, &token).unwrap();
     std::fs::write(
         &config,
         format!(
-            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: sites-operator\n    static_configs:\n      - targets: ['{}']\n",
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: sites-operator\n    scheme: https\n    authorization:\n      credentials_file: {}\n    tls_config:\n      ca_file: {}\n      server_name: {METRICS_HOST}\n    static_configs:\n      - targets: ['{}']\n",
+            token_file.display(),
+            c.dir.join("certs").join("ca.crt").display(),
             op.metrics()
         ),
     )
@@ -341,5 +505,104 @@ fn metric_names_of_promql() {
     assert_eq!(
         metric_names("sum(rate(a_total[$__rate_interval])) / sum without(pod) (b)"),
         ["a_total", "b"]
+    );
+}
+
+/// The monitoring overlay's scrape path fits together: ServiceMonitor (HTTPS, token, CA of the
+/// serving certificate, a server name the certificate covers) → metrics Service → the
+/// Deployment's `metrics` port, the binary's default secure metrics port; probes on the open
+/// health port; Prometheus's ServiceAccount bound to the metrics reader.
+#[test]
+fn the_shipped_scrape_path_fits_together() {
+    let out = Command::new("kubectl")
+        .args(["kustomize"])
+        .arg(repo_file("manifests/overlays/monitoring"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let docs: Vec<serde_json::Value> = serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|d| <serde_json::Value as serde::Deserialize>::deserialize(d).unwrap())
+        .collect();
+    let find = |kind: &str, name: &str| {
+        docs.iter()
+            .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("{kind} {name} is not in the monitoring overlay"))
+    };
+    let help = Command::new(env!("CARGO_BIN_EXE_sites-operator"))
+        .args(["run", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8(help.stdout).unwrap();
+    assert!(help.contains("[default: 0.0.0.0:8443]"), "{help}");
+    assert!(help.contains("[default: 0.0.0.0:8081]"), "{help}");
+
+    let monitor = find("ServiceMonitor", "sites-operator");
+    let endpoint = &monitor["spec"]["endpoints"][0];
+    assert_eq!(endpoint["scheme"], "https", "{endpoint}");
+    assert_eq!(endpoint["path"], "/metrics");
+    assert!(endpoint["bearerTokenFile"].is_string(), "{endpoint}");
+    let ca = &endpoint["tlsConfig"]["ca"]["secret"];
+    assert_eq!(ca["name"], "sites-operator-webhook-tls", "{endpoint}");
+    assert_eq!(ca["key"], "ca.crt", "{endpoint}");
+    let service = find("Service", sites_operator::app::METRICS_SERVICE);
+    let names =
+        sites_operator::certs::service_dns_names(sites_operator::app::METRICS_SERVICE, "sites");
+    assert!(
+        names
+            .iter()
+            .any(|n| *n == endpoint["tlsConfig"]["serverName"]),
+        "{endpoint}"
+    );
+    let port = service["spec"]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == endpoint["port"])
+        .unwrap_or_else(|| panic!("the Service has no port {}", endpoint["port"]));
+    let deployment = find("Deployment", "sites-operator");
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    let container_port = |name: &serde_json::Value| {
+        container["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == *name)
+            .unwrap_or_else(|| panic!("the container has no port {name}"))["containerPort"]
+            .clone()
+    };
+    assert_eq!(container_port(&port["targetPort"]), 8443);
+    for probe in ["livenessProbe", "readinessProbe"] {
+        assert_eq!(
+            container_port(&container[probe]["httpGet"]["port"]),
+            8081,
+            "{probe}"
+        );
+    }
+    let args = container["args"].to_string();
+    assert!(!args.contains("--metrics-insecure"), "{args}");
+    // The self-signed certificate covers the metrics Service (the default of --metrics-service).
+    assert!(args.contains("--self-signed"), "{args}");
+    assert!(help.contains("[default: sites-operator-metrics]"), "{help}");
+
+    let binding = find("ClusterRoleBinding", "sites-operator-metrics-reader");
+    assert_eq!(binding["roleRef"]["name"], "sites-operator-metrics-reader");
+    let reader = find("ClusterRole", "sites-operator-metrics-reader");
+    assert_eq!(
+        reader["rules"],
+        serde_json::json!([{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}])
+    );
+    let policy = find("NetworkPolicy", "sites-operator");
+    assert!(
+        policy["spec"]["ingress"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|rule| rule["ports"][0]["port"] == endpoint["port"] && rule["from"].is_array()),
+        "{policy}"
     );
 }

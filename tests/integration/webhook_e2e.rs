@@ -300,6 +300,8 @@ fn refuses_to_start_on_bad_input_with_one_line_and_exit_2() {
                 "127.0.0.1:0",
                 "--metrics-addr",
                 "127.0.0.1:0",
+                "--health-addr",
+                "127.0.0.1:0",
             ])
             .args(&args)
             .env("KUBECONFIG", dir.join("kubeconfig"))
@@ -555,6 +557,8 @@ async fn refuses_to_start_without_a_valid_config_map() {
                 "127.0.0.1:0",
                 "--metrics-addr",
                 "127.0.0.1:0",
+                "--health-addr",
+                "127.0.0.1:0",
             ])
             .env("KUBECONFIG", c.kubeconfig())
             .output()
@@ -597,4 +601,61 @@ async fn refuses_to_start_without_a_valid_config_map() {
         errors[2].contains("sitesConfig.versoin: unknown key (did you mean sitesConfig.version?)"),
         "{errors:?}"
     );
+}
+
+/// `--self-signed` on an upgrade that adds a DNS name (the metrics Service): the stored
+/// certificate is replaced, and the CA bundle to trust keeps the replaced CA too, so a replica
+/// still serving the old certificate stays trusted until it restarts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_self_signed_certificate_missing_a_name_is_replaced_and_both_cas_stay_trusted() {
+    use sites_operator::admission::selfsigned::ensure_certificate;
+    use sites_operator::certs::service_dns_names;
+    let c = Cluster::start(false).await;
+    c.kubectl_ok(&["create", "namespace", NS]);
+    let webhook = service_dns_names("sites-operator-webhook", NS);
+    let both = [
+        webhook.clone(),
+        service_dns_names("sites-operator-metrics", NS),
+    ]
+    .concat();
+    let old = ensure_certificate(&c.client, NS, "tls", &webhook)
+        .await
+        .unwrap();
+    assert_eq!(old.trust_pem, old.bundle.ca_pem, "a new Secret: one CA");
+    // Usable as stored: the same certificate, one CA.
+    let again = ensure_certificate(&c.client, NS, "tls", &webhook)
+        .await
+        .unwrap();
+    assert_eq!(again.bundle, old.bundle);
+    assert_eq!(again.trust_pem, old.bundle.ca_pem);
+    // A name more: replaced, both CAs trusted.
+    let new = ensure_certificate(&c.client, NS, "tls", &both)
+        .await
+        .unwrap();
+    assert_ne!(new.bundle.ca_pem, old.bundle.ca_pem);
+    assert!(
+        new.trust_pem.starts_with(&new.bundle.ca_pem) && new.trust_pem.contains(&old.bundle.ca_pem),
+        "{}",
+        new.trust_pem
+    );
+    let stored = c.kubectl_ok(&[
+        "get",
+        "secret",
+        "tls",
+        "-n",
+        NS,
+        "-o",
+        "jsonpath={.data.ca\\.crt}",
+    ]);
+    use base64::Engine as _;
+    let stored = base64::engine::general_purpose::STANDARD
+        .decode(stored.trim())
+        .unwrap();
+    assert_eq!(String::from_utf8(stored).unwrap(), new.bundle.ca_pem);
+    // The next replica to start finds it usable: the bundle shrinks to the new CA.
+    let next = ensure_certificate(&c.client, NS, "tls", &both)
+        .await
+        .unwrap();
+    assert_eq!(next.bundle, new.bundle);
+    assert_eq!(next.trust_pem, new.bundle.ca_pem);
 }

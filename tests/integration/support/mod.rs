@@ -13,7 +13,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use sites_emulator::{Emulator, Options};
 
 pub mod operator;
-mod process;
+pub mod process;
 
 pub use process::{OperatorProcess, serve_webhooks};
 

@@ -22,16 +22,30 @@ pub struct OperatorProcess {
 }
 
 impl OperatorProcess {
-    pub fn start(
+    /// Starts the binary with extra arguments for `run`. Metrics are plain HTTP and open
+    /// (`--metrics-insecure`), as in local runs.
+    pub fn start_with(
+        kubeconfig: &std::path::Path,
+        namespace: &str,
+        cert_dir: &std::path::Path,
+        extra: &[&str],
+    ) -> OperatorProcess {
+        let mut args = vec!["--metrics-insecure"];
+        args.extend_from_slice(extra);
+        Self::spawn(kubeconfig, namespace, cert_dir, &args)
+    }
+
+    /// [`OperatorProcess::start_with`] with metrics as in a cluster: HTTPS, for callers with a token
+    /// that the API server authenticates and authorizes.
+    pub fn start_secure(
         kubeconfig: &std::path::Path,
         namespace: &str,
         cert_dir: &std::path::Path,
     ) -> OperatorProcess {
-        Self::start_with(kubeconfig, namespace, cert_dir, &[])
+        Self::spawn(kubeconfig, namespace, cert_dir, &[])
     }
 
-    /// [`OperatorProcess::start`] with extra arguments for `run`.
-    pub fn start_with(
+    fn spawn(
         kubeconfig: &std::path::Path,
         namespace: &str,
         cert_dir: &std::path::Path,
@@ -53,6 +67,8 @@ impl OperatorProcess {
                 "--webhook-addr",
                 "127.0.0.1:0",
                 "--metrics-addr",
+                "127.0.0.1:0",
+                "--health-addr",
                 "127.0.0.1:0",
             ])
             .arg("--listen-report")
@@ -103,24 +119,21 @@ impl OperatorProcess {
         }
     }
 
-    /// The metrics and health address; panics before the process listens.
+    /// The metrics address; panics before the process listens.
     pub fn metrics(&self) -> SocketAddr {
         self.reported().expect("the operator listens").metrics
     }
 
-    /// GET on the metrics/health port: (status, whole response).
+    /// Plain-HTTP GET on the metrics port (`--metrics-insecure`), or on the health port for
+    /// `/healthz` and `/readyz`: (status, whole response).
     pub async fn get(&self, path: &str) -> Option<(u16, String)> {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut s = tokio::net::TcpStream::connect(self.reported()?.metrics)
-            .await
-            .ok()?;
-        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
-            .await
-            .ok()?;
-        let mut out = String::new();
-        s.read_to_string(&mut out).await.ok()?;
-        let status = out.split_whitespace().nth(1)?.parse().ok()?;
-        Some((status, out))
+        let reported = self.reported()?;
+        let addr = if matches!(path, "/healthz" | "/readyz") {
+            reported.health
+        } else {
+            reported.metrics
+        };
+        http_get(addr, path, &[]).await
     }
 
     /// Waits until /readyz answers 200.
@@ -217,4 +230,74 @@ pub async fn serve_webhooks(
         .map_service(namespace, "sites-operator-webhook", 443, listening.webhook);
     op.ready(timeout).await;
     op
+}
+
+/// A plain-HTTP/1.0 GET with extra header lines: (status, whole response).
+pub async fn http_get(addr: SocketAddr, path: &str, headers: &[&str]) -> Option<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+    let mut request = format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n");
+    for h in headers {
+        request.push_str(h);
+        request.push_str("\r\n");
+    }
+    request.push_str("\r\n");
+    s.write_all(request.as_bytes()).await.ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.ok()?;
+    let status = out.split_whitespace().nth(1)?.parse().ok()?;
+    Some((status, out))
+}
+
+/// An HTTPS GET (HTTP/1.0) verified against `ca_pem` for `server_name`, with a bearer token when
+/// given: (status, whole response); Err when no TLS session could be made.
+pub async fn https_get(
+    addr: SocketAddr,
+    ca_pem: &str,
+    server_name: &str,
+    path: &str,
+    token: Option<&str>,
+) -> Result<(u16, String), String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, ServerName};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots
+            .add(c.map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
+    }
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| e.to_string())?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| e.to_string())?;
+    let name = ServerName::try_from(server_name.to_string()).map_err(|e| e.to_string())?;
+    let mut tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+        .connect(name, tcp)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut request = format!("GET {path} HTTP/1.0\r\nHost: {server_name}\r\n");
+    if let Some(t) = token {
+        request.push_str(&format!("Authorization: Bearer {t}\r\n"));
+    }
+    request.push_str("\r\n");
+    tls.write_all(request.as_bytes())
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut raw = Vec::new();
+    // A peer that closes without close_notify ends the read with an error after the response.
+    let _ = tls.read_to_end(&mut raw).await;
+    let out = String::from_utf8_lossy(&raw).into_owned();
+    let status = out
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| format!("no HTTP response: {out:?}"))?;
+    Ok((status, out))
 }
