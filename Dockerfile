@@ -9,6 +9,6 @@ RUN cargo build --locked --release -p sites-operator \
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build /sites-operator /sites-operator
 USER 65532:65532
-EXPOSE 9443 8080
+EXPOSE 9443 8443 8081
 ENTRYPOINT ["/sites-operator"]
 CMD ["run"]
