@@ -82,7 +82,16 @@ impl Operator {
             .args(["--log-level", "warn"])
             .env("KUBECONFIG", kubeconfig)
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            // SCALE_OPERATOR_LOG appends the operator's log (warnings and errors) to a file.
+            .stderr(match std::env::var("SCALE_OPERATOR_LOG") {
+                Ok(path) if !path.is_empty() => std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                    .map(Stdio::from)
+                    .unwrap_or_else(|_| Stdio::null()),
+                _ => Stdio::null(),
+            })
             .spawn()
             .expect("operator starts");
         Operator { child, report }
@@ -107,6 +116,25 @@ impl Operator {
             .filter(|l| l.starts_with(prefix))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum()
+    }
+
+    /// `sites_reconcile_triggers_total` by kind: the watch events that queued a Site.
+    fn triggers(&self) -> std::collections::BTreeMap<String, f64> {
+        let Some(addr) = self.listening().map(|l| l.metrics) else {
+            return Default::default();
+        };
+        let out = Command::new("curl")
+            .args(["-fs", &format!("http://{addr}/metrics")])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        out.lines()
+            .filter_map(|l| l.strip_prefix("sites_reconcile_triggers_total{kind=\""))
+            .filter_map(|l| {
+                let (kind, rest) = l.split_once('"')?;
+                Some((kind.to_string(), rest.rsplit(' ').next()?.parse().ok()?))
+            })
+            .collect()
     }
 
     /// Waits until the operator has made at least `reconciles` reconciles in all and has no
@@ -390,6 +418,7 @@ async fn main() {
     if steps.contains("storm") {
         let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
         let before = op.metric("controller_runtime_reconcile_total");
+        let triggers_before = op.triggers();
         emulator.stats().reset();
         let changes_before = status_changes.load(Ordering::Relaxed);
         let start = Instant::now();
@@ -409,6 +438,18 @@ async fn main() {
         op.quiet(Duration::from_secs(3)).await;
         let noise_writes = emulator.stats().count("patch", "sites.sites.ecmwf.int");
         let noise_reconciles = op.metric("controller_runtime_reconcile_total") - before;
+        let noise_triggers: Vec<String> = op
+            .triggers()
+            .into_iter()
+            .map(|(kind, v)| {
+                (
+                    kind.clone(),
+                    v - triggers_before.get(&kind).copied().unwrap_or(0.0),
+                )
+            })
+            .filter(|(_, v)| *v > 0.0)
+            .map(|(kind, v)| format!("{kind} {v:.0}"))
+            .collect();
         let kubelet = emulator.kubelet();
         for i in 0..n {
             kubelet.set_pod(NS, &format!("site-{i}-0"), Behaviour::NeverReady);
@@ -431,10 +472,16 @@ async fn main() {
         let distinct = status_changes.load(Ordering::Relaxed) - changes_before;
         println!(
             "pod-event storm: {} pod annotation changes, then every pod not ready and ready again: \
-             {noise_writes} status writes and {noise_reconciles:.0} reconciles for the annotations; \
+             {noise_writes} status writes and {noise_reconciles:.0} reconciles for the annotations \
+             (keys queued by watch events of: {}); \
              {writes} status writes in all for {distinct} distinct status changes; {:.0} \
              reconciles ({:.1} s)",
             5 * n,
+            if noise_triggers.is_empty() {
+                "none".to_string()
+            } else {
+                noise_triggers.join(", ")
+            },
             op.metric("controller_runtime_reconcile_total") - before,
             start.elapsed().as_secs_f64()
         );

@@ -35,6 +35,49 @@ pub fn site_changed(old: &crate::crd::Site, new: &crate::crd::Site) -> bool {
         || old.metadata.uid != new.metadata.uid
 }
 
+/// Whether a new version of a persistent volume can change what a reconcile does. The one change
+/// that cannot: the site labels added to the volume bound to that site's own claim (the
+/// operator's delayed label patch, [`crate::controller::volumes::label_later`]; the reconcile of
+/// that site only schedules it). Any other change (a claim reference, labels of another site,
+/// labels removed) is queued.
+pub fn volume_changed(
+    old: &k8s_openapi::api::core::v1::PersistentVolume,
+    new: &k8s_openapi::api::core::v1::PersistentVolume,
+) -> bool {
+    use kube::ResourceExt as _;
+    if old == new {
+        return false;
+    }
+    let Some(id) = new.labels().get(crate::crd::ID_LABEL) else {
+        return true;
+    };
+    let own_claim = new
+        .spec
+        .as_ref()
+        .and_then(|s| s.claim_ref.as_ref())
+        .and_then(|c| c.name.as_deref())
+        == Some(id.as_str());
+    let was = old.labels().get(crate::crd::ID_LABEL);
+    let wanted = crate::labels::labels(id);
+    if !own_claim
+        || was.is_some_and(|w| w != id)
+        || !wanted.iter().all(|(k, v)| new.labels().get(k) == Some(v))
+    {
+        return true;
+    }
+    let without = |pv: &k8s_openapi::api::core::v1::PersistentVolume| {
+        let mut pv = pv.clone();
+        if let Some(labels) = pv.metadata.labels.as_mut() {
+            labels.retain(|k, _| !wanted.contains_key(k));
+            if labels.is_empty() {
+                pv.metadata.labels = None;
+            }
+        }
+        pv
+    };
+    without(old) != without(new)
+}
+
 /// Every leaf that differs between `old` and `new`, as dotted paths (`spec.configuration.quota`,
 /// `spec.configuration.applications[1].image`). Lists of different lengths are one change.
 pub fn changes(old: &Value, new: &Value) -> Vec<Change> {
@@ -140,6 +183,45 @@ pub fn log_site_changes(name: &str, old: &Value, new: &Value) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn only_the_site_label_of_the_sites_own_volume_is_not_a_change() {
+        use k8s_openapi::api::core::v1::PersistentVolume;
+        let pv = |labels: Option<&str>, extra: Option<(&str, &str)>, claim: &str| {
+            let mut labels = labels.map(crate::labels::labels).unwrap_or_default();
+            if let Some((k, v)) = extra {
+                labels.insert(k.into(), v.into());
+            }
+            serde_json::from_value::<PersistentVolume>(serde_json::json!({
+                "metadata": {"name": "pv-1", "labels": labels},
+                "spec": {"claimRef": {"name": claim, "namespace": "sites"}},
+            }))
+            .unwrap()
+        };
+        let cases = [
+            // (old, new, changed)
+            (pv(None, None, "a"), pv(Some("a"), None, "a"), false),
+            (pv(Some("a"), None, "a"), pv(Some("a"), None, "a"), false),
+            (
+                pv(None, Some(("team", "x")), "a"),
+                pv(Some("a"), Some(("team", "x")), "a"),
+                false,
+            ),
+            // Another site's volume, a relabel, a removal, a claim change, a foreign label.
+            (pv(None, None, "b"), pv(Some("a"), None, "b"), true),
+            (pv(Some("b"), None, "a"), pv(Some("a"), None, "a"), true),
+            (pv(Some("a"), None, "a"), pv(None, None, "a"), true),
+            (pv(Some("a"), None, "a"), pv(Some("a"), None, "c"), true),
+            (
+                pv(Some("a"), None, "a"),
+                pv(Some("a"), Some(("team", "x")), "a"),
+                true,
+            ),
+        ];
+        for (i, (old, new, want)) in cases.iter().enumerate() {
+            assert_eq!(super::volume_changed(old, new), *want, "case {i}");
+        }
+    }
+
     use super::*;
     use serde_json::json;
 

@@ -171,6 +171,12 @@ pub struct Options {
     pub retention_interval: Option<Duration>,
 }
 
+/// Where watch events go: the queue, and the count of keys queued per kind of object.
+struct Feed {
+    queue: Queue<String>,
+    triggers: IntCounterVec,
+}
+
 /// The key (Site name) an owned object or pod belongs to.
 fn key_of<K: Resource>(obj: &K) -> Option<String> {
     obj.labels().get(ID_LABEL).cloned()
@@ -187,7 +193,7 @@ fn owned_key<K: Resource>(obj: &K) -> Option<String> {
 /// fingerprints (the cache has caught up with the operator's own write once it shows it).
 fn watch_owned<K>(
     api: Api<K>,
-    queue: Queue<String>,
+    feed: &Feed,
     mut slim: impl FnMut(&mut K) + Send + 'static,
     key: impl Fn(&K) -> Option<String> + Send + 'static,
     prints: Arc<apply::Fingerprints>,
@@ -206,7 +212,7 @@ where
     watch_kind_observed(
         api,
         watcher::Config::default(),
-        queue,
+        feed,
         // The version is taken before slimming, which drops it.
         move |obj: &mut K| {
             let version = apply::version(obj.meta());
@@ -242,7 +248,7 @@ where
 fn watch_kind_observed<K>(
     api: Api<K>,
     config: watcher::Config,
-    queue: Queue<String>,
+    feed: &Feed,
     modify: impl FnMut(&mut K) + Send + 'static,
     key: impl Fn(&K) -> Option<String> + Send + 'static,
     before: impl Fn(&Store<K>, &watcher::Event<K>) -> bool + Send + 'static,
@@ -252,6 +258,10 @@ where
     K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
 {
+    let triggered = feed
+        .triggers
+        .with_label_values(&[&*K::kind(&K::DynamicType::default())]);
+    let queue = feed.queue.clone();
     let (reader, writer) = reflector::store();
     let previous = reader.clone();
     // Set by `before` for the event whose object comes out of the stream next (the stream
@@ -285,6 +295,7 @@ where
                         continue;
                     }
                     if let Some(k) = key(&obj) {
+                        triggered.inc();
                         queue.add(k);
                     }
                 }
@@ -328,6 +339,18 @@ impl Controller {
             Some(QueueMetrics::register(registry, CONTROLLER)?),
         );
         let metrics = ReconcileMetrics::register(registry)?;
+        let triggers = IntCounterVec::new(
+            Opts::new(
+                "sites_reconcile_triggers_total",
+                "Site keys queued by watch events, by the kind of the object the event was about",
+            ),
+            &["kind"],
+        )?;
+        registry.register(Box::new(triggers.clone()))?;
+        let feed = Feed {
+            queue: queue.clone(),
+            triggers,
+        };
         let api = |c: &kube::Client| c.clone();
         let sites_by_path = Index::new(index::site_path_keys);
         let path_index = sites_by_path.clone();
@@ -335,12 +358,17 @@ impl Controller {
         let sites = watch_kind_observed(
             Api::<Site>::namespaced(api(&client), &ns),
             watcher::Config::default(),
-            queue.clone(),
+            &feed,
             slim::site,
             |s: &Site| s.metadata.name.clone(),
             move |before: &Store<Site>, event: &watcher::Event<Site>| {
+                // A re-list (after a watch gap) delivers every Site again as InitApply while
+                // the store still holds the previous copies: judged like an update, so only
+                // what changed in the gap is queued.
                 let old = match event {
-                    watcher::Event::Apply(new) => before.get(&reflector::ObjectRef::from(new)),
+                    watcher::Event::Apply(new) | watcher::Event::InitApply(new) => {
+                        before.get(&reflector::ObjectRef::from(new))
+                    }
                     watcher::Event::Delete(gone) => Some(Arc::new(gone.clone())),
                     _ => None,
                 };
@@ -352,14 +380,16 @@ impl Controller {
                     changes::log_site_changes(&new.name_any(), &view(old), &view(new));
                 }
                 let relevant = match (event, &old) {
-                    (watcher::Event::Apply(new), Some(old)) => changes::site_changed(old, new),
+                    (watcher::Event::Apply(new) | watcher::Event::InitApply(new), Some(old)) => {
+                        changes::site_changed(old, new)
+                    }
                     _ => true,
                 };
                 // A Site leaving a public path (deleted, moved, being deleted) frees it: the
                 // other Sites of that path are reconciled, so the next one gets the route now.
                 if let Some(old) = old {
                     let left = match event {
-                        watcher::Event::Apply(new) => {
+                        watcher::Event::Apply(new) | watcher::Event::InitApply(new) => {
                             new.metadata.deletion_timestamp.is_some()
                                 || index::path_key(new) != index::path_key(&old)
                         }
@@ -381,35 +411,35 @@ impl Controller {
         let prints = Arc::new(apply::Fingerprints::default());
         let secrets = watch_owned(
             Api::<Secret>::namespaced(api(&client), &ns),
-            queue.clone(),
+            &feed,
             slim::secret,
             owned_key,
             prints.clone(),
         );
         let configmaps = watch_owned(
             Api::<ConfigMap>::namespaced(api(&client), &ns),
-            queue.clone(),
+            &feed,
             slim::configmap,
             owned_key,
             prints.clone(),
         );
         let pvcs = watch_owned(
             Api::<PersistentVolumeClaim>::namespaced(api(&client), &ns),
-            queue.clone(),
+            &feed,
             slim::claim,
             owned_key,
             prints.clone(),
         );
         let statefulsets = watch_owned(
             Api::<StatefulSet>::namespaced(api(&client), &ns),
-            queue.clone(),
+            &feed,
             slim::statefulset,
             owned_key,
             prints.clone(),
         );
         let services = watch_owned(
             Api::<Service>::namespaced(api(&client), &ns),
-            queue.clone(),
+            &feed,
             slim::service,
             owned_key,
             prints.clone(),
@@ -418,7 +448,7 @@ impl Controller {
         // left alone (RTG-03).
         let ingresses = watch_owned(
             Api::<Ingress>::namespaced(api(&client), &ns),
-            queue.clone(),
+            &feed,
             slim::ingress,
             key_of,
             prints.clone(),
@@ -426,7 +456,7 @@ impl Controller {
         let httproutes = if serves_http_routes(&client, &ns).await {
             Some(watch_owned(
                 Api::<HttpRoute>::namespaced(api(&client), &ns),
-                queue.clone(),
+                &feed,
                 slim::httproute,
                 key_of,
                 prints.clone(),
@@ -440,7 +470,7 @@ impl Controller {
         let pods = watch_kind_observed(
             Api::<Pod>::namespaced(api(&client), &ns),
             watcher::Config::default().labels(ID_LABEL),
-            queue.clone(),
+            &feed,
             slim::pod,
             |p: &Pod| index::pod_keys(p).pop(),
             changed,
@@ -451,7 +481,7 @@ impl Controller {
         let volumes = watch_kind_observed(
             Api::<PersistentVolume>::all(api(&client)),
             watcher::Config::default(),
-            queue.clone(),
+            &feed,
             slim::volume,
             // A volume event matters to the site it is labelled or claimed for.
             |pv: &PersistentVolume| {
@@ -460,7 +490,13 @@ impl Controller {
                     claim.name.clone()
                 })
             },
-            changed,
+            |store: &Store<PersistentVolume>, event: &watcher::Event<PersistentVolume>| match event
+            {
+                watcher::Event::Apply(new) | watcher::Event::InitApply(new) => store
+                    .get(&reflector::ObjectRef::from(new))
+                    .is_none_or(|old| changes::volume_changed(&old, new)),
+                _ => true,
+            },
             move |event: &watcher::Event<PersistentVolume>| index.observe(event),
         );
         let caches = Caches {

@@ -419,6 +419,53 @@ async fn deleting_a_site_cascades_and_recreating_it_rebinds_its_volume() {
     })
     .await;
 
+    // Its own label write queues nothing: the Site's reconcile only scheduled it. Removing the
+    // label is a change (one trigger); putting the site labels back, as the operator's patch
+    // does, is not. A volume created afterwards, once cached, shows both events were handled.
+    op.settled_after(0.0).await;
+    let pv_triggers = || op.metric("sites_reconcile_triggers_total{kind=\"PersistentVolume\"}");
+    let before = pv_triggers();
+    let site_labels = sites_operator::labels::labels("docs-handbook");
+    let unlabel: serde_json::Map<String, Value> = site_labels
+        .keys()
+        .map(|k| (k.clone(), Value::Null))
+        .collect();
+    for labels in [json!(unlabel), json!(site_labels)] {
+        pvs.patch(
+            &volume,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": labels}})),
+        )
+        .await
+        .unwrap();
+    }
+    pvs.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({
+            "metadata": {"name": "marker"},
+            "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                     "hostPath": {"path": "/tmp/marker"}},
+        }))
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    eventually("the marker volume cached", WAIT, || async {
+        op.caches()
+            .volumes
+            .get(&kube::runtime::reflector::ObjectRef::new("marker"))
+            .map(|_| ())
+    })
+    .await;
+    assert_eq!(
+        pv_triggers() - before,
+        1.0,
+        "only the label removal queued the Site"
+    );
+    pvs.delete("marker", &DeleteParams::default())
+        .await
+        .unwrap();
+
     sites(&c)
         .delete("docs-handbook", &DeleteParams::default())
         .await
@@ -1390,4 +1437,52 @@ async fn sites_converge_through_api_errors_latency_spikes_dropped_watches_and_ed
     })
     .await;
     op.stop().await;
+}
+
+/// After a watch gap the API server makes the operator list again (410 Expired). The Sites and
+/// their volumes come back unchanged and are not queued again; a Site changed in the gap is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relist_after_410_queues_only_what_changed_in_the_gap() {
+    let c = Cluster::start(false).await;
+    prepare(&c).await;
+    // Every watch ends after a second, so the next one starts soon after the fault is set.
+    c.emulator
+        .faults()
+        .drop_watches_every(Some(Duration::from_secs(1)));
+    let op = operator(&c, config(RoutingMode::Ingress)).await;
+    for name in ["relist-a", "relist-b"] {
+        let mut s = example("site.yaml");
+        s.metadata.name = Some(name.into());
+        s.spec.name = name.into();
+        sites(&c).create(&PostParams::default(), &s).await.unwrap();
+        wait_available(&c, name).await;
+    }
+    op.settled_after(0.0).await;
+    let site_triggers = || op.metric("sites_reconcile_triggers_total{kind=\"Site\"}");
+    let before = site_triggers();
+    let faults = c.emulator.faults();
+    faults.expire_next_watch("sites.sites.ecmwf.int");
+    eventually("the Site watch expired", WAIT, || async {
+        (faults.injected(410) == 1).then_some(())
+    })
+    .await;
+    // A Site created after the expiry: listed or watched, it is queued once.
+    let mut s = example("site.yaml");
+    s.metadata.name = Some("relist-c".into());
+    s.spec.name = "relist-c".into();
+    sites(&c).create(&PostParams::default(), &s).await.unwrap();
+    eventually("relist-c cached", WAIT, || async {
+        op.caches()
+            .sites
+            .get(&kube::runtime::reflector::ObjectRef::new("relist-c").within(NS))
+            .map(|_| ())
+    })
+    .await;
+    assert_eq!(
+        site_triggers() - before,
+        1.0,
+        "only the new Site was queued by the re-list"
+    );
+    wait_available(&c, "relist-c").await;
+    faults.drop_watches_every(None);
 }

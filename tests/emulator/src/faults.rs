@@ -41,6 +41,8 @@ pub struct Faults {
     spike: Mutex<Duration>,
     /// Injected errors so far, by HTTP code.
     injected: Mutex<std::collections::BTreeMap<u16, u64>>,
+    /// Storage keys whose next watch from a resourceVersion gets 410 Expired.
+    expire: Mutex<Vec<String>>,
 }
 
 impl Default for Faults {
@@ -51,6 +53,7 @@ impl Default for Faults {
             watch_drop: Mutex::new(None),
             spike: Mutex::new(Duration::ZERO),
             injected: Mutex::new(Default::default()),
+            expire: Mutex::new(Vec::new()),
         }
     }
 }
@@ -94,6 +97,32 @@ impl Faults {
     /// Ends every watch stream after `every` (None: watches run to their timeout).
     pub fn drop_watches_every(&self, every: Option<Duration>) {
         *self.watch_drop.lock().unwrap_or_else(|p| p.into_inner()) = every;
+    }
+
+    /// The next watch of `resource` (storage key) that resumes from a resourceVersion gets an
+    /// ERROR event with 410 Expired, as after a compaction of the API server's history: the
+    /// client has to list again. Counted in [`Faults::injected`] as 410.
+    pub fn expire_next_watch(&self, resource: &str) {
+        self.expire
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(resource.to_string());
+    }
+
+    /// Whether this watch of `resource` is to expire (consumes the request).
+    pub fn take_expiry(&self, resource: &str) -> bool {
+        let mut expire = self.expire.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(i) = expire.iter().position(|r| r == resource) else {
+            return false;
+        };
+        expire.remove(i);
+        *self
+            .injected
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(410)
+            .or_default() += 1;
+        true
     }
 
     pub fn watch_drop(&self) -> Option<Duration> {

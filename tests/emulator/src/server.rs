@@ -1236,7 +1236,12 @@ fn watch(
                 let rv: u64 = rv.parse().map_err(|_| {
                     ApiError::bad_request(format!("invalid resource version: {rv}"))
                 })?;
-                match st.events_since(&key, rv) {
+                let history = if app.faults.take_expiry(&key) {
+                    Err(st.resource_version())
+                } else {
+                    st.events_since(&key, rv)
+                };
+                match history {
                     Ok(events) => events
                         .iter()
                         .filter(|e| ns.as_deref().is_none_or(|n| e.namespace == n))

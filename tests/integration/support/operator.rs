@@ -51,6 +51,11 @@ impl Operator {
             .sum()
     }
 
+    /// The controller's caches (what its watches delivered so far).
+    pub fn caches(&self) -> &sites_operator::controller::context::Caches {
+        &self.controller.as_ref().expect("running").context.caches
+    }
+
     pub fn reconciles(&self) -> f64 {
         self.metric("controller_runtime_reconcile_total")
     }
