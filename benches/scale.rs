@@ -175,11 +175,20 @@ impl Operator {
     }
 
     fn peak_rss_mib(&self) -> f64 {
+        self.status_mib("VmHWM:")
+    }
+
+    /// The resident set now (the peak also holds what creation needed only for a while).
+    fn rss_mib(&self) -> f64 {
+        self.status_mib("VmRSS:")
+    }
+
+    fn status_mib(&self, field: &str) -> f64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
             .unwrap_or_default();
         status
             .lines()
-            .find(|l| l.starts_with("VmHWM:"))
+            .find(|l| l.starts_with(field))
             .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
             .unwrap_or(0.0)
             / 1024.0
@@ -390,7 +399,10 @@ async fn main() {
         cpu * 1000.0 / n as f64
     );
     let rss_converged = op.peak_rss_mib();
-    println!("operator peak RSS after creation: {rss_converged:.0} MiB");
+    println!(
+        "operator peak RSS after creation: {rss_converged:.0} MiB (resident now: {:.0} MiB)",
+        op.rss_mib()
+    );
     op.stop();
 
     // 2. Restart with converged Sites.
@@ -488,7 +500,11 @@ async fn main() {
     }
 
     if !steps.contains("changes") {
-        println!("operator peak RSS: {:.0} MiB", op.peak_rss_mib());
+        println!(
+            "operator peak RSS: {:.0} MiB (resident now: {:.0} MiB)",
+            op.peak_rss_mib(),
+            op.rss_mib()
+        );
         op.stop();
         let _ = std::fs::remove_dir_all(&dir);
         return;
@@ -535,7 +551,11 @@ async fn main() {
         async || available(&cache, n),
     )
     .await;
-    println!("operator peak RSS: {:.0} MiB", op.peak_rss_mib());
+    println!(
+        "operator peak RSS: {:.0} MiB (resident now: {:.0} MiB)",
+        op.peak_rss_mib(),
+        op.rss_mib()
+    );
     op.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -7,12 +7,12 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use sites_operator::admission::{self, SiteObject, server};
+use sites_operator::admission::{self, server};
 use sites_operator_fuzz::{CONFIGS, FRESH_UUID};
 
 fuzz_target!(|data: &[u8]| {
     // The Site webhooks try this decoding first.
-    let typed = server::decode_as::<SiteObject>(data).ok();
+    let typed = server::decode_site(data).ok();
     let typed_answers = typed.map(|req| {
         let mutated = admission::mutate_site(&req, &CONFIGS[0], || FRESH_UUID);
         server::encode(&mutated).expect("the mutating answer encodes");

@@ -51,7 +51,9 @@ pub struct WebhookState {
 
 /// The webhook routes.
 pub fn router(state: WebhookState) -> Router {
-    let metrics = state.metrics.clone();
+    // Shared, not copied per request: axum clones the state for every request.
+    let metrics = Arc::new(state.metrics.clone());
+    let state = Arc::new(state);
     Router::new()
         .route(MUTATE_SITES, post(mutate_sites))
         .route(VALIDATE_SITES, post(validate_sites))
@@ -63,7 +65,7 @@ pub fn router(state: WebhookState) -> Router {
 }
 
 /// Counts requests, in-flight requests and latency per webhook path.
-async fn observe(State(metrics): State<WebhookMetrics>, req: Request, next: Next) -> Response {
+async fn observe(State(metrics): State<Arc<WebhookMetrics>>, req: Request, next: Next) -> Response {
     let webhook: &'static str = match req.uri().path() {
         MUTATE_SITES => MUTATE_SITES,
         VALIDATE_SITES => VALIDATE_SITES,
@@ -103,6 +105,90 @@ struct Envelope<K: Resource> {
     request: Option<AdmissionRequest<K>>,
 }
 
+/// The AdmissionReview envelope of a Site review, as the Site handlers read it.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SiteEnvelope {
+    #[serde(default)]
+    api_version: Option<String>,
+    #[serde(default)]
+    kind: Option<String>,
+    #[serde(default)]
+    request: Option<SiteRequest>,
+}
+
+/// The fields of an AdmissionRequest the Site handlers read. `resource` and `userInfo`, which
+/// the API requires, must be there but are skipped unread, as are the optional fields the
+/// handlers never read (`requestKind`, `requestResource`, `options`): nothing is allocated for
+/// them.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SiteRequest {
+    uid: String,
+    kind: kube::core::GroupVersionKind,
+    #[allow(dead_code)]
+    resource: serde::de::IgnoredAny,
+    #[serde(default)]
+    sub_resource: Option<String>,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    namespace: Option<String>,
+    operation: kube::core::admission::Operation,
+    #[allow(dead_code)]
+    user_info: serde::de::IgnoredAny,
+    #[serde(default)]
+    object: Option<SiteObject>,
+    #[serde(default)]
+    old_object: Option<SiteObject>,
+    #[serde(default)]
+    dry_run: bool,
+}
+
+/// Decodes an AdmissionReview of a Site (the Site handlers' path): [`decode_as`] for
+/// [`SiteObject`] without decoding what the handlers never read.
+pub fn decode_site(body: &[u8]) -> Result<AdmissionRequest<SiteObject>, String> {
+    let review: SiteEnvelope = serde_json::from_slice(body)
+        .map_err(|e| format!("the body is not an AdmissionReview: {e}"))?;
+    let types = envelope_types(review.api_version, review.kind)?;
+    let r = review
+        .request
+        .ok_or_else(|| "the AdmissionReview has no request".to_string())?;
+    Ok(AdmissionRequest {
+        types,
+        uid: r.uid,
+        kind: r.kind,
+        resource: kube::core::GroupVersionResource::gvr("", "", ""),
+        sub_resource: r.sub_resource,
+        request_kind: None,
+        request_resource: None,
+        request_sub_resource: None,
+        name: r.name,
+        namespace: r.namespace,
+        operation: r.operation,
+        user_info: Default::default(),
+        object: r.object,
+        old_object: r.old_object,
+        dry_run: r.dry_run,
+        options: None,
+    })
+}
+
+/// The envelope's type fields, when they name an `admission.k8s.io/v1` AdmissionReview.
+fn envelope_types(api_version: Option<String>, kind: Option<String>) -> Result<TypeMeta, String> {
+    let kind = kind.unwrap_or_default();
+    if kind != "AdmissionReview" {
+        return Err(format!("kind {kind:?} is not AdmissionReview"));
+    }
+    let api_version = api_version.unwrap_or_default();
+    if api_version != "admission.k8s.io/v1" {
+        return Err(format!(
+            "apiVersion {api_version:?} is not supported: use admission.k8s.io/v1"
+        ));
+    }
+    Ok(TypeMeta { api_version, kind })
+}
+
 /// Decodes an `admission.k8s.io/v1` AdmissionReview request.
 pub fn decode(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, String> {
     decode_as(body)
@@ -114,20 +200,11 @@ pub fn decode_as<K: Resource + DeserializeOwned>(
 ) -> Result<AdmissionRequest<K>, String> {
     let review: Envelope<K> = serde_json::from_slice(body)
         .map_err(|e| format!("the body is not an AdmissionReview: {e}"))?;
-    let kind = review.kind.unwrap_or_default();
-    if kind != "AdmissionReview" {
-        return Err(format!("kind {kind:?} is not AdmissionReview"));
-    }
-    let api_version = review.api_version.unwrap_or_default();
-    if api_version != "admission.k8s.io/v1" {
-        return Err(format!(
-            "apiVersion {api_version:?} is not supported: use admission.k8s.io/v1"
-        ));
-    }
+    let types = envelope_types(review.api_version, review.kind)?;
     let mut req = review
         .request
         .ok_or_else(|| "the AdmissionReview has no request".to_string())?;
-    req.types = TypeMeta { api_version, kind };
+    req.types = types;
     Ok(req)
 }
 
@@ -192,9 +269,9 @@ pub fn encode(response: &AdmissionResponse) -> serde_json::Result<Vec<u8>> {
 // The Site handlers decode typed first; a body that does not decode that way (malformed, or an
 // object that is not a Site) takes the generic path, which names the problem.
 
-async fn mutate_sites(State(state): State<WebhookState>, body: Bytes) -> Response {
+async fn mutate_sites(State(state): State<Arc<WebhookState>>, body: Bytes) -> Response {
     let config = state.config.get();
-    if let Ok(req) = decode_as::<SiteObject>(&body) {
+    if let Ok(req) = decode_site(&body) {
         return respond(&super::mutate_site(&req, &config, uuid::Uuid::new_v4));
     }
     answer(&body, |req| {
@@ -202,9 +279,9 @@ async fn mutate_sites(State(state): State<WebhookState>, body: Bytes) -> Respons
     })
 }
 
-async fn validate_sites(State(state): State<WebhookState>, body: Bytes) -> Response {
+async fn validate_sites(State(state): State<Arc<WebhookState>>, body: Bytes) -> Response {
     let config = state.config.get();
-    if let Ok(req) = decode_as::<SiteObject>(&body) {
+    if let Ok(req) = decode_site(&body) {
         return respond(&super::validate_site_object_in(
             req,
             &config,

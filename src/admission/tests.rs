@@ -34,7 +34,7 @@ fn validate_site(req: &AdmissionRequest<DynamicObject>, cfg: &PlatformConfig) ->
         "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": req
     }))
     .unwrap();
-    if let Ok(typed_req) = server::decode_as::<SiteObject>(&body) {
+    if let Ok(typed_req) = server::decode_site(&body) {
         let typed = validate_site_object(typed_req, cfg);
         assert_eq!(
             serde_json::to_value(typed.into_review()).unwrap(),
@@ -1640,15 +1640,14 @@ fn sites_take_the_typed_path_and_other_objects_the_generic_one() {
         .unwrap()
     };
     let cfg = config();
-    let typed =
-        server::decode_as::<SiteObject>(&body(handbook().json())).expect("a Site decodes typed");
+    let typed = server::decode_site(&body(handbook().json())).expect("a Site decodes typed");
     assert_eq!(typed.types.kind, "AdmissionReview");
     assert!(validate_site_object(typed, &cfg).allowed);
     // A ConfigMap does not decode as a Site; the generic path names the problem.
     let cm = body(
         json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}, "data": {}}),
     );
-    assert!(server::decode_as::<SiteObject>(&cm).is_err());
+    assert!(server::decode_site(&cm).is_err());
     let r = super::validate_site(&server::decode(&cm).unwrap(), &cfg);
     assert!(!r.allowed);
     assert!(
@@ -1659,7 +1658,7 @@ fn sites_take_the_typed_path_and_other_objects_the_generic_one() {
     // A Site-shaped object of another kind decodes typed and is still refused.
     let mut other = handbook().json();
     other["kind"] = json!("Pod");
-    let typed = server::decode_as::<SiteObject>(&body(other)).unwrap();
+    let typed = server::decode_site(&body(other)).unwrap();
     let r = validate_site_object(typed, &cfg);
     assert_eq!(
         messages(&r),
@@ -1768,11 +1767,7 @@ fn validate_in(req: &AdmissionRequest<DynamicObject>, platform: &Platform) -> Ad
         "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": req
     }))
     .unwrap();
-    let typed = validate_site_object_in(
-        server::decode_as::<SiteObject>(&body).unwrap(),
-        &config(),
-        platform,
-    );
+    let typed = validate_site_object_in(server::decode_site(&body).unwrap(), &config(), platform);
     assert_eq!(
         serde_json::to_value(typed.into_review()).unwrap(),
         serde_json::to_value(generic.clone().into_review()).unwrap(),
@@ -1943,11 +1938,9 @@ fn built_in_images_are_recorded_on_create() {
         "request": request("CREATE", Some(site.clone()), None)
     }))
     .unwrap();
-    let typed = mutate_site(
-        &server::decode_as::<SiteObject>(&body).unwrap(),
-        &config(),
-        || uuid::Uuid::parse_str(FRESH).unwrap(),
-    );
+    let typed = mutate_site(&server::decode_site(&body).unwrap(), &config(), || {
+        uuid::Uuid::parse_str(FRESH).unwrap()
+    });
     assert_eq!(typed.patch, r.patch);
     // An object of another version or kind is no Site: nothing recorded, on either decoding.
     let mut other = site.clone();
@@ -1963,11 +1956,9 @@ fn built_in_images_are_recorded_on_create() {
         "request": request("CREATE", Some(other), None)
     }))
     .unwrap();
-    let typed = mutate_site(
-        &server::decode_as::<SiteObject>(&body).unwrap(),
-        &config(),
-        || uuid::Uuid::parse_str(FRESH).unwrap(),
-    );
+    let typed = mutate_site(&server::decode_site(&body).unwrap(), &config(), || {
+        uuid::Uuid::parse_str(FRESH).unwrap()
+    });
     assert!(typed.patch.is_none());
     // An update records nothing: images move only through `upgrade` (LIFE-06).
     let r = mutate_site(
@@ -1976,4 +1967,69 @@ fn built_in_images_are_recorded_on_create() {
         || uuid::Uuid::parse_str(FRESH).unwrap(),
     );
     assert!(r.patch.is_none());
+}
+
+/// The Site handlers' lean decoding accepts and refuses the same reviews as the full one, and
+/// reads the same values for what the handlers use.
+#[test]
+fn lean_site_decoding_agrees_with_the_full_decoding() {
+    let full = json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": "u-1",
+            "kind": {"group": "sites.ecmwf.int", "version": "v1", "kind": "Site"},
+            "resource": {"group": "sites.ecmwf.int", "version": "v1", "resource": "sites"},
+            "requestKind": {"group": "sites.ecmwf.int", "version": "v1", "kind": "Site"},
+            "subResource": "", "name": "docs-handbook", "namespace": "sites",
+            "operation": "UPDATE",
+            "userInfo": {"username": "jdoe", "groups": ["a"], "extra": {"k": ["v"]}},
+            "object": handbook().json(), "oldObject": handbook().json(),
+            "dryRun": true,
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "UpdateOptions"}
+        }
+    });
+    let without = |field: &str| {
+        let mut v = full.clone();
+        v["request"].as_object_mut().unwrap().remove(field);
+        v
+    };
+    let with = |field: &str, value: serde_json::Value| {
+        let mut v = full.clone();
+        v["request"][field] = value;
+        v
+    };
+    let cases = [
+        full.clone(),
+        without("resource"),
+        without("userInfo"),
+        without("uid"),
+        without("operation"),
+        without("object"),
+        without("options"),
+        with("operation", json!("MOVE")),
+        with("dryRun", json!("yes")),
+        with("kind", json!("Site")),
+        json!({"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview", "request": full["request"]}),
+        json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}),
+    ];
+    for (i, case) in cases.iter().enumerate() {
+        let body = serde_json::to_vec(case).unwrap();
+        let lean = server::decode_site(&body);
+        let whole = server::decode_as::<SiteObject>(&body);
+        assert_eq!(
+            lean.is_ok(),
+            whole.is_ok(),
+            "case {i}: {lean:?} / {whole:?}"
+        );
+        if let (Ok(l), Ok(w)) = (lean, whole) {
+            assert_eq!(
+                (&l.types, &l.uid, &l.kind, &l.name, &l.namespace, l.dry_run),
+                (&w.types, &w.uid, &w.kind, &w.name, &w.namespace, w.dry_run),
+                "case {i}"
+            );
+            assert_eq!(format!("{:?}", l.operation), format!("{:?}", w.operation));
+            assert_eq!(format!("{:?}", l.object), format!("{:?}", w.object));
+            assert_eq!(format!("{:?}", l.old_object), format!("{:?}", w.old_object));
+        }
+    }
 }

@@ -63,6 +63,14 @@ impl FieldErrors {
         }
     }
 
+    /// [`FieldErrors::check`] with the field's path built only when the check failed (a valid
+    /// object formats no paths).
+    pub fn check_at(&mut self, field: impl FnOnce() -> String, result: Result<(), String>) {
+        if let Err(m) = result {
+            self.add(field(), m);
+        }
+    }
+
     /// Adds a violation unless one is already recorded for `field` or a field inside it: a value
     /// that was unreadable should not also be reported as, say, missing.
     pub fn add_once(&mut self, field: impl Into<String>, message: impl Into<String>) {

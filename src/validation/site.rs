@@ -81,8 +81,8 @@ pub fn violations(site: &Site, old: Option<&Site>, cfg: &PlatformConfig) -> Vec<
     }
     applications(site, cfg, &mut v);
     for (name, value) in &c.headers {
-        v.check(
-            format::map_field("spec.configuration.headers", name),
+        v.check_at(
+            || format::map_field("spec.configuration.headers", name),
             header(name, value),
         );
     }
@@ -138,7 +138,7 @@ fn applications(site: &Site, cfg: &PlatformConfig, v: &mut FieldErrors) {
     let mut ports: BTreeMap<i32, usize> = BTreeMap::new();
     for app in apps::resolve_each(site, cfg) {
         let i = app.index;
-        v.check(app.field(".name"), format::dns1123_label(&app.spec.name));
+        v.check_at(|| app.field(".name"), format::dns1123_label(&app.spec.name));
         if let Some(first) = names.insert(&app.spec.name, i) {
             v.add(
                 app.field(".name"),
@@ -151,8 +151,8 @@ fn applications(site: &Site, cfg: &PlatformConfig, v: &mut FieldErrors) {
             continue;
         }
         match (&app.spec.image, app.builtin) {
-            (Some(image), _) => v.check(
-                app.field(".image"),
+            (Some(image), _) => v.check_at(
+                || app.field(".image"),
                 format::image_reference(image).map(|_| ()),
             ),
             (None, None) => v.add(
@@ -175,20 +175,20 @@ fn applications(site: &Site, cfg: &PlatformConfig, v: &mut FieldErrors) {
             );
         }
         for key in app.spec.env.keys() {
-            v.check(format::map_field(&app.field(".env"), key), env_name(key));
+            v.check_at(|| format::map_field(&app.field(".env"), key), env_name(key));
         }
         for key in app.spec.annotations.keys() {
-            v.check(
-                format::map_field(&app.field(".annotations"), key),
+            v.check_at(
+                || format::map_field(&app.field(".annotations"), key),
                 format::qualified_name(key),
             );
         }
         for (j, p) in app.spec.paths.iter().enumerate() {
-            let path_field = app.field(&format!(".paths[{j}].path"));
+            let path_field = || app.field(&format!(".paths[{j}].path"));
             match route_path(&p.path) {
-                Err(m) => v.add(path_field, m),
+                Err(m) => v.add(path_field(), m),
                 Ok(()) if cfg.routing.mode == RoutingMode::Gateway => {
-                    v.check(path_field, gateway_route_path(&p.path))
+                    v.check_at(path_field, gateway_route_path(&p.path))
                 }
                 Ok(()) => {}
             }
@@ -268,15 +268,15 @@ fn resource_limits(site: &Site, cfg: &PlatformConfig, v: &mut FieldErrors) {
         ("memory", limits.memory.as_ref(), requests.memory.as_deref()),
     ] {
         let Some(limit) = limit else { continue };
-        let field = format!("spec.configuration.settings.resource_limits.{name}");
+        let field = || format!("spec.configuration.settings.resource_limits.{name}");
         match positive_quantity(&limit.0) {
-            Err(m) => v.add(field, m),
+            Err(m) => v.add(field(), m),
             Ok(l) => {
                 if let Some((r, rq)) = request.and_then(|r| quantity::parse(r).ok().map(|q| (r, q)))
                     && l < rq
                 {
                     v.add(
-                        field,
+                        field(),
                         format!(
                             "{} is below the platform's request of {r}: limits must be at least the requests",
                             limit.0

@@ -496,7 +496,9 @@ async fn bad_admission_reviews_get_400_naming_the_problem_on_every_webhook() {
             ("non-UTF-8 body", vec![0xff, 0xfe, b'{', 0x00], "not an AdmissionReview"),
             ("UTF-16 body", valid.encode_utf16().flat_map(u16::to_le_bytes).collect(), "not an AdmissionReview"),
             ("byte-order mark", [&[0xef, 0xbb, 0xbf][..], bytes].concat(), "expected value at line 1 column 1"),
-            ("lone surrogate escape", valid.replacen("\"username\":\"", "\"username\":\"\\ud800", 1).into_bytes(), "hex escape"),
+            // In a string the handlers read (fields they never read are skipped unread, their
+            // escapes unchecked, as the API server never sends them malformed).
+            ("lone surrogate escape", valid.replacen("\"uid\":\"", "\"uid\":\"\\ud800", 1).into_bytes(), "hex escape"),
             ("NUL escape in the uid", valid.replacen("\"uid\":\"", "\"uid\":\"\\u0000", 1).into_bytes(), ""),
             ("duplicate request", valid.replacen("{", "{\"request\":null,", 1).into_bytes(), "duplicate field `request`"),
             ("duplicate kind", valid.replacen("{", "{\"kind\":\"AdmissionReview\",", 1).into_bytes(), "duplicate field `kind`"),
