@@ -103,16 +103,21 @@ impl Operator {
         sites_operator::app::Listening::parse(&text)
     }
 
-    fn metric(&self, prefix: &str) -> f64 {
+    /// The operator's metrics exposition (empty before it listens).
+    fn scrape(&self) -> String {
         let Some(addr) = self.listening().map(|l| l.metrics) else {
-            return 0.0;
+            return String::new();
         };
-        let out = Command::new("curl")
+        Command::new("curl")
             .args(["-fs", &format!("http://{addr}/metrics")])
             .output()
             .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-            .unwrap_or_default();
-        out.lines()
+            .unwrap_or_default()
+    }
+
+    fn metric(&self, prefix: &str) -> f64 {
+        self.scrape()
+            .lines()
             .filter(|l| l.starts_with(prefix))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum()
@@ -120,15 +125,8 @@ impl Operator {
 
     /// `sites_reconcile_triggers_total` by kind: the watch events that queued a Site.
     fn triggers(&self) -> std::collections::BTreeMap<String, f64> {
-        let Some(addr) = self.listening().map(|l| l.metrics) else {
-            return Default::default();
-        };
-        let out = Command::new("curl")
-            .args(["-fs", &format!("http://{addr}/metrics")])
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-            .unwrap_or_default();
-        out.lines()
+        self.scrape()
+            .lines()
             .filter_map(|l| l.strip_prefix("sites_reconcile_triggers_total{kind=\""))
             .filter_map(|l| {
                 let (kind, rest) = l.split_once('"')?;

@@ -32,6 +32,7 @@ pub mod slim;
 pub mod status;
 pub mod volumes;
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -205,7 +206,7 @@ fn watch_owned<K>(
     api: Api<K>,
     feed: &Feed,
     mut slim: impl FnMut(&mut K) + Send + 'static,
-    key: impl Fn(&K) -> Option<String> + Send + 'static,
+    key: impl Fn(&K) -> Option<String> + Send + Sync + 'static,
     prints: Arc<apply::Fingerprints>,
 ) -> Store<K>
 where
@@ -255,12 +256,17 @@ where
 /// `before(store, event)` with every watch event before the store applies it (the store still
 /// holds the previous version): false keeps the event's key out of the queue (the event cannot
 /// change what a reconcile does); and `after(event)` once the store applied it.
+///
+/// An object deleted during a watch gap leaves no Delete event: the re-list that follows just
+/// leaves it out. When the re-list is done, every cached object it did not deliver is judged as
+/// deleted (`before` with a Delete event) and its key queued, so what was deleted in the gap is
+/// repaired.
 fn watch_kind_observed<K>(
     api: Api<K>,
     config: watcher::Config,
     feed: &Feed,
     modify: impl FnMut(&mut K) + Send + 'static,
-    key: impl Fn(&K) -> Option<String> + Send + 'static,
+    key: impl Fn(&K) -> Option<String> + Send + Sync + 'static,
     before: impl Fn(&Store<K>, &watcher::Event<K>) -> bool + Send + 'static,
     after: impl Fn(&watcher::Event<K>) + Send + 'static,
 ) -> Store<K>
@@ -272,6 +278,10 @@ where
         .triggers
         .with_label_values(&[&*K::kind(&K::DynamicType::default())]);
     let queue = feed.queue.clone();
+    let key = Arc::new(key);
+    let (gone_key, gone_queue, gone_triggered) = (key.clone(), queue.clone(), triggered.clone());
+    // The objects a re-list delivered so far (None outside a re-list).
+    let relisted: std::sync::Mutex<Option<HashSet<reflector::ObjectRef<K>>>> = Default::default();
     let (reader, writer) = reflector::store();
     let previous = reader.clone();
     // Set by `before` for the event whose object comes out of the stream next (the stream
@@ -285,6 +295,31 @@ where
             if let Ok(event) = &event {
                 let relevant = before(&previous, event);
                 hush.store(!relevant, std::sync::atomic::Ordering::Relaxed);
+                let mut seen = relisted.lock().unwrap_or_else(|p| p.into_inner());
+                match event {
+                    watcher::Event::Init => *seen = Some(HashSet::new()),
+                    watcher::Event::InitApply(obj) => {
+                        if let Some(seen) = seen.as_mut() {
+                            seen.insert(reflector::ObjectRef::from(obj));
+                        }
+                    }
+                    watcher::Event::InitDone => {
+                        let delivered = seen.take().unwrap_or_default();
+                        for obj in previous.state() {
+                            if delivered.contains(&reflector::ObjectRef::from(obj.as_ref())) {
+                                continue;
+                            }
+                            let gone = watcher::Event::Delete(obj.as_ref().clone());
+                            if before(&previous, &gone)
+                                && let Some(k) = gone_key(&obj)
+                            {
+                                gone_triggered.inc();
+                                gone_queue.add(k);
+                            }
+                        }
+                    }
+                    _ => {}
+                }
             }
             event
         })

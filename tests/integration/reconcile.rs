@@ -1486,3 +1486,61 @@ async fn a_relist_after_410_queues_only_what_changed_in_the_gap() {
     wait_available(&c, "relist-c").await;
     faults.drop_watches_every(None);
 }
+
+/// An owned object deleted while its watch was down leaves no Delete event: the re-list after
+/// 410 Expired just leaves it out. The operator judges it deleted once the re-list is done and
+/// recreates it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_deleted_while_its_watch_was_down_is_recreated_after_the_relist() {
+    let c = Cluster::start(false).await;
+    prepare(&c).await;
+    let faults = c.emulator.faults();
+    // Watches end every second, so the Service watch reconnects soon after each fault below.
+    faults.drop_watches_every(Some(Duration::from_secs(1)));
+    let op = operator(&c, config(RoutingMode::Ingress)).await;
+    let mut s = example("site.yaml");
+    s.metadata.name = Some("gap".into());
+    s.spec.name = "gap".into();
+    sites(&c).create(&PostParams::default(), &s).await.unwrap();
+    wait_available(&c, "gap").await;
+    op.settled_after(0.0).await;
+    let services = api::<Service>(&c);
+    let name = services
+        .list(&ListParams::default().labels("sites.ecmwf.int/id=gap"))
+        .await
+        .unwrap()
+        .items[0]
+        .metadata
+        .name
+        .clone()
+        .unwrap();
+    // The Service watch goes down: every new watch of Services fails.
+    let failed = faults.injected(500);
+    faults.add(sites_emulator::faults::FaultRule {
+        verb: Some("watch".into()),
+        resource: Some("services".into()),
+        rate: 1.0,
+        codes: vec![500],
+        latency_ms: 0,
+    });
+    eventually("the Service watch down", WAIT, || async {
+        (faults.injected(500) > failed).then_some(())
+    })
+    .await;
+    services
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap();
+    // It comes back after a compaction: the next watch gets 410 and the operator lists again.
+    faults.expire_next_watch("services");
+    faults.clear();
+    eventually("the Service recreated", WAIT, || async {
+        services.get_opt(&name).await.ok()?.map(|_| ())
+    })
+    .await;
+    assert_eq!(
+        faults.injected(410),
+        1,
+        "the watch resumed through a re-list"
+    );
+}
