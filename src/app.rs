@@ -80,7 +80,7 @@ pub struct RunOptions {
     pub metrics_insecure: bool,
     /// Health server address (`/healthz`, `/readyz`, plain HTTP, open); port 0 picks a free port.
     pub health_addr: SocketAddr,
-    /// File the bound addresses are written to once both servers listen (`--listen-report`).
+    /// File the bound addresses are written to once the servers listen (`--listen-report`).
     pub listen_report: Option<PathBuf>,
     pub certs: CertSource,
     pub client_ca: Option<PathBuf>,
