@@ -477,7 +477,11 @@ pub async fn publish(ctx: &Context, site: &Site, type_: EventType, reason: &str,
         action: "Reconcile".into(),
         secondary: None,
     };
-    if let Err(e) = recorder.publish(&event, &site.object_ref(&())).await {
+    if let Err(e) = recorder
+        .of(&site.name_any())
+        .publish(&event, &site.object_ref(&()))
+        .await
+    {
         tracing::warn!(error = %e, reason, "cannot record an event");
     }
 }

@@ -44,7 +44,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::networking::v1::Ingress;
 use kube::api::{Api, ListParams};
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Reporter;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
@@ -566,7 +566,7 @@ impl Controller {
             controller: "sites-operator".into(),
             instance: options.instance.clone(),
         };
-        let recorder = Recorder::new(client.clone(), reporter);
+        let recorders = context::Recorders::new(&client, &reporter);
         let valid = configuration::register_valid(registry)?;
         let mut background = Vec::new();
         if let Some(name) = &options.config_map {
@@ -575,7 +575,7 @@ impl Controller {
                 namespace: ns.clone(),
                 name: name.clone(),
                 valid,
-                recorder: Some(recorder.clone()),
+                recorder: Some(recorders.of(name).clone()),
                 leading: leading.clone(),
             };
             let follower = Follower::new(config.clone(), ns.clone());
@@ -586,7 +586,7 @@ impl Controller {
             config,
             ns,
             caches,
-            Some(recorder),
+            Some(recorders),
             options.tunables.clone(),
         );
         context.fingerprints = prints;
