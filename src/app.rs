@@ -264,6 +264,21 @@ fn health_router(ready: Arc<AtomicBool>) -> Router {
         .with_state(ready)
 }
 
+/// Serves `router` over plain HTTP until `stop` resolves; `what` names the server in the log.
+async fn serve_plain(
+    listener: TcpListener,
+    router: Router,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+    what: &'static str,
+) {
+    if let Err(e) = axum::serve(listener, router)
+        .with_graceful_shutdown(stop)
+        .await
+    {
+        tracing::error!(error = %e, server = what, "server failed");
+    }
+}
+
 /// How `/metrics` is served, for the start-up log line.
 fn metrics_access(insecure: bool) -> &'static str {
     if insecure {
@@ -450,7 +465,7 @@ pub async fn run(
         config = %opts.config,
         "sites-operator started"
     );
-    // Both sockets are bound (connections queue until the servers run): the report is a promise
+    // Every socket is bound (connections queue until the servers run): the report is a promise
     // that connecting works, not that the webhooks are ready (/readyz says that).
     if let Some(path) = &opts.listen_report {
         listening.write(path).await?;
@@ -461,29 +476,19 @@ pub async fn run(
         let _ = rx.wait_for(|v| *v).await;
     };
     let ready = Arc::new(AtomicBool::new(false));
-    let health_task = tokio::spawn({
-        let stop = stopped(stop_rx.clone());
-        let router = health_router(ready.clone());
-        async move {
-            if let Err(e) = axum::serve(health_listener, router)
-                .with_graceful_shutdown(stop)
-                .await
-            {
-                tracing::error!(error = %e, "health server failed");
-            }
-        }
-    });
+    let health_task = tokio::spawn(serve_plain(
+        health_listener,
+        health_router(ready.clone()),
+        stopped(stop_rx.clone()),
+        "health",
+    ));
     let metrics_task = if opts.metrics_insecure {
-        let stop = stopped(stop_rx.clone());
-        let router = metrics_router(registry.clone(), None);
-        tokio::spawn(async move {
-            if let Err(e) = axum::serve(metrics_listener, router)
-                .with_graceful_shutdown(stop)
-                .await
-            {
-                tracing::error!(error = %e, "metrics server failed");
-            }
-        })
+        tokio::spawn(serve_plain(
+            metrics_listener,
+            metrics_router(registry.clone(), None),
+            stopped(stop_rx.clone()),
+            "metrics",
+        ))
     } else {
         // The serving certificate of the webhooks (reloaded with it), no client certificates.
         tokio::spawn(server::serve_tls_limited(

@@ -244,10 +244,20 @@ where
     K: Resource + Clone + PartialEq + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
+    changed_by(store, event, |old, new| old != new)
+}
+
+/// Whether a watch event changes its object as `differs(cached, new)` judges it: a new object
+/// (no cached copy) and a deletion always do.
+fn changed_by<K>(store: &Store<K>, event: &watcher::Event<K>, differs: fn(&K, &K) -> bool) -> bool
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
     match event {
         watcher::Event::Apply(new) | watcher::Event::InitApply(new) => store
             .get(&reflector::ObjectRef::from(new))
-            .is_none_or(|old| *old != *new),
+            .is_none_or(|old| differs(&old, new)),
         _ => true,
     }
 }
@@ -278,8 +288,14 @@ where
         .triggers
         .with_label_values(&[&*K::kind(&K::DynamicType::default())]);
     let queue = feed.queue.clone();
-    let key = Arc::new(key);
-    let (gone_key, gone_queue, gone_triggered) = (key.clone(), queue.clone(), triggered.clone());
+    // Queues the object's Site, counted by kind.
+    let enqueue = Arc::new(move |obj: &K| {
+        if let Some(k) = key(obj) {
+            triggered.inc();
+            queue.add(k);
+        }
+    });
+    let enqueue_gone = enqueue.clone();
     // The objects a re-list delivered so far (None outside a re-list).
     let relisted: std::sync::Mutex<Option<HashSet<reflector::ObjectRef<K>>>> = Default::default();
     let (reader, writer) = reflector::store();
@@ -295,26 +311,23 @@ where
             if let Ok(event) = &event {
                 let relevant = before(&previous, event);
                 hush.store(!relevant, std::sync::atomic::Ordering::Relaxed);
-                let mut seen = relisted.lock().unwrap_or_else(|p| p.into_inner());
+                let seen = || relisted.lock().unwrap_or_else(|p| p.into_inner());
                 match event {
-                    watcher::Event::Init => *seen = Some(HashSet::new()),
+                    watcher::Event::Init => *seen() = Some(HashSet::new()),
                     watcher::Event::InitApply(obj) => {
-                        if let Some(seen) = seen.as_mut() {
+                        if let Some(seen) = seen().as_mut() {
                             seen.insert(reflector::ObjectRef::from(obj));
                         }
                     }
                     watcher::Event::InitDone => {
-                        let delivered = seen.take().unwrap_or_default();
+                        let delivered = seen().take().unwrap_or_default();
                         for obj in previous.state() {
                             if delivered.contains(&reflector::ObjectRef::from(obj.as_ref())) {
                                 continue;
                             }
                             let gone = watcher::Event::Delete(obj.as_ref().clone());
-                            if before(&previous, &gone)
-                                && let Some(k) = gone_key(&obj)
-                            {
-                                gone_triggered.inc();
-                                gone_queue.add(k);
+                            if before(&previous, &gone) {
+                                enqueue_gone(&obj);
                             }
                         }
                     }
@@ -339,10 +352,7 @@ where
                     if quiet.swap(false, std::sync::atomic::Ordering::Relaxed) {
                         continue;
                     }
-                    if let Some(k) = key(&obj) {
-                        triggered.inc();
-                        queue.add(k);
-                    }
+                    enqueue(&obj);
                 }
                 Err(e) => {
                     tracing::warn!(kind = %K::kind(&K::DynamicType::default()), error = %e, "watch error; retrying")
@@ -535,12 +545,8 @@ impl Controller {
                     claim.name.clone()
                 })
             },
-            |store: &Store<PersistentVolume>, event: &watcher::Event<PersistentVolume>| match event
-            {
-                watcher::Event::Apply(new) | watcher::Event::InitApply(new) => store
-                    .get(&reflector::ObjectRef::from(new))
-                    .is_none_or(|old| changes::volume_changed(&old, new)),
-                _ => true,
+            |store: &Store<PersistentVolume>, event: &watcher::Event<PersistentVolume>| {
+                changed_by(store, event, changes::volume_changed)
             },
             move |event: &watcher::Event<PersistentVolume>| index.observe(event),
         );

@@ -260,32 +260,35 @@ async fn the_printed_gateway_api_crds_have_the_upstream_columns() {
     let out = run(&["crd", "--with-gateway-api"]);
     assert!(out.status.success(), "{}", stderr(&out));
     c.kubectl_ok_stdin(&["apply", "-f", "-"], &stdout(&out));
-    c.kubectl_ok(&[
-        "wait",
-        "--for=condition=Established",
-        "crd/httproutes.gateway.networking.k8s.io",
-        "--timeout=30s",
-    ]);
-    c.kubectl_ok_stdin(
-        &["apply", "-n", "default", "-f", "-"],
+    // Once the CRD is established, an object of it applied and listed: (header, table).
+    let listed = |plural: &str, manifest: &str| {
+        c.kubectl_ok(&[
+            "wait",
+            "--for=condition=Established",
+            &format!("crd/{plural}.gateway.networking.k8s.io"),
+            "--timeout=30s",
+        ]);
+        c.kubectl_ok_stdin(&["apply", "-n", "default", "-f", "-"], manifest);
+        let table = c.kubectl_ok(&["get", plural, "-n", "default"]);
+        let header: Vec<String> = table
+            .lines()
+            .next()
+            .unwrap()
+            .split_whitespace()
+            .map(String::from)
+            .collect();
+        (header, table)
+    };
+    let (header, table) = listed(
+        "httproutes",
         "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata:\n  name: web\nspec:\n  hostnames: [sites.example.org]\n",
     );
-    let table = c.kubectl_ok(&["get", "httproutes", "-n", "default"]);
-    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
     assert_eq!(header, ["NAME", "HOSTNAMES", "AGE"], "{table}");
     assert!(table.contains("sites.example.org"), "{table}");
-    c.kubectl_ok(&[
-        "wait",
-        "--for=condition=Established",
-        "crd/gateways.gateway.networking.k8s.io",
-        "--timeout=30s",
-    ]);
-    c.kubectl_ok_stdin(
-        &["apply", "-n", "default", "-f", "-"],
+    let (header, table) = listed(
+        "gateways",
         "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata:\n  name: sites-gateway\nspec:\n  gatewayClassName: example\n  listeners: [{name: http, port: 80, protocol: HTTP}]\n",
     );
-    let table = c.kubectl_ok(&["get", "gateways", "-n", "default"]);
-    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
     assert_eq!(
         header,
         ["NAME", "CLASS", "ADDRESS", "PROGRAMMED", "AGE"],
