@@ -34,6 +34,7 @@ pub mod telemetry;
 pub mod tls;
 pub mod upgrade;
 pub mod validation;
+pub mod watched;
 
 pub use error::{Error, Result, Retry, Target};
 /// Kubernetes resource quantities: a crate of their own because the API emulator parses them too.

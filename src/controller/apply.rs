@@ -14,7 +14,7 @@ use std::fmt::Debug;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{PersistentVolume, Pod};
+use crate::watched::{Pod, Volume};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType};
@@ -115,13 +115,19 @@ struct Print {
     fingerprint: String,
     /// The desired hash (hashed) of the operator's last write.
     wrote: u64,
-    /// The version (hashed resourceVersion) of the last watch event.
-    seen: u64,
+    /// The versions (hashed resourceVersions) of the last [`SEEN`] watch events, newest first:
+    /// the event of the operator's own write may come before the write's response, and other
+    /// writers' events (the StatefulSet controller's status) may follow it before that response
+    /// is read.
+    seen: [u64; SEEN],
     /// The version the operator's last write returned, until the watch shows it: before that the
     /// cache may still hold an older version (events of other writers queued in between), which
     /// is not drift: it was repaired by that write.
     pending: Option<(u64, Instant)>,
 }
+
+/// How many of an object's latest watch events are remembered.
+const SEEN: usize = 4;
 
 /// How long the cache may take to show the operator's own write before older versions count
 /// as drift again (a watch that lost the event relists within this time).
@@ -210,7 +216,8 @@ impl Fingerprints {
         let mut known = self.lock();
         match known.get_mut(&key) {
             Some(print) => {
-                print.seen = seen;
+                print.seen.copy_within(..SEEN - 1, 1);
+                print.seen[0] = seen;
                 if print.pending.is_some_and(|(v, _)| v == seen) {
                     print.pending = None;
                 }
@@ -221,7 +228,7 @@ impl Fingerprints {
                     Print {
                         fingerprint: observed.clone(),
                         wrote: desired_of(obj),
-                        seen,
+                        seen: std::array::from_fn(|i| if i == 0 { seen } else { 0 }),
                         pending: None,
                     },
                 );
@@ -236,15 +243,15 @@ impl Fingerprints {
         let key = Self::key::<K>(&obj.name_any());
         let returned = version(obj.meta());
         let mut known = self.lock();
-        let seen = known.get(&key).map(|p| p.seen);
-        // The watch may deliver the write before its response is read.
-        let pending = (seen != Some(returned)).then(|| (returned, Instant::now()));
+        let seen = known.get(&key).map(|p| p.seen).unwrap_or_default();
+        // The watch may deliver the write (and events after it) before its response is read.
+        let pending = (!seen.contains(&returned)).then(|| (returned, Instant::now()));
         known.insert(
             key,
             Print {
                 fingerprint: slim::fingerprint(obj),
                 wrote: desired_of(obj),
-                seen: seen.unwrap_or_default(),
+                seen,
                 pending,
             },
         );
@@ -375,15 +382,15 @@ pub async fn patch_status(ctx: &Context, site: &Site, new: &SiteStatus) -> Resul
 }
 
 /// Pre-binds the retained volume `pv` to the site's new claim (LIFE-01 step 4).
-pub async fn rebind_volume(ctx: &Context, site: &Site, pv: &PersistentVolume) -> Result<()> {
+pub async fn rebind_volume(ctx: &Context, site: &Site, pv: &Volume) -> Result<()> {
     let id = site.name_any();
     let name = pv.name_any();
-    let api: Api<PersistentVolume> = Api::all(ctx.client.clone());
+    let api: Api<Volume> = Api::all(ctx.client.clone());
     let patch = volume::rebind_patch(&id, &ctx.namespace, &id);
     api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map_err(|source| Error::PatchVolume {
-            target: Target::of::<PersistentVolume>(&name),
+            target: Target::of::<Volume>(&name),
             source: Box::new(source),
         })?;
     tracing::info!(site = %id, volume = %name, "re-binding a retained volume");
@@ -401,7 +408,7 @@ pub async fn rebind_volume(ctx: &Context, site: &Site, pv: &PersistentVolume) ->
 /// Labels `volume` with the site labels of `id` unless it already has them. Errors are logged:
 /// the label only helps a later re-creation find the volume.
 pub async fn label_volume(client: &kube::Client, volume: &str, id: &str) {
-    let api: Api<PersistentVolume> = Api::all(client.clone());
+    let api: Api<Volume> = Api::all(client.clone());
     match api.get_opt(volume).await {
         Ok(Some(pv)) if pv.labels().get(ID_LABEL).map(String::as_str) == Some(id) => {}
         Ok(Some(_)) => {
@@ -631,5 +638,21 @@ mod tests {
         assert!(!prints.drifted(&event("3", "9")));
         // Without an observed fingerprint (not from a watch), nothing can be said.
         assert!(!prints.drifted(&cm("4", "u")));
+        // The watch may show the write and other writers' events after it (the StatefulSet
+        // controller's status) before the write's response is read.
+        event("5", "61");
+        event("5", "62");
+        let shown = event("5", "63");
+        write("5", "61");
+        assert_eq!(
+            prints.pending(&rendered("5")),
+            None,
+            "shown before the response"
+        );
+        assert!(!prints.drifted(&shown));
+        write("5", "65");
+        assert_eq!(prints.pending(&rendered("5")), Some(true), "not shown yet");
+        event("5", "65");
+        assert_eq!(prints.pending(&rendered("5")), None, "shown");
     }
 }

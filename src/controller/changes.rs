@@ -40,10 +40,7 @@ pub fn site_changed(old: &crate::crd::Site, new: &crate::crd::Site) -> bool {
 /// operator's delayed label patch, [`crate::controller::volumes::label_later`]; the reconcile of
 /// that site only schedules it). Any other change (a claim reference, labels of another site,
 /// labels removed) is queued.
-pub fn volume_changed(
-    old: &k8s_openapi::api::core::v1::PersistentVolume,
-    new: &k8s_openapi::api::core::v1::PersistentVolume,
-) -> bool {
+pub fn volume_changed(old: &crate::watched::Volume, new: &crate::watched::Volume) -> bool {
     use kube::ResourceExt as _;
     if old == new {
         return false;
@@ -65,7 +62,7 @@ pub fn volume_changed(
     {
         return true;
     }
-    let without = |pv: &k8s_openapi::api::core::v1::PersistentVolume| {
+    let without = |pv: &crate::watched::Volume| {
         let mut pv = pv.clone();
         if let Some(labels) = pv.metadata.labels.as_mut() {
             labels.retain(|k, _| !wanted.contains_key(k));
@@ -185,13 +182,13 @@ pub fn log_site_changes(name: &str, old: &Value, new: &Value) {
 mod tests {
     #[test]
     fn only_the_site_label_of_the_sites_own_volume_is_not_a_change() {
-        use k8s_openapi::api::core::v1::PersistentVolume;
+        use crate::watched::Volume;
         let pv = |labels: Option<&str>, extra: Option<(&str, &str)>, claim: &str| {
             let mut labels = labels.map(crate::labels::labels).unwrap_or_default();
             if let Some((k, v)) = extra {
                 labels.insert(k.into(), v.into());
             }
-            serde_json::from_value::<PersistentVolume>(serde_json::json!({
+            serde_json::from_value::<Volume>(serde_json::json!({
                 "metadata": {"name": "pv-1", "labels": labels},
                 "spec": {"claimRef": {"name": claim, "namespace": "sites"}},
             }))

@@ -5,11 +5,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::watched::{Pod, Volume};
 use gateway_api::apis::standard::httproutes::HttpRoute;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{
-    ConfigMap, PersistentVolume, PersistentVolumeClaim, Pod, Secret, Service,
-};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret, Service};
 use k8s_openapi::api::networking::v1::Ingress;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Resource;
@@ -43,11 +42,11 @@ pub struct Caches {
     pub httproutes: Option<Store<HttpRoute>>,
     pub pods: Store<Pod>,
     /// PersistentVolumes (cluster-scoped): retained-volume lookup and the label check.
-    pub volumes: Store<PersistentVolume>,
+    pub volumes: Store<Volume>,
     /// Site pods by site id ([`crate::controller::index::pod_keys`]).
     pub pods_by_site: Index<Pod>,
     /// Volumes by site label and claim reference ([`crate::controller::index::volume_keys`]).
-    pub volumes_by_site: Index<PersistentVolume>,
+    pub volumes_by_site: Index<Volume>,
     /// Sites by public path ([`crate::controller::index::path_key`]).
     pub sites_by_path: Index<Site>,
 }

@@ -13,7 +13,7 @@ use std::collections::{HashMap, HashSet};
 use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 
-use k8s_openapi::api::core::v1::{PersistentVolume, Pod};
+use crate::watched::{Pod, Volume};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
@@ -47,7 +47,7 @@ pub fn pod_keys(p: &Pod) -> Vec<String> {
 
 /// Index keys of a volume: [`site_key`] of its site label and [`claim_key`] of its claim
 /// reference.
-pub fn volume_keys(pv: &PersistentVolume) -> Vec<String> {
+pub fn volume_keys(pv: &Volume) -> Vec<String> {
     let mut keys = Vec::new();
     if let Some(id) = pv.labels().get(ID_LABEL) {
         keys.push(site_key(id));
@@ -199,7 +199,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::Pod;
+    use crate::watched::Pod;
     use kube::runtime::reflector;
     use kube::runtime::watcher::Event;
 

@@ -36,12 +36,11 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::watched::{Pod, Volume};
 use futures::{FutureExt, StreamExt};
 use gateway_api::apis::standard::httproutes::HttpRoute;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{
-    ConfigMap, PersistentVolume, PersistentVolumeClaim, Pod, Secret, Service,
-};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret, Service};
 use k8s_openapi::api::networking::v1::Ingress;
 use kube::api::{Api, ListParams};
 use kube::runtime::events::Reporter;
@@ -220,19 +219,30 @@ where
         + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
 {
+    // The version is taken before slimming, which drops it, and shown to the fingerprints only
+    // once the store holds the object: a reconcile that learns its write was seen must find
+    // that write (or a later version) in the cache. The stream passes one event through every
+    // stage before it pulls the next, so one slot carries the version between the stages.
+    let version = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let taken = version.clone();
     watch_kind_observed(
         api,
         list_config(),
         feed,
-        // The version is taken before slimming, which drops it.
         move |obj: &mut K| {
-            let version = apply::version(obj.meta());
+            taken.store(
+                apply::version(obj.meta()),
+                std::sync::atomic::Ordering::Relaxed,
+            );
             slim(obj);
-            prints.observe(obj, version);
         },
         key,
         changed,
-        |_: &watcher::Event<K>| {},
+        move |event: &watcher::Event<K>| {
+            if let watcher::Event::Apply(obj) | watcher::Event::InitApply(obj) = event {
+                prints.observe(obj, version.load(std::sync::atomic::Ordering::Relaxed));
+            }
+        },
     )
 }
 
@@ -534,21 +544,21 @@ impl Controller {
         let volumes_by_site = Index::new(index::volume_keys);
         let index = volumes_by_site.clone();
         let volumes = watch_kind_observed(
-            Api::<PersistentVolume>::all(api(&client)),
+            Api::<Volume>::all(api(&client)),
             list_config(),
             &feed,
             slim::volume,
             // A volume event matters to the site it is labelled or claimed for.
-            |pv: &PersistentVolume| {
+            |pv: &Volume| {
                 key_of(pv).or_else(|| {
                     let claim = pv.spec.as_ref()?.claim_ref.as_ref()?;
                     claim.name.clone()
                 })
             },
-            |store: &Store<PersistentVolume>, event: &watcher::Event<PersistentVolume>| {
+            |store: &Store<Volume>, event: &watcher::Event<Volume>| {
                 changed_by(store, event, changes::volume_changed)
             },
-            move |event: &watcher::Event<PersistentVolume>| index.observe(event),
+            move |event: &watcher::Event<Volume>| index.observe(event),
         );
         let caches = Caches {
             sites_by_path,

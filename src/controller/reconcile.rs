@@ -19,7 +19,9 @@ use std::time::Duration;
 
 use gateway_api::apis::standard::httproutes::HttpRoute;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, Secret};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
+
+use crate::watched::{Pod, Volume};
 use k8s_openapi::api::networking::v1::Ingress;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::Store;
@@ -177,7 +179,7 @@ struct Gathered {
     /// The stored claim `<id>`.
     claim: Option<Arc<PersistentVolumeClaim>>,
     /// The retained volume a new claim re-binds to.
-    retained: Option<PersistentVolume>,
+    retained: Option<Volume>,
     statefulset: Option<Arc<StatefulSet>>,
 }
 

@@ -8,13 +8,14 @@
 use gateway_api::apis::standard::httproutes::HttpRoute;
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
 use k8s_openapi::api::core::v1::{
-    ConfigMap, ContainerStatus, PersistentVolume, PersistentVolumeClaim, PersistentVolumeSpec, Pod,
-    PodCondition, PodStatus, PodTemplateSpec, Secret, Service,
+    ConfigMap, ContainerStatus, PersistentVolumeClaim, PodCondition, PodStatus, PodTemplateSpec,
+    Secret, Service,
 };
 use k8s_openapi::api::networking::v1::Ingress;
 use kube::Resource;
 
 use crate::crd::{ID_LABEL, Site};
+use crate::watched::{Pod, Volume};
 
 /// The annotation `kubectl apply` keeps a copy of the whole object in.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
@@ -216,14 +217,13 @@ pub fn httproute(r: &mut HttpRoute) {
     r.status = None;
 }
 
-/// Pods keep the site id label and what the status mapping reads: phase, conditions, and each
-/// container's name, readiness and state.
+/// Pods (decoded without their spec, [`crate::watched`]) keep the site id label and what the
+/// status mapping reads: phase, conditions, and each container's name, readiness and state.
 pub fn pod(p: &mut Pod) {
     metadata(p);
     if let Some(labels) = p.metadata.labels.as_mut() {
         labels.retain(|k, _| k == ID_LABEL);
     }
-    p.spec = None;
     p.status = p.status.take().map(|s| PodStatus {
         phase: s.phase,
         conditions: s.conditions.map(|cs| {
@@ -250,13 +250,10 @@ pub fn pod(p: &mut Pod) {
     });
 }
 
-/// Volumes keep their claim reference (retained-volume lookup) and status.
-pub fn volume(v: &mut PersistentVolume) {
+/// Volumes (decoded with only their claim reference and status, [`crate::watched`]) keep the
+/// metadata the retained-volume lookup reads.
+pub fn volume(v: &mut Volume) {
     metadata(v);
-    v.spec = v.spec.take().map(|spec| PersistentVolumeSpec {
-        claim_ref: spec.claim_ref,
-        ..PersistentVolumeSpec::default()
-    });
 }
 
 #[cfg(test)]
@@ -423,7 +420,6 @@ mod tests {
                 crate::controller::status::pod_ready(&p),
                 crate::controller::status::pod_ready(&full)
             );
-            assert!(p.spec.is_none());
             assert_eq!(crate::controller::index::pod_keys(&p), ["s"]);
             let (slim, full) = (
                 serde_json::to_vec(&p).unwrap(),
@@ -432,8 +428,9 @@ mod tests {
             assert!(slim.len() < full.len(), "{} -> {}", full.len(), slim.len());
         }
 
-        let mut v: PersistentVolume = serde_json::from_value(json!({
-            "metadata": {"name": "pv", "labels": {"a": "b"}},
+        let mut v: Volume = serde_json::from_value(json!({
+            "metadata": {"name": "pv", "labels": {"a": "b"}, "uid": "u",
+                         "annotations": {"pv.kubernetes.io/provisioned-by": "x"}},
             "spec": {"capacity": {"storage": "1Gi"}, "hostPath": {"path": "/x"},
                      "claimRef": {"namespace": "sites", "name": "s"}},
             "status": {"phase": "Released"}
@@ -447,7 +444,8 @@ mod tests {
             v.spec.as_ref().unwrap().claim_ref,
             before.spec.as_ref().unwrap().claim_ref
         );
-        assert!(v.spec.as_ref().unwrap().capacity.is_none());
+        assert_eq!(v.metadata.uid, None);
+        assert_eq!(v.metadata.annotations, None);
     }
 
     #[test]

@@ -10,7 +10,9 @@ use std::collections::{BinaryHeap, HashSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+
+use crate::watched::Volume;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use tokio::sync::mpsc;
@@ -23,7 +25,7 @@ use crate::render::volume;
 
 /// The retained volume a new claim re-binds to: among the volumes labelled for the site or
 /// claimed by its claim (the cache's index), the one [`volume::find_retained_volume`] picks.
-pub fn retained(ctx: &Context, site: &Site) -> Option<PersistentVolume> {
+pub fn retained(ctx: &Context, site: &Site) -> Option<Volume> {
     let id = site.name_any();
     let (index, store) = (&ctx.caches.volumes_by_site, &ctx.caches.volumes);
     let mut candidates = index.get(store, &site_key(&id));

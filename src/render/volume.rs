@@ -2,17 +2,17 @@
 //! recreated with the same identity finds the PersistentVolume its data lives on and re-binds
 //! it. Pure decisions over PersistentVolumes the caller listed; the caller does the API calls.
 
-use k8s_openapi::api::core::v1::PersistentVolume;
+use crate::watched::Volume;
 use serde_json::{Value, json};
 
 use crate::crd::ID_LABEL;
 use crate::labels;
 
-fn phase(pv: &PersistentVolume) -> Option<&str> {
+fn phase(pv: &Volume) -> Option<&str> {
     pv.status.as_ref().and_then(|s| s.phase.as_deref())
 }
 
-fn claim_ref(pv: &PersistentVolume) -> Option<(&str, &str)> {
+fn claim_ref(pv: &Volume) -> Option<(&str, &str)> {
     let c = pv.spec.as_ref()?.claim_ref.as_ref()?;
     Some((
         c.namespace.as_deref().unwrap_or_default(),
@@ -20,7 +20,7 @@ fn claim_ref(pv: &PersistentVolume) -> Option<(&str, &str)> {
     ))
 }
 
-fn has_site_label(pv: &PersistentVolume, id: &str) -> bool {
+fn has_site_label(pv: &Volume, id: &str) -> bool {
     pv.metadata
         .labels
         .as_ref()
@@ -30,7 +30,7 @@ fn has_site_label(pv: &PersistentVolume, id: &str) -> bool {
 
 /// Whether a volume is free for a claim in `namespace`: Released or Available, and not reserved
 /// for a claim in another namespace.
-fn reusable(pv: &PersistentVolume, namespace: &str) -> bool {
+fn reusable(pv: &Volume, namespace: &str) -> bool {
     matches!(phase(pv), Some("Released") | Some("Available"))
         && claim_ref(pv).is_none_or(|(ns, _)| ns.is_empty() || ns == namespace)
 }
@@ -41,11 +41,11 @@ fn reusable(pv: &PersistentVolume, namespace: &str) -> bool {
 /// someone else's data (SPEC 4.6). Ties go to the volume that sorts first by name, so the choice
 /// is stable.
 pub fn find_retained_volume<'a>(
-    volumes: impl IntoIterator<Item = &'a PersistentVolume>,
+    volumes: impl IntoIterator<Item = &'a Volume>,
     id: &str,
     namespace: &str,
-) -> Option<&'a PersistentVolume> {
-    let mut candidates: Vec<&PersistentVolume> = volumes
+) -> Option<&'a Volume> {
+    let mut candidates: Vec<&Volume> = volumes
         .into_iter()
         .filter(|pv| reusable(pv, namespace))
         .collect();
@@ -66,10 +66,10 @@ pub fn find_retained_volume<'a>(
 /// yet, or the caller's view of claims lags. Either way a new claim must wait: provisioning now
 /// would lose the retained data.
 pub fn still_bound_to<'a>(
-    volumes: impl IntoIterator<Item = &'a PersistentVolume>,
+    volumes: impl IntoIterator<Item = &'a Volume>,
     namespace: &str,
     claim_name: &str,
-) -> Option<&'a PersistentVolume> {
+) -> Option<&'a Volume> {
     volumes.into_iter().find(|pv| {
         pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")
             && claim_ref(pv).is_some_and(|(ns, name)| ns == namespace && name == claim_name)
@@ -102,12 +102,7 @@ pub fn label_patch(id: &str) -> Value {
 mod tests {
     use super::*;
 
-    fn pv(
-        name: &str,
-        phase: &str,
-        labels: Option<&str>,
-        claim: Option<(&str, &str)>,
-    ) -> PersistentVolume {
+    fn pv(name: &str, phase: &str, labels: Option<&str>, claim: Option<(&str, &str)>) -> Volume {
         let mut v = json!({"metadata": {"name": name}, "spec": {}, "status": {"phase": phase}});
         if let Some(id) = labels {
             v["metadata"]["labels"] = json!({ID_LABEL: id});
@@ -118,7 +113,7 @@ mod tests {
         serde_json::from_value(v).unwrap()
     }
 
-    fn names(found: Option<&PersistentVolume>) -> Option<&str> {
+    fn names(found: Option<&Volume>) -> Option<&str> {
         found.and_then(|p| p.metadata.name.as_deref())
     }
 
@@ -162,7 +157,7 @@ mod tests {
     fn retained_volume_lookup() {
         let site = "docs-handbook";
         // (case, volumes, expected volume)
-        type Case<'a> = (&'a str, Vec<PersistentVolume>, Option<&'a str>);
+        type Case<'a> = (&'a str, Vec<Volume>, Option<&'a str>);
         let cases: Vec<Case> = vec![
             (
                 "nothing retained",

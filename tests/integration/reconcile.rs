@@ -733,6 +733,7 @@ async fn hand_edits_are_repaired() {
             json!({"metadata": {"labels": {"sites.ecmwf.int/id": null}}}),
         ),
     ];
+    op.settled().await;
     let before = op.writes_by_resource();
     for (kind, edit) in edits {
         let patch = Patch::Merge(&edit);
@@ -790,6 +791,7 @@ async fn hand_edits_are_repaired() {
     .await;
     // No write loop: status-only changes and the repairs' own watch events cost nothing more.
     wait_available(&c, "docs-handbook").await;
+    op.settled().await;
     let repairs: std::collections::BTreeMap<String, u64> = op
         .writes_since(&before)
         .into_iter()
@@ -836,6 +838,7 @@ async fn hand_edits_are_repaired() {
     })
     .await;
     wait_available(&c, "docs-handbook").await;
+    op.settled().await;
     assert_eq!(
         op.writes_since(&before).get("statefulsets.apps").copied(),
         Some(1),

@@ -14,7 +14,7 @@
 //! Over several pods: Failed if one failed, else Pending if one is pending, else Running;
 //! problems are the union; `all_steps_started` when it holds for every pod.
 
-use k8s_openapi::api::core::v1::Pod;
+use crate::watched::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::Error;

@@ -73,6 +73,16 @@ impl Operator {
         .await;
     }
 
+    /// Waits until the queue is empty and no reconcile runs, so the requests of the reconciles
+    /// so far are counted (a test may see a write in the cluster before the operator has read
+    /// its response).
+    pub async fn settled(&self) {
+        eventually("the operator to be idle", WAIT, || async {
+            self.idle().then_some(())
+        })
+        .await;
+    }
+
     pub async fn stop(mut self) {
         if let Some(e) = self.elector.take() {
             e.abort();
@@ -231,6 +241,13 @@ pub async fn start_controller(
     leading: Option<watch::Sender<bool>>,
     rx: watch::Receiver<bool>,
 ) -> Operator {
+    // `SITES_TEST_LOG=sites_operator=debug` shows the controller's log beside a failing test.
+    if let Ok(directives) = std::env::var("SITES_TEST_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(directives))
+            .with_test_writer()
+            .try_init();
+    }
     start_following(client, registry, cfg, None, leading, rx).await
 }
 
@@ -304,16 +321,61 @@ pub async fn wait_condition(
     status: &str,
     reason: &str,
 ) -> Site {
-    eventually(
-        &format!("{name}: {type_}={status} ({reason})"),
-        WAIT,
-        || async {
-            let s = sites(c).get(name).await.ok()?;
-            let (st, r, _) = condition(&s, type_)?;
-            (st == status && r == reason).then_some(s)
-        },
-    )
-    .await
+    let check = || async {
+        let s = sites(c).get(name).await.ok()?;
+        let (st, r, _) = condition(&s, type_)?;
+        (st == status && r == reason).then_some(s)
+    };
+    match tokio::time::timeout(WAIT, eventually("the condition", WAIT * 2, check)).await {
+        Ok(site) => site,
+        Err(_) => panic!(
+            "timed out waiting for {name}: {type_}={status} ({reason}); {}",
+            cluster_state(c, name).await
+        ),
+    }
+}
+
+/// The Site's status and its pods, for the message of a failed wait.
+async fn cluster_state(c: &Cluster, name: &str) -> String {
+    let status = sites(c)
+        .get(name)
+        .await
+        .map(|s| serde_json::to_string(&s.status).unwrap_or_default())
+        .unwrap_or_else(|e| e.to_string());
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(c.client.clone(), NS);
+    let pods = match pods.list(&Default::default()).await {
+        Ok(list) => list
+            .items
+            .iter()
+            .map(|p| {
+                let s = p.status.as_ref();
+                format!(
+                    "{} phase={:?} conditions={:?} deleting={}",
+                    p.metadata.name.as_deref().unwrap_or_default(),
+                    s.and_then(|s| s.phase.as_deref()),
+                    s.and_then(|s| s.conditions.as_ref()).map(|cs| cs
+                        .iter()
+                        .map(|c| format!("{}={}", c.type_, c.status))
+                        .collect::<Vec<_>>()),
+                    p.metadata.deletion_timestamp.is_some(),
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; "),
+        Err(e) => e.to_string(),
+    };
+    let sts = Api::<StatefulSet>::namespaced(c.client.clone(), NS)
+        .get(name)
+        .await
+        .map(|s| {
+            format!(
+                "replicas={:?} status={}",
+                s.spec.and_then(|s| s.replicas),
+                serde_json::to_string(&s.status).unwrap_or_default()
+            )
+        })
+        .unwrap_or_else(|e| e.to_string());
+    format!("status: {status}; statefulset: {sts}; pods: {pods}")
 }
 
 pub async fn wait_available(c: &Cluster, name: &str) -> Site {

@@ -134,11 +134,22 @@ async fn scale_subresource_of_a_statefulset_writes_the_parent() {
         "{}",
         err.message
     );
-    current.spec.as_mut().unwrap().replicas = Some(2);
-    let replaced = sts
-        .replace_scale("web", &PostParams::default(), &current)
-        .await
-        .unwrap();
+    // The StatefulSet controller writes the parent's status as pods come and go: a Scale read
+    // before that write is stale (409), so a client reads it again, as `kubectl scale` does.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let replaced = loop {
+        current.spec.as_mut().unwrap().replicas = Some(2);
+        match sts
+            .replace_scale("web", &PostParams::default(), &current)
+            .await
+        {
+            Ok(replaced) => break replaced,
+            Err(kube::Error::Api(e)) if e.code == 409 && tokio::time::Instant::now() < deadline => {
+                current = patched_scale(&sts).await;
+            }
+            Err(e) => panic!("replacing the scale: {e}"),
+        }
+    };
     assert_eq!(replaced.spec.unwrap().replicas, Some(2));
 
     // Discovery lists the subresource as an autoscaling/v1 Scale.
