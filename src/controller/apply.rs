@@ -14,7 +14,6 @@ use std::fmt::Debug;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::watched::{Pod, Volume};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType};
@@ -27,6 +26,7 @@ use crate::controller::slim::{self, Managed};
 use crate::controller::status;
 use crate::crd::{ID_LABEL, Site, SiteStatus};
 use crate::render::volume;
+use crate::watched::{Pod, Volume};
 use crate::{Error, Result, Target, reasons};
 
 /// Annotation holding the hash of the rendered object.

@@ -5,7 +5,6 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::watched::{Pod, Volume};
 use gateway_api::apis::standard::httproutes::HttpRoute;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret, Service};
@@ -21,6 +20,7 @@ use crate::config::{Routing, RoutingMode, SecretKeyRef};
 use crate::controller::index::Index;
 use crate::controller::volumes::Labeller;
 use crate::crd::Site;
+use crate::watched::{Pod, Volume};
 use crate::{Error, Result, Target};
 
 /// Name of the master Ingress whose host serves sites when `routing.host` is not set.

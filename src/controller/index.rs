@@ -13,13 +13,13 @@ use std::collections::{HashMap, HashSet};
 use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 
-use crate::watched::{Pod, Volume};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
 use crate::crd::{ID_LABEL, OPERATOR_BOUND_ANNOTATION, Site};
 use crate::render::apps::site_path;
+use crate::watched::{Pod, Volume};
 
 /// Index key of a Site: its public path `/<space>/<name>/` within its namespace (one path, one
 /// Site: admission and the route backstop look up who else uses it).

@@ -36,7 +36,6 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::watched::{Pod, Volume};
 use futures::{FutureExt, StreamExt};
 use gateway_api::apis::standard::httproutes::HttpRoute;
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -54,6 +53,7 @@ use tracing::Instrument;
 use crate::config::PlatformConfig;
 use crate::config::live::{Follower, Live};
 use crate::crd::{ID_LABEL, Phase, Site};
+use crate::watched::{Pod, Volume};
 use context::{Caches, Context, Tunables};
 use index::Index;
 use queue::{Backoff, Queue, QueueMetrics};
@@ -223,6 +223,8 @@ where
     // once the store holds the object: a reconcile that learns its write was seen must find
     // that write (or a later version) in the cache. The stream passes one event through every
     // stage before it pulls the next, so one slot carries the version between the stages.
+    // (The objects of a re-list enter the store together at its end but are shown as they
+    // arrive: a write seen only through a re-list may be repeated once.)
     let version = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let taken = version.clone();
     watch_kind_observed(

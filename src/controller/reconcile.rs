@@ -20,8 +20,6 @@ use std::time::Duration;
 use gateway_api::apis::standard::httproutes::HttpRoute;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
-
-use crate::watched::{Pod, Volume};
 use k8s_openapi::api::networking::v1::Ingress;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::Store;
@@ -34,6 +32,7 @@ use crate::controller::{slim, status, volumes};
 use crate::crd::{ID_LABEL, Site};
 use crate::labels::{self, Control};
 use crate::render::{self, Inputs, PodTemplateInputs, Rendered, Route, SiteTokens};
+use crate::watched::{Pod, Volume};
 use crate::{Error, Result, Retry, Target, reasons, restart, validation};
 
 /// What one reconcile asks of the queue.

@@ -11,8 +11,6 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
-
-use crate::watched::Volume;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use tokio::sync::mpsc;
@@ -22,6 +20,7 @@ use crate::controller::context::Context;
 use crate::controller::index::{claim_key, site_key};
 use crate::crd::{ID_LABEL, Site};
 use crate::render::volume;
+use crate::watched::Volume;
 
 /// The retained volume a new claim re-binds to: among the volumes labelled for the site or
 /// claimed by its claim (the cache's index), the one [`volume::find_retained_volume`] picks.

@@ -2,11 +2,11 @@
 //! recreated with the same identity finds the PersistentVolume its data lives on and re-binds
 //! it. Pure decisions over PersistentVolumes the caller listed; the caller does the API calls.
 
-use crate::watched::Volume;
 use serde_json::{Value, json};
 
 use crate::crd::ID_LABEL;
 use crate::labels;
+use crate::watched::Volume;
 
 fn phase(pv: &Volume) -> Option<&str> {
     pv.status.as_ref().and_then(|s| s.phase.as_deref())

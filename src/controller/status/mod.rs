@@ -14,12 +14,12 @@
 //! Over several pods: Failed if one failed, else Pending if one is pending, else Running;
 //! problems are the union; `all_steps_started` when it holds for every pod.
 
-use crate::watched::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::Error;
 use crate::crd::{Phase, Problem, Site, SiteStatus};
 use crate::reasons::{self, AVAILABLE, PROGRESSING};
+use crate::watched::Pod;
 
 /// The status of one pod.
 #[derive(Clone, Debug, PartialEq)]
