@@ -131,8 +131,20 @@ pub async fn eventually_every<T, F, Fut>(
     what: &str,
     timeout: Duration,
     interval: Duration,
-    mut check: F,
+    check: F,
 ) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    match poll_until(timeout, interval, check).await {
+        Some(v) => v,
+        None => panic!("timed out waiting for {what}"),
+    }
+}
+
+/// Polls `check` every `interval` until it returns Some; None after `timeout`.
+pub async fn poll_until<T, F, Fut>(timeout: Duration, interval: Duration, mut check: F) -> Option<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
@@ -140,10 +152,10 @@ where
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
         if let Some(v) = check().await {
-            return v;
+            return Some(v);
         }
         if tokio::time::Instant::now() > deadline {
-            panic!("timed out waiting for {what}");
+            return None;
         }
         tokio::time::sleep(interval).await;
     }

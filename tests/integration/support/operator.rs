@@ -23,7 +23,7 @@ use sites_operator::crd::Site;
 use sites_operator::metrics;
 use tokio::sync::watch;
 
-use super::{Cluster, client_config, eventually, repo_file};
+use super::{Cluster, client_config, eventually, poll_until, repo_file};
 
 /// The platform namespace of these tests.
 pub const NS: &str = "sites";
@@ -326,9 +326,9 @@ pub async fn wait_condition(
         let (st, r, _) = condition(&s, type_)?;
         (st == status && r == reason).then_some(s)
     };
-    match tokio::time::timeout(WAIT, eventually("the condition", WAIT * 2, check)).await {
-        Ok(site) => site,
-        Err(_) => panic!(
+    match poll_until(WAIT, Duration::from_millis(20), check).await {
+        Some(site) => site,
+        None => panic!(
             "timed out waiting for {name}: {type_}={status} ({reason}); {}",
             cluster_state(c, name).await
         ),
