@@ -556,12 +556,14 @@ async fn a_foreign_route_is_never_taken() {
         stored.spec.unwrap().rules.unwrap()[0].host.as_deref(),
         Some("other.example.org")
     );
-    assert!(
-        op.metric(
-            "controller_runtime_reconcile_total{controller=\"site\",result=\"requeue_after\"}"
-        ) >= 1.0,
-        "requeued with the 60 s delay"
-    );
+    // The status is written before the reconcile's result is counted.
+    eventually("requeued with the 60 s delay", WAIT, || async {
+        (op.metric(
+            "controller_runtime_reconcile_total{controller=\"site\",result=\"requeue_after\"}",
+        ) >= 1.0)
+            .then_some(())
+    })
+    .await;
     // The other objects were still made.
     assert!(
         api::<Service>(&c)
