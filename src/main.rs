@@ -27,7 +27,8 @@ struct Cli {
     log_format: LogFormat,
 
     /// Log level (error, warn, info, debug, trace) or filter directives such as
-    /// `info,sites_operator=debug`.
+    /// `info,sites_operator=debug`. The Kubernetes client crates follow the configuration's
+    /// `dependency_log_level` unless named here (`info,kube=trace`).
     #[arg(
         long,
         global = true,
@@ -70,7 +71,8 @@ enum Command {
         namespace: Option<String>,
     },
 
-    /// Run the admission webhook server (HTTPS) and the metrics and health endpoints (HTTP).
+    /// Run the admission webhook server (HTTPS), the metrics endpoint (HTTPS with token review,
+    /// or plain HTTP with --metrics-insecure) and the health endpoints (plain HTTP).
     ///
     /// Validates the platform configuration first and refuses to start (exit 2, one line) when it
     /// is invalid or the certificate cannot be loaded. The serving certificate is reloaded when
@@ -298,20 +300,21 @@ fn at_most(s: &str, d: std::time::Duration, secs: u64) -> Result<std::time::Dura
     Ok(d)
 }
 
-/// Parses `500ms`, `10s`, `2m`.
+/// Parses `500ms`, `10s`, `2m`, `1h`.
 fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     let (number, unit) = s
         .find(|c: char| !c.is_ascii_digit())
         .map(|i| s.split_at(i))
-        .ok_or_else(|| format!("{s:?} needs a unit: ms, s or m"))?;
+        .ok_or_else(|| format!("{s:?} needs a unit: ms, s, m or h"))?;
     let n: u64 = number
         .parse()
-        .map_err(|_| format!("{s:?} is not a duration like 500ms, 10s or 2m"))?;
+        .map_err(|_| format!("{s:?} is not a duration like 500ms, 10s, 2m or 1h"))?;
     let d = match unit {
         "ms" => std::time::Duration::from_millis(n),
         "s" => std::time::Duration::from_secs(n),
-        "m" => std::time::Duration::from_secs(n * 60),
-        _ => return Err(format!("{s:?}: unknown unit {unit:?} (use ms, s or m)")),
+        "m" => std::time::Duration::from_secs(n.saturating_mul(60)),
+        "h" => std::time::Duration::from_secs(n.saturating_mul(3600)),
+        _ => return Err(format!("{s:?}: unknown unit {unit:?} (use ms, s, m or h)")),
     };
     if d.is_zero() {
         return Err(format!("{s:?} must be greater than zero"));
@@ -695,5 +698,48 @@ fn main() -> ExitCode {
             names,
             days,
         } => write_certs(&out, &service, &namespace, names, days),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn durations_name_their_unit_and_limit() {
+        let ok = [
+            ("500ms", Duration::from_millis(500)),
+            ("10s", Duration::from_secs(10)),
+            ("2m", Duration::from_secs(120)),
+            ("1h", Duration::from_secs(3600)),
+        ];
+        for (text, want) in ok {
+            assert_eq!(parse_duration(text), Ok(want), "{text}");
+        }
+        let bad = [
+            ("10", "needs a unit"),
+            ("10d", "unknown unit \"d\""),
+            ("0s", "greater than zero"),
+            ("s", "not a duration"),
+            ("99999999999999999999h", "not a duration"),
+        ];
+        for (text, want) in bad {
+            let err = parse_duration(text).unwrap_err();
+            assert!(err.contains(want), "{text}: {err}");
+        }
+        assert_eq!(parse_idle_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert!(
+            parse_idle_duration("2h")
+                .unwrap_err()
+                .contains("maximum of 3600s")
+        );
+        assert!(
+            parse_limit_duration("11m")
+                .unwrap_err()
+                .contains("maximum of 600s")
+        );
+        // Saturates instead of overflowing.
+        assert!(parse_idle_duration("18446744073709551615h").is_err());
     }
 }

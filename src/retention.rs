@@ -62,8 +62,9 @@ pub fn decide(site: &Site, today: Date, retention: &Retention) -> Action {
     }
 }
 
-/// Applies the policy to every Site in `namespace`; returns the Sites acted on. A dry run
-/// decides and reports but writes nothing.
+/// Applies the policy to every Site in `namespace`; returns the Sites acted on (the callers
+/// report them: the CLI one line each on stdout, the operator in its log). A dry run decides
+/// and reports but writes nothing.
 pub async fn run_once(
     client: &kube::Client,
     namespace: &str,
@@ -129,16 +130,12 @@ async fn apply_one(
                     });
                     api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
                         .await?;
-                    tracing::info!(site = %name, "retention: archived");
                 }
-                Action::Delete => {
-                    match api.delete(&name, &DeleteParams::default()).await {
-                        Ok(_) => {}
-                        Err(kube::Error::Api(s)) if s.code == 404 => {}
-                        Err(e) => return Err(e),
-                    }
-                    tracing::info!(site = %name, "retention: deleted");
-                }
+                Action::Delete => match api.delete(&name, &DeleteParams::default()).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(s)) if s.code == 404 => {}
+                    Err(e) => return Err(e),
+                },
                 Action::Keep => {}
             }
         }

@@ -126,10 +126,16 @@ pub fn set_dependency_level(level: LogLevel) {
     }
 }
 
-/// The user's directives followed by the dependency crates' (which take precedence for those
-/// crates only).
+/// The dependency crates' directives, then the user's: a crate the user names (`kube=trace`)
+/// keeps the user's level (of two directives for one target, the later one counts); a bare level
+/// (`debug`) leaves the dependency crates at theirs.
 fn with_dependencies(user: &str, level: LogLevel) -> String {
-    format!("{user},{}", dependency_directives(level))
+    let deps = dependency_directives(level);
+    if user.trim().is_empty() {
+        deps
+    } else {
+        format!("{deps},{user}")
+    }
 }
 
 #[cfg(test)]
@@ -148,6 +154,61 @@ mod tests {
         assert!(error.contains("kube=error"));
         assert!(error.contains("rustls=error"));
         assert!(filter(&format!("info,{debug}")).is_ok());
+    }
+
+    /// Whether an event of `target` at `level` passes the filter built from `directives`.
+    fn passes(directives: &str, target: &str, level: tracing::Level) -> bool {
+        use tracing_subscriber::layer::SubscriberExt;
+        let subscriber = tracing_subscriber::registry().with(filter(directives).unwrap());
+        tracing::subscriber::with_default(subscriber, || match (target, level) {
+            ("kube", tracing::Level::TRACE) => {
+                tracing::enabled!(target: "kube", tracing::Level::TRACE)
+            }
+            ("kube", tracing::Level::INFO) => {
+                tracing::enabled!(target: "kube", tracing::Level::INFO)
+            }
+            ("kube", tracing::Level::DEBUG) => {
+                tracing::enabled!(target: "kube", tracing::Level::DEBUG)
+            }
+            ("sites_operator", tracing::Level::DEBUG) => {
+                tracing::enabled!(target: "sites_operator", tracing::Level::DEBUG)
+            }
+            _ => unreachable!("not a case of this test"),
+        })
+    }
+
+    #[test]
+    fn a_crate_the_user_names_keeps_the_users_level() {
+        use tracing::Level;
+        // (--log-level, dependency level, target, level, passes)
+        let cases = [
+            (
+                "info,kube=trace",
+                LogLevel::Warn,
+                "kube",
+                Level::TRACE,
+                true,
+            ),
+            ("info", LogLevel::Warn, "kube", Level::INFO, false),
+            ("debug", LogLevel::Warn, "kube", Level::DEBUG, false),
+            (
+                "debug",
+                LogLevel::Warn,
+                "sites_operator",
+                Level::DEBUG,
+                true,
+            ),
+            ("info", LogLevel::Debug, "kube", Level::DEBUG, true),
+            ("kube=error", LogLevel::Debug, "kube", Level::INFO, false),
+        ];
+        for (user, dependency, target, level, want) in cases {
+            let directives = with_dependencies(user, dependency);
+            assert_eq!(
+                passes(&directives, target, level),
+                want,
+                "{user} with dependencies at {dependency:?}: {target} {level}"
+            );
+        }
     }
 
     #[test]

@@ -841,7 +841,9 @@ async fn retention_loop(ctx: Arc<Context>, every: Duration, leading: watch::Rece
         match crate::retention::run_once(&ctx.client, &ctx.namespace, retention, today, false).await
         {
             Ok(acted) if !acted.is_empty() => {
-                tracing::info!(sites = acted.len(), "retention policy applied")
+                for (site, action) in &acted {
+                    tracing::info!(%site, ?action, "retention policy applied");
+                }
             }
             Ok(_) => {}
             Err(e) => {

@@ -511,7 +511,8 @@ fn metric_names_of_promql() {
 /// The monitoring overlay's scrape path fits together: ServiceMonitor (HTTPS, token, CA of the
 /// serving certificate, a server name the certificate covers) → metrics Service → the
 /// Deployment's `metrics` port, the binary's default secure metrics port; probes on the open
-/// health port; Prometheus's ServiceAccount bound to the metrics reader.
+/// health port; Prometheus's ServiceAccount bound to the metrics reader and allowed to discover
+/// the targets.
 #[test]
 fn the_shipped_scrape_path_fits_together() {
     let out = Command::new("kubectl")
@@ -596,6 +597,37 @@ fn the_shipped_scrape_path_fits_together() {
         reader["rules"],
         serde_json::json!([{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}])
     );
+    // Prometheus's ServiceAccount may also discover the targets in the operator's namespace
+    // (kube-prometheus lets it list endpoints only in its own, default and kube-system).
+    let discovery = find("RoleBinding", "sites-operator-prometheus-discovery");
+    assert_eq!(discovery["subjects"], binding["subjects"], "{discovery}");
+    assert_eq!(discovery["metadata"]["namespace"], "sites", "{discovery}");
+    let role = find("Role", discovery["roleRef"]["name"].as_str().unwrap());
+    let grants = |group: &str, resource: &str| {
+        role["rules"].as_array().unwrap().iter().any(|r| {
+            r["apiGroups"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|g| g == group)
+                && r["resources"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|x| x == resource)
+                && ["list", "watch"]
+                    .iter()
+                    .all(|v| r["verbs"].as_array().unwrap().iter().any(|x| x == v))
+        })
+    };
+    for (group, resource) in [
+        ("", "services"),
+        ("", "endpoints"),
+        ("", "pods"),
+        ("discovery.k8s.io", "endpointslices"),
+    ] {
+        assert!(grants(group, resource), "{resource}: {role}");
+    }
     let policy = find("NetworkPolicy", "sites-operator");
     assert!(
         policy["spec"]["ingress"]

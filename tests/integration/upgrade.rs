@@ -39,6 +39,10 @@ fn text(o: &Output) -> String {
 
 /// The summary lines (`COMMAND: N/M Sites done, ...`) the command printed on stderr, which is
 /// not a terminal here: no live progress, one summary line.
+fn stdout_lines(o: &Output) -> usize {
+    String::from_utf8_lossy(&o.stdout).lines().count()
+}
+
 fn summaries(o: &Output, command: &str) -> Vec<String> {
     String::from_utf8_lossy(&o.stderr)
         .lines()
@@ -352,6 +356,15 @@ async fn retention_archives_then_deletes_and_touches_nothing_else() {
         "{}",
         text(&out)
     );
+    // Off a terminal that summary is all of standard error: the Sites acted on are the lines
+    // of standard output, not log lines besides.
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).lines().count(),
+        1,
+        "{}",
+        text(&out)
+    );
+    assert_eq!(stdout_lines(&out), 2, "{}", text(&out));
     let expired = api.get("expired").await.unwrap();
     assert!(!expired.spec.configuration.enabled);
     assert_eq!(
