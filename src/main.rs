@@ -71,8 +71,11 @@ enum Command {
         namespace: Option<String>,
     },
 
-    /// Run the admission webhook server (HTTPS), the metrics endpoint (HTTPS with token review,
-    /// or plain HTTP with --metrics-insecure) and the health endpoints (plain HTTP).
+    /// Run the operator: webhook server, reconcile workers, metrics and health endpoints.
+    ///
+    /// The admission webhooks are served over HTTPS; /metrics over HTTPS to callers a TokenReview
+    /// authenticates and a SubjectAccessReview allows (plain HTTP with --metrics-insecure);
+    /// /healthz and /readyz over plain HTTP on their own port.
     ///
     /// Validates the platform configuration first and refuses to start (exit 2, one line) when it
     /// is invalid or the certificate cannot be loaded. The serving certificate is reloaded when
