@@ -23,18 +23,27 @@ pub fn files_configmap_name(id: &str) -> String {
     format!("{id}-files")
 }
 
+/// The keys of [`labels`], the only labels the operator puts on the objects it owns (the caches
+/// keep the values of these keys only).
+pub const LABEL_KEYS: [&str; 5] = [
+    ID_LABEL,
+    "app.kubernetes.io/name",
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/part-of",
+    MANAGED_BY_LABEL,
+];
+
+/// The label naming the operator as the manager of an object.
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+
 /// Labels of every owned object and of the pod template.
 pub fn labels(id: &str) -> BTreeMap<String, String> {
-    BTreeMap::from([
-        (ID_LABEL.to_string(), id.to_string()),
-        ("app.kubernetes.io/name".to_string(), "site".to_string()),
-        ("app.kubernetes.io/instance".to_string(), id.to_string()),
-        ("app.kubernetes.io/part-of".to_string(), "sites".to_string()),
-        (
-            "app.kubernetes.io/managed-by".to_string(),
-            MANAGED_BY.to_string(),
-        ),
-    ])
+    let values = [id, "site", id, "sites", MANAGED_BY];
+    LABEL_KEYS
+        .iter()
+        .zip(values)
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
 }
 
 /// The selector of the site's pods: the id label only (selectors are immutable, so they hold
@@ -117,17 +126,79 @@ pub enum Control {
     },
 }
 
-/// Who controls the object with this metadata, for `site`. An object without a controller that
-/// carries the operator's labels for this site is the Site's own, its owner reference removed by
-/// hand: it is the Site's to restore.
+/// What decides who controls an object: its controller owner reference, and whether it carries
+/// the operator's labels for a site. Cached objects keep this much of their metadata
+/// ([`crate::controller::slim::Facts`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Ownership<'a> {
+    pub controller: Option<ControllerRef<'a>>,
+    /// `app.kubernetes.io/managed-by` is the operator.
+    pub managed: bool,
+    /// The site id label.
+    pub site_id: Option<&'a str>,
+}
+
+/// An object's controller owner reference, as far as [`control_of`] reads it.
+#[derive(Clone, Copy, Debug)]
+pub struct ControllerRef<'a> {
+    /// A Site of this API group.
+    pub site: bool,
+    pub kind: &'a str,
+    pub name: &'a str,
+    /// The controller's uid, [`hashed`].
+    pub uid: u64,
+}
+
+impl<'a> ControllerRef<'a> {
+    pub fn of(owner: &'a OwnerReference) -> ControllerRef<'a> {
+        ControllerRef {
+            site: owner.kind == Site::kind(&())
+                && owner.api_version.split('/').next() == Some(Site::group(&()).as_ref()),
+            kind: &owner.kind,
+            name: &owner.name,
+            uid: hashed(&owner.uid),
+        }
+    }
+}
+
+impl<'a> Ownership<'a> {
+    pub fn of(meta: &'a ObjectMeta) -> Ownership<'a> {
+        let label = |key: &str| meta.labels.as_ref()?.get(key).map(String::as_str);
+        Ownership {
+            controller: meta
+                .owner_references
+                .as_deref()
+                .unwrap_or_default()
+                .iter()
+                .find(|o| o.controller == Some(true))
+                .map(ControllerRef::of),
+            managed: label(MANAGED_BY_LABEL) == Some(MANAGED_BY),
+            site_id: label(ID_LABEL),
+        }
+    }
+}
+
+/// A value that is only compared for equality (uids, label values, hashes), as a number.
+pub fn hashed(value: &(impl std::hash::Hash + ?Sized)) -> u64 {
+    use std::hash::Hasher;
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    value.hash(&mut h);
+    h.finish()
+}
+
+/// Who controls the object with this metadata, for `site` ([`control_of`]).
 pub fn control(meta: &ObjectMeta, site: &Site) -> Control {
-    let owners = meta.owner_references.as_deref().unwrap_or_default();
-    let Some(controller) = owners.iter().find(|o| o.controller == Some(true)) else {
-        let labels = meta.labels.as_ref();
-        let label = |key: &str| labels.and_then(|l| l.get(key)).map(String::as_str);
-        let ours = label("app.kubernetes.io/managed-by") == Some(MANAGED_BY)
-            && label(ID_LABEL).is_some()
-            && label(ID_LABEL) == site.metadata.name.as_deref();
+    control_of(&Ownership::of(meta), site)
+}
+
+/// Who controls an object, for `site`. An object without a controller that carries the
+/// operator's labels for this site is the Site's own, its owner reference removed by hand: it
+/// is the Site's to restore.
+pub fn control_of(ownership: &Ownership<'_>, site: &Site) -> Control {
+    let Some(controller) = ownership.controller else {
+        let ours = ownership.managed
+            && ownership.site_id.is_some()
+            && ownership.site_id == site.metadata.name.as_deref();
         return if ours {
             Control::ThisSite
         } else {
@@ -136,11 +207,10 @@ pub fn control(meta: &ObjectMeta, site: &Site) -> Control {
             }
         };
     };
-    let is_site = controller.kind == Site::kind(&())
-        && controller.api_version.split('/').next() == Some(Site::group(&()).as_ref());
-    if is_site && site.metadata.uid.as_deref() == Some(controller.uid.as_str()) {
+    let this_uid = site.metadata.uid.as_deref().map(hashed);
+    if controller.site && this_uid == Some(controller.uid) {
         Control::ThisSite
-    } else if is_site && site.metadata.name.as_deref() == Some(controller.name.as_str()) {
+    } else if controller.site && site.metadata.name.as_deref() == Some(controller.name) {
         Control::PreviousSite
     } else {
         Control::Other {

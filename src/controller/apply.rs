@@ -22,7 +22,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::controller::context::Context;
-use crate::controller::slim::{self, Managed};
+use crate::controller::slim::{self, Keep, Kept, Managed};
 use crate::controller::status;
 use crate::crd::{ID_LABEL, Site, SiteStatus};
 use crate::render::volume;
@@ -76,19 +76,6 @@ fn owners_match(stored: &[OwnerReference], desired: &[OwnerReference]) -> bool {
         })
 }
 
-/// Whether `stored` already is the stamped `desired`: same hash, exactly the desired owner
-/// references (LIFE-12), and the desired labels.
-pub fn up_to_date<K: Resource>(stored: &K, desired: &K) -> bool {
-    let hash = |o: &K| o.annotations().get(DESIRED_HASH_ANNOTATION).cloned();
-    hash(stored).is_some()
-        && hash(stored) == hash(desired)
-        && owners_match(stored.owner_references(), desired.owner_references())
-        && desired
-            .labels()
-            .iter()
-            .all(|(k, v)| stored.labels().get(k) == Some(v))
-}
-
 /// What [`apply`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Written {
@@ -106,13 +93,13 @@ pub enum Written {
 /// The fingerprints ([`slim::fingerprint`]) of the managed content of the owned objects as the
 /// API server returned them after the operator's last write (or, after a restart, as first seen):
 /// a watch event showing another fingerprint is drift, repaired by the next apply. One short
-/// record per object, not the objects.
+/// record per object (keyed by its kind and name, hashed), not the objects.
 #[derive(Default)]
-pub struct Fingerprints(Mutex<HashMap<String, Print>>);
+pub struct Fingerprints(Mutex<HashMap<u64, Print>>);
 
 /// What the operator last wrote of one object, and which version the watch showed last.
 struct Print {
-    fingerprint: String,
+    fingerprint: u64,
     /// The desired hash (hashed) of the operator's last write.
     wrote: u64,
     /// The versions (hashed resourceVersions) of the last [`SEEN`] watch events, newest first:
@@ -135,46 +122,33 @@ pub const PENDING: Duration = Duration::from_secs(10);
 
 /// A resourceVersion, compared for equality only (it is opaque), as a number.
 pub(crate) fn version(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> u64 {
-    hashed(&meta.resource_version)
+    crate::labels::hashed(&meta.resource_version)
 }
 
-fn hashed(value: &impl std::hash::Hash) -> u64 {
-    use std::hash::Hasher;
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    value.hash(&mut h);
-    h.finish()
-}
-
-/// The desired hash an object carries.
+/// The desired hash an object carries (0: none).
 fn desired_of<K: Resource>(obj: &K) -> u64 {
-    hashed(&obj.annotations().get(DESIRED_HASH_ANNOTATION))
+    slim::desired_of(obj.meta()).unwrap_or_default()
 }
 
 impl Fingerprints {
-    fn key<K: Resource>(name: &str) -> String
+    fn key<K: Resource>(name: &str) -> u64
     where
         K::DynamicType: Default,
     {
-        format!("{}/{name}", K::kind(&K::DynamicType::default()))
+        crate::labels::hashed(&(K::kind(&K::DynamicType::default()), name))
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Print>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Print>> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Whether the observed content of the cached copy `stored` differs from what the operator
     /// wrote (asked once the cache has caught up with that write: [`Fingerprints::pending`]).
-    fn drifted<K: Resource>(&self, stored: &K) -> bool
-    where
-        K::DynamicType: Default,
-    {
-        let Some(observed) = stored.annotations().get(slim::OBSERVED_FINGERPRINT) else {
-            return false;
-        };
+    fn drifted<K: Keep>(&self, stored: &Kept<K>) -> bool {
         let key = Self::key::<K>(&stored.name_any());
         self.lock()
             .get(&key)
-            .is_some_and(|print| print.fingerprint != *observed)
+            .is_some_and(|print| print.fingerprint != stored.facts.fingerprint)
     }
 
     /// While the cache has not shown the operator's last write of `desired`'s object (at most
@@ -197,21 +171,14 @@ impl Fingerprints {
     }
 
     /// A watch event: `obj` as the cache keeps it (with its observed fingerprint) and the
-    /// [`version`] it had before slimming. An object first seen (after a restart, or made by
-    /// someone else) is taken as written; once the event shows the operator's last write, the
-    /// cache has caught up with it.
-    pub fn observe<K: Resource>(&self, obj: &K, seen: u64)
-    where
-        K::DynamicType: Default,
-    {
+    /// [`version`] it had. An object first seen (after a restart, or made by someone else) is
+    /// taken as written; once the event shows the operator's last write, the cache has caught up
+    /// with it.
+    pub fn observe<K: Keep>(&self, obj: &Kept<K>, seen: u64) {
         // Only the operator's own objects can drift; others get no record.
-        let Some(observed) = obj
-            .annotations()
-            .get(slim::OBSERVED_FINGERPRINT)
-            .filter(|_| slim::managed(obj))
-        else {
+        if !obj.facts.managed() {
             return;
-        };
+        }
         let key = Self::key::<K>(&obj.name_any());
         let mut known = self.lock();
         match known.get_mut(&key) {
@@ -226,8 +193,8 @@ impl Fingerprints {
                 known.insert(
                     key,
                     Print {
-                        fingerprint: observed.clone(),
-                        wrote: desired_of(obj),
+                        fingerprint: obj.facts.fingerprint,
+                        wrote: obj.facts.desired().unwrap_or_default(),
                         seen: std::array::from_fn(|i| if i == 0 { seen } else { 0 }),
                         pending: None,
                     },
@@ -271,12 +238,12 @@ impl Fingerprints {
 /// what the operator wrote. Returns what the API server stored when it wrote.
 pub async fn apply<K>(
     ctx: &Context,
-    stored: Option<&K>,
+    stored: Option<&Kept<K>>,
     mut desired: K,
 ) -> Result<(Written, Option<K>)>
 where
     K: Resource<Scope = kube::core::NamespaceResourceScope>
-        + Managed
+        + Keep
         + Clone
         + Serialize
         + DeserializeOwned
@@ -289,7 +256,7 @@ where
         Some(false) => {}
         None => {
             if let Some(s) = stored
-                && up_to_date(s, &desired)
+                && s.facts.up_to_date(&desired)
             {
                 if !ctx.fingerprints.drifted(s) {
                     return Ok((Written::Unchanged, None));
@@ -523,6 +490,8 @@ mod tests {
 
     #[test]
     fn up_to_date_needs_hash_owners_and_labels() {
+        let up_to_date =
+            |stored: &ConfigMap, desired: &ConfigMap| slim::Facts::of(stored).up_to_date(desired);
         let mut desired = cm("1", "u");
         stamp(&mut desired);
         // The stored copy has server-added fields and extra labels: still up to date.
@@ -556,6 +525,19 @@ mod tests {
         let mut unlabelled = stored.clone();
         unlabelled.labels_mut().remove("sites.ecmwf.int/id");
         assert!(!up_to_date(&unlabelled, &desired));
+        // A label value changed by hand: not up to date.
+        let mut relabelled = stored.clone();
+        relabelled
+            .labels_mut()
+            .insert("sites.ecmwf.int/id".into(), "b".into());
+        assert!(!up_to_date(&relabelled, &desired));
+        // A rendering with a label the caches do not keep is never up to date (the renderings
+        // carry only the operator's label keys: slim::tests).
+        let mut other_label = desired.clone();
+        other_label
+            .labels_mut()
+            .insert("extra".into(), "yes".into());
+        assert!(!up_to_date(&stored, &other_label));
         // Changed content: new hash.
         let mut newer = cm("2", "u");
         stamp(&mut newer);
@@ -578,9 +560,9 @@ mod tests {
             let mut c = cm(data, "u");
             c.metadata.resource_version = Some(rv.into());
             let v = version(&c.metadata);
-            crate::controller::slim::configmap(&mut c);
-            prints.observe(&c, v);
-            c
+            let kept = Kept::new(c);
+            prints.observe(&kept, v);
+            kept
         };
         // What the operator renders (and writes, with the version the API server returns).
         let rendered = |data: &str| {
@@ -630,14 +612,24 @@ mod tests {
         relabelled.labels_mut().insert("extra".into(), "x".into());
         relabelled.metadata.resource_version = Some("8".into());
         let v = version(&relabelled.metadata);
-        crate::controller::slim::configmap(&mut relabelled);
+        let relabelled = Kept::new(relabelled);
         prints.observe(&relabelled, v);
         assert!(!prints.drifted(&relabelled));
         // A deleted object is forgotten: its successor is taken as written on first sight.
         prints.forget::<ConfigMap>("a");
         assert!(!prints.drifted(&event("3", "9")));
-        // Without an observed fingerprint (not from a watch), nothing can be said.
-        assert!(!prints.drifted(&cm("4", "u")));
+        // An object of another manager gets no record, so it never drifts.
+        let mut foreign = cm("4", "u");
+        foreign.labels_mut().clear();
+        foreign.metadata.name = Some("foreign".into());
+        let foreign = Kept::new(foreign);
+        prints.observe(&foreign, 1);
+        assert!(
+            prints
+                .lock()
+                .get(&Fingerprints::key::<ConfigMap>("foreign"))
+                .is_none()
+        );
         // The watch may show the write and other writers' events after it (the StatefulSet
         // controller's status) before the write's response is read.
         event("5", "61");

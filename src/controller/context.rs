@@ -18,6 +18,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use crate::config::live::Live;
 use crate::config::{Routing, RoutingMode, SecretKeyRef};
 use crate::controller::index::Index;
+use crate::controller::slim::{Keep, Kept};
 use crate::controller::volumes::Labeller;
 use crate::crd::Site;
 use crate::watched::{Pod, Volume};
@@ -28,18 +29,19 @@ pub const MASTER_INGRESS: &str = "sites-ingress-master";
 /// How long the session key and the master Ingress host are cached.
 const LOOKUP_TTL: Duration = Duration::from_secs(60);
 
-/// The cluster state the reconciler reads (reflector stores, kept warm by watches).
+/// The cluster state the reconciler reads (reflector stores, kept warm by watches). Objects of
+/// the owned kinds are kept as [`Kept`] records.
 #[derive(Clone)]
 pub struct Caches {
     pub sites: Store<Site>,
-    pub secrets: Store<Secret>,
-    pub configmaps: Store<ConfigMap>,
-    pub pvcs: Store<PersistentVolumeClaim>,
-    pub statefulsets: Store<StatefulSet>,
-    pub services: Store<Service>,
-    pub ingresses: Store<Ingress>,
+    pub secrets: Store<Kept<Secret>>,
+    pub configmaps: Store<Kept<ConfigMap>>,
+    pub pvcs: Store<Kept<PersistentVolumeClaim>>,
+    pub statefulsets: Store<Kept<StatefulSet>>,
+    pub services: Store<Kept<Service>>,
+    pub ingresses: Store<Kept<Ingress>>,
     /// None when the cluster does not serve the Gateway API.
-    pub httproutes: Option<Store<HttpRoute>>,
+    pub httproutes: Option<Store<Kept<HttpRoute>>>,
     pub pods: Store<Pod>,
     /// PersistentVolumes (cluster-scoped): retained-volume lookup and the label check.
     pub volumes: Store<Volume>,
@@ -205,6 +207,21 @@ impl Context {
                 target: Target::of::<K>(name),
                 source: Box::new(source),
             })
+    }
+
+    /// [`Context::read`], kept as the caches keep it.
+    pub(crate) async fn read_kept<K>(&self, name: &str) -> Result<Option<Arc<Kept<K>>>>
+    where
+        K: Keep
+            + Resource<Scope = kube::core::NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        Ok(self
+            .read::<K>(name)
+            .await?
+            .map(|obj| Arc::new(Kept::new(Arc::unwrap_or_clone(obj)))))
     }
 
     /// The platform session key that `reference` (the configuration's) names, cached for a

@@ -36,7 +36,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::{FutureExt, StreamExt};
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use gateway_api::apis::standard::httproutes::HttpRoute;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret, Service};
@@ -58,6 +58,7 @@ use context::{Caches, Context, Tunables};
 use index::Index;
 use queue::{Backoff, Queue, QueueMetrics};
 use reconcile::Next;
+use slim::{Keep, Kept};
 
 /// The controller name in metrics.
 pub const CONTROLLER: &str = "site";
@@ -195,29 +196,27 @@ fn key_of<K: Resource>(obj: &K) -> Option<String> {
 /// The key of an object of an owned kind: its id label, else its name (an object without the
 /// label may be in the way of the Site of that name, or be one of its objects that lost the
 /// label: either way that Site looks again).
-fn owned_key<K: Resource>(obj: &K) -> Option<String> {
-    key_of(obj).or_else(|| obj.meta().name.clone())
+fn owned_key<K: Keep>(obj: &Kept<K>) -> Option<String> {
+    route_key(obj).or_else(|| obj.meta().name.clone())
 }
 
-/// [`watch_kind_observed`] for an owned kind: every object the watch delivers is shown to the drift
-/// fingerprints (the cache has caught up with the operator's own write once it shows it).
+/// The key of a route: its id label only (a route of another owner is no Site's business).
+fn route_key<K: Keep>(obj: &Kept<K>) -> Option<String> {
+    obj.facts.site_id().map(str::to_string)
+}
+
+/// [`watch_kind_observed`] for an owned kind, kept as [`Kept`] records: every object the watch
+/// delivers is shown to the drift fingerprints (the cache has caught up with the operator's own
+/// write once it shows it).
 fn watch_owned<K>(
     api: Api<K>,
     feed: &Feed,
-    mut slim: impl FnMut(&mut K) + Send + 'static,
-    key: impl Fn(&K) -> Option<String> + Send + Sync + 'static,
+    key: impl Fn(&Kept<K>) -> Option<String> + Send + Sync + 'static,
     prints: Arc<apply::Fingerprints>,
-) -> Store<K>
+) -> Store<Kept<K>>
 where
-    K: Resource
-        + Clone
-        + PartialEq
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+    K: Keep + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K::Scope: Send + Sync,
 {
     // The version is taken before slimming, which drops it, and shown to the fingerprints only
     // once the store holds the object: a reconcile that learns its write was seen must find
@@ -231,16 +230,16 @@ where
         api,
         list_config(),
         feed,
-        move |obj: &mut K| {
+        move |obj: K| {
             taken.store(
                 apply::version(obj.meta()),
                 std::sync::atomic::Ordering::Relaxed,
             );
-            slim(obj);
+            Kept::new(obj)
         },
         key,
         changed,
-        move |event: &watcher::Event<K>| {
+        move |event: &watcher::Event<Kept<K>>| {
             if let watcher::Event::Apply(obj) | watcher::Event::InitApply(obj) = event {
                 prints.observe(obj, version.load(std::sync::atomic::Ordering::Relaxed));
             }
@@ -274,26 +273,28 @@ where
     }
 }
 
-/// Starts a reflector for `api` and feeds the keys of touched objects into the queue. Calls
-/// `before(store, event)` with every watch event before the store applies it (the store still
-/// holds the previous version): false keeps the event's key out of the queue (the event cannot
-/// change what a reconcile does); and `after(event)` once the store applied it.
+/// Starts a reflector for `api`, caching each object as `keep` makes it, and feeds the keys of
+/// touched objects into the queue. Calls `before(store, event)` with every watch event before
+/// the store applies it (the store still holds the previous version): false keeps the event's
+/// key out of the queue (the event cannot change what a reconcile does); and `after(event)` once
+/// the store applied it.
 ///
 /// An object deleted during a watch gap leaves no Delete event: the re-list that follows just
 /// leaves it out. When the re-list is done, every cached object it did not deliver is judged as
 /// deleted (`before` with a Delete event) and its key queued, so what was deleted in the gap is
 /// repaired.
-fn watch_kind_observed<K>(
-    api: Api<K>,
+fn watch_kind_observed<S, K>(
+    api: Api<S>,
     config: watcher::Config,
     feed: &Feed,
-    modify: impl FnMut(&mut K) + Send + 'static,
+    mut keep: impl FnMut(S) -> K + Send + 'static,
     key: impl Fn(&K) -> Option<String> + Send + Sync + 'static,
     before: impl Fn(&Store<K>, &watcher::Event<K>) -> bool + Send + 'static,
     after: impl Fn(&watcher::Event<K>) + Send + 'static,
 ) -> Store<K>
 where
-    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    S: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+    K: Resource + Clone + std::fmt::Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
 {
     let triggered = feed
@@ -318,7 +319,7 @@ where
     let hush = quiet.clone();
     let stream = watcher(api, config)
         .default_backoff()
-        .modify(modify)
+        .map_ok(move |event| kept_event(event, &mut keep))
         .map(move |event| {
             if let Ok(event) = &event {
                 let relevant = before(&previous, event);
@@ -375,6 +376,17 @@ where
     reader
 }
 
+/// A watch event with its objects as the cache keeps them.
+fn kept_event<S, K>(event: watcher::Event<S>, keep: &mut impl FnMut(S) -> K) -> watcher::Event<K> {
+    match event {
+        watcher::Event::Apply(obj) => watcher::Event::Apply(keep(obj)),
+        watcher::Event::Delete(obj) => watcher::Event::Delete(keep(obj)),
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitApply(obj) => watcher::Event::InitApply(keep(obj)),
+        watcher::Event::InitDone => watcher::Event::InitDone,
+    }
+}
+
 /// Whether the cluster serves the Gateway API's HTTPRoute.
 pub async fn serves_http_routes(client: &kube::Client, namespace: &str) -> bool {
     let api: Api<HttpRoute> = Api::namespaced(client.clone(), namespace);
@@ -426,7 +438,10 @@ impl Controller {
             Api::<Site>::namespaced(api(&client), &ns),
             list_config(),
             &feed,
-            slim::site,
+            |mut s: Site| {
+                slim::site(&mut s);
+                s
+            },
             |s: &Site| s.metadata.name.clone(),
             move |before: &Store<Site>, event: &watcher::Event<Site>| {
                 // A re-list (after a watch gap) delivers every Site again as InitApply while
@@ -479,35 +494,30 @@ impl Controller {
         let secrets = watch_owned(
             Api::<Secret>::namespaced(api(&client), &ns),
             &feed,
-            slim::secret,
             owned_key,
             prints.clone(),
         );
         let configmaps = watch_owned(
             Api::<ConfigMap>::namespaced(api(&client), &ns),
             &feed,
-            slim::configmap,
             owned_key,
             prints.clone(),
         );
         let pvcs = watch_owned(
             Api::<PersistentVolumeClaim>::namespaced(api(&client), &ns),
             &feed,
-            slim::claim,
             owned_key,
             prints.clone(),
         );
         let statefulsets = watch_owned(
             Api::<StatefulSet>::namespaced(api(&client), &ns),
             &feed,
-            slim::statefulset,
             owned_key,
             prints.clone(),
         );
         let services = watch_owned(
             Api::<Service>::namespaced(api(&client), &ns),
             &feed,
-            slim::service,
             owned_key,
             prints.clone(),
         );
@@ -516,16 +526,14 @@ impl Controller {
         let ingresses = watch_owned(
             Api::<Ingress>::namespaced(api(&client), &ns),
             &feed,
-            slim::ingress,
-            key_of,
+            route_key,
             prints.clone(),
         );
         let httproutes = if serves_http_routes(&client, &ns).await {
             Some(watch_owned(
                 Api::<HttpRoute>::namespaced(api(&client), &ns),
                 &feed,
-                slim::httproute,
-                key_of,
+                route_key,
                 prints.clone(),
             ))
         } else {
@@ -538,7 +546,10 @@ impl Controller {
             Api::<Pod>::namespaced(api(&client), &ns),
             list_config().labels(ID_LABEL),
             &feed,
-            slim::pod,
+            |mut p: Pod| {
+                slim::pod(&mut p);
+                p
+            },
             |p: &Pod| index::pod_keys(p).pop(),
             changed,
             move |event: &watcher::Event<Pod>| index.observe(event),
@@ -549,7 +560,10 @@ impl Controller {
             Api::<Volume>::all(api(&client)),
             list_config(),
             &feed,
-            slim::volume,
+            |mut v: Volume| {
+                slim::volume(&mut v);
+                v
+            },
             // A volume event matters to the site it is labelled or claimed for.
             |pv: &Volume| {
                 key_of(pv).or_else(|| {

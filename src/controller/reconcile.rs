@@ -28,9 +28,10 @@ use kube::{Resource, ResourceExt};
 use crate::config::{PlatformConfig, RoutingMode};
 use crate::controller::apply::{self, Written};
 use crate::controller::context::Context;
-use crate::controller::{slim, status, volumes};
-use crate::crd::{ID_LABEL, Site};
-use crate::labels::{self, Control};
+use crate::controller::slim::{Keep, Kept};
+use crate::controller::{status, volumes};
+use crate::crd::Site;
+use crate::labels::Control;
 use crate::render::{self, Inputs, PodTemplateInputs, Rendered, Route, SiteTokens};
 use crate::watched::{Pod, Volume};
 use crate::{Error, Result, Retry, Target, reasons, restart, validation};
@@ -145,7 +146,7 @@ async fn converge(
         public_host: gathered.host.as_deref(),
         session_key: &gathered.session_key,
         tokens: &gathered.tokens,
-        existing_claim: gathered.claim.as_deref(),
+        existing_claim: gathered.claim.as_deref().map(|c| c.body.as_ref()),
         retained_volume: gathered
             .retained
             .as_ref()
@@ -171,15 +172,15 @@ async fn converge(
 /// What rendering needs from the cluster.
 struct Gathered {
     /// The stored Secret `<id>` (its tokens are kept).
-    secret: Option<Arc<Secret>>,
+    secret: Option<Arc<Kept<Secret>>>,
     tokens: SiteTokens,
     session_key: Vec<u8>,
     host: Option<String>,
     /// The stored claim `<id>`.
-    claim: Option<Arc<PersistentVolumeClaim>>,
+    claim: Option<Arc<Kept<PersistentVolumeClaim>>>,
     /// The retained volume a new claim re-binds to.
     retained: Option<Volume>,
-    statefulset: Option<Arc<StatefulSet>>,
+    statefulset: Option<Arc<Kept<StatefulSet>>>,
 }
 
 async fn gather(ctx: &Context, config: &PlatformConfig, site: &Site) -> Result<Gathered> {
@@ -189,13 +190,14 @@ async fn gather(ctx: &Context, config: &PlatformConfig, site: &Site) -> Result<G
     // have seen a Secret written a moment ago, and keeps the data of the operator's Secrets only.
     // Only a Secret this Site controls gives its tokens.
     let secret = match ctx.cached(&c.secrets, &id) {
-        Some(s) if slim::managed(s.as_ref()) => Some(s),
-        _ => ctx.read::<Secret>(&id).await?,
+        Some(s) if s.facts.managed() => Some(s),
+        _ => ctx.read_kept::<Secret>(&id).await?,
     };
-    let own_secret = secret
+    let own_tokens = secret
         .as_deref()
-        .filter(|s| labels::control(s.meta(), site) == Control::ThisSite);
-    let tokens = SiteTokens::keep_or_generate(own_secret, random_token);
+        .filter(|s| s.control(site) == Control::ThisSite)
+        .and_then(|s| s.body.as_ref());
+    let tokens = SiteTokens::keep_or_generate(own_tokens, random_token);
     let session_key = ctx.session_key(&config.sites.session.secret_key).await?;
     let host = ctx.public_host(&config.routing).await?;
     let claim = ctx.cached(&c.pvcs, &id);
@@ -224,19 +226,24 @@ async fn decide(
     ctx: &Context,
     config: &PlatformConfig,
     site: &Site,
-    mut stored: Option<Arc<StatefulSet>>,
+    mut stored: Option<Arc<Kept<StatefulSet>>>,
 ) -> Result<Decision> {
+    let template = |s: &Option<Arc<Kept<StatefulSet>>>| {
+        s.as_deref()
+            .and_then(|s| s.body.annotations.as_ref())
+            .cloned()
+    };
     let mut decision = restart::decide(
-        render::recorded_state(stored.as_deref()).as_ref(),
+        render::recorded_state(template(&stored).as_ref()).as_ref(),
         site,
         config,
     );
     if decision.restart {
         // Confirm with the API server: a StatefulSet written a moment ago may already record
         // this change, and one qualifying change must roll the pods only once (LIFE-03).
-        stored = ctx.read::<StatefulSet>(&site.name_any()).await?;
+        stored = ctx.read_kept::<StatefulSet>(&site.name_any()).await?;
         decision = restart::decide(
-            render::recorded_state(stored.as_deref()).as_ref(),
+            render::recorded_state(template(&stored).as_ref()).as_ref(),
             site,
             config,
         );
@@ -244,18 +251,7 @@ async fn decide(
     let restarted_at = if decision.restart {
         Some((ctx.now)().0.to_string())
     } else {
-        stored
-            .as_ref()
-            .and_then(|s| {
-                s.spec
-                    .as_ref()?
-                    .template
-                    .metadata
-                    .as_ref()?
-                    .annotations
-                    .as_ref()
-            })
-            .and_then(|a| a.get(render::workload::RESTARTED_AT_ANNOTATION).cloned())
+        template(&stored).and_then(|mut a| a.remove(render::workload::RESTARTED_AT_ANNOTATION))
     };
     Ok(Decision {
         restart: decision,
@@ -292,14 +288,15 @@ async fn apply_in_order(
         });
     }
     let (_, claim) = write_owned(ctx, site, writes, gathered.claim.clone(), rendered.pvc).await?;
+    let cached_claim = ctx.cached(&c.pvcs, &id);
     volumes::label_later(
         ctx,
         &id,
-        claim.as_ref().or(ctx.cached(&c.pvcs, &id).as_deref()),
+        claim
+            .as_ref()
+            .or(cached_claim.as_deref().map(|c| c.body.as_ref())),
     );
-    let stored_template = ctx
-        .cached(&c.statefulsets, &id)
-        .and_then(|s| s.annotations().get(slim::OBSERVED_TEMPLATE).cloned());
+    let stored_template = ctx.cached(&c.statefulsets, &id).map(|s| s.body.fingerprint);
     let (sts_written, sts) = step(ctx, site, writes, &c.statefulsets, rendered.statefulset).await?;
     writes.workload_current = true;
     if decision.restart.restart {
@@ -317,7 +314,7 @@ async fn apply_in_order(
     // rollout. (A repaired replica count rolls nothing: its pods are left to the controller.)
     let template_changed = sts
         .as_ref()
-        .is_some_and(|w| stored_template.as_ref() != Some(&slim::template_fingerprint(w)));
+        .is_some_and(|w| stored_template != Some(crate::controller::slim::template_fingerprint(w)));
     if sts_written == Written::Updated && template_changed && site.spec.configuration.enabled {
         apply::delete_not_ready_pods(ctx, &id).await;
     }
@@ -349,12 +346,8 @@ fn path_taken_by(ctx: &Context, site: &Site) -> Option<String> {
 
 /// Whether this Site may write the existing object: it controls it; a deleted Site of the same
 /// name still does (wait for garbage collection); anything else is a conflict.
-fn controlled<K>(obj: &K, site: &Site) -> Result<()>
-where
-    K: Resource,
-    K::DynamicType: Default,
-{
-    match labels::control(obj.meta(), site) {
+fn controlled<K: Keep>(obj: &Kept<K>, site: &Site) -> Result<()> {
+    match obj.control(site) {
         Control::ThisSite => Ok(()),
         Control::PreviousSite => Err(Error::Waiting {
             what: format!(
@@ -376,12 +369,12 @@ async fn step<K>(
     ctx: &Context,
     site: &Site,
     writes: &mut Writes,
-    store: &Store<K>,
+    store: &Store<Kept<K>>,
     desired: K,
 ) -> Result<(Written, Option<K>)>
 where
     K: Resource<Scope = kube::core::NamespaceResourceScope>
-        + slim::Managed
+        + Keep
         + Clone
         + serde::Serialize
         + serde::de::DeserializeOwned
@@ -398,12 +391,12 @@ async fn write_owned<K>(
     ctx: &Context,
     site: &Site,
     writes: &mut Writes,
-    stored: Option<Arc<K>>,
+    stored: Option<Arc<Kept<K>>>,
     desired: K,
 ) -> Result<(Written, Option<K>)>
 where
     K: Resource<Scope = kube::core::NamespaceResourceScope>
-        + slim::Managed
+        + Keep
         + Clone
         + serde::Serialize
         + serde::de::DeserializeOwned
@@ -421,8 +414,8 @@ where
 
 /// Whether a route belongs to the site: routes are owned by the id label (RTG-03), so a route of
 /// another site with the same name is never taken.
-fn owned_by(obj: &impl Resource, id: &str) -> bool {
-    obj.labels().get(ID_LABEL).map(String::as_str) == Some(id)
+fn owned_by<K: Keep>(obj: &Kept<K>, id: &str) -> bool {
+    obj.facts.site_id() == Some(id)
 }
 
 /// The route of the active mode (created, updated, or deleted when the site has no public
@@ -458,13 +451,13 @@ async fn routes(
 async fn active_route<K>(
     ctx: &Context,
     writes: &mut Writes,
-    store: Option<&Store<K>>,
+    store: Option<&Store<Kept<K>>>,
     desired: Option<K>,
     id: &str,
 ) -> Result<()>
 where
     K: Resource<Scope = kube::core::NamespaceResourceScope>
-        + slim::Managed
+        + Keep
         + Clone
         + serde::Serialize
         + serde::de::DeserializeOwned
@@ -504,9 +497,10 @@ where
 }
 
 /// Deletes this site's route of the inactive mode; a foreign one stays.
-async fn prune_route<K>(ctx: &Context, store: Option<&Store<K>>, id: &str) -> Result<()>
+async fn prune_route<K>(ctx: &Context, store: Option<&Store<Kept<K>>>, id: &str) -> Result<()>
 where
     K: Resource<Scope = kube::core::NamespaceResourceScope>
+        + Keep
         + Clone
         + serde::de::DeserializeOwned
         + std::fmt::Debug

@@ -1,20 +1,28 @@
-//! What the caches keep of each kind: only the fields the reconciler reads. Whether an owned
-//! object is up to date is decided from its metadata (the desired-hash annotation, labels and
-//! owner references, see [`super::apply`]) and from a fingerprint of the content the operator
-//! manages ([`Managed`]), taken here before that content is dropped, so specs the operator only
-//! writes are not kept; at 10,000 Sites the StatefulSet pod templates alone would hold most of
-//! the operator's memory.
+//! What the caches keep of each kind: only what the reconciler reads.
+//!
+//! Objects of the owned kinds (Secrets, ConfigMaps, claims, StatefulSets, Services, routes) are
+//! kept as [`Kept`] records, not as Kubernetes objects: their name, the [`Facts`] the reconciler
+//! decides from (who controls the object, whether it is up to date with a rendering, the
+//! fingerprint of the content the operator manages, SPEC 4.6) as numbers where only equality
+//! matters, and the little content a kind reads back ([`Keep::Body`]). At 10,000 Sites the label
+//! and annotation maps of whole cached objects were most of the operator's memory.
+//!
+//! Sites, pods and volumes stay Kubernetes objects, slimmed ([`site`], [`pod`], [`volume`]).
+
+use std::collections::BTreeMap;
 
 use gateway_api::apis::standard::httproutes::HttpRoute;
-use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{
-    ConfigMap, ContainerStatus, PersistentVolumeClaim, PodCondition, PodStatus, PodTemplateSpec,
-    Secret, Service,
+    ConfigMap, ContainerStatus, PersistentVolumeClaim, PodCondition, PodStatus, Secret, Service,
 };
 use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Resource;
 
 use crate::crd::{ID_LABEL, Site};
+use crate::labels::{self, ControllerRef, LABEL_KEYS, Ownership, hashed};
 use crate::watched::{Pod, Volume};
 
 /// The annotation `kubectl apply` keeps a copy of the whole object in.
@@ -22,10 +30,6 @@ const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// Prefix of the annotations the operator reads back from objects it owns.
 const OWN_ANNOTATIONS: &str = "sites.ecmwf.int/";
-
-/// Annotation that cached objects (never the cluster's) carry: the [`fingerprint`] of the
-/// content the operator manages, as this watch event showed it (drift detection, SPEC 4.6).
-pub const OBSERVED_FINGERPRINT: &str = "sites.ecmwf.int/observed-fingerprint";
 
 /// The content of an owned kind that the operator manages and an edit by anyone else would
 /// change: data, or the spec (status is never part of it; neither are fields other controllers
@@ -81,39 +85,318 @@ impl Managed for HttpRoute {
     }
 }
 
-/// A short hash of the managed content (16 hex digits).
-pub fn fingerprint<K: Managed>(obj: &K) -> String {
+/// A hash of the managed content (drift detection).
+pub fn fingerprint<K: Managed>(obj: &K) -> u64 {
     short_hash(&obj.managed_content())
 }
 
-/// Annotation on cached StatefulSets: [`template_fingerprint`] of the pod template the cache
-/// no longer keeps.
-pub const OBSERVED_TEMPLATE: &str = "sites.ecmwf.int/observed-template";
-
-/// A short hash of a StatefulSet's pod template: whether a write changed the pods' template
-/// (and rolls them), not only the replicas.
-pub fn template_fingerprint(sts: &StatefulSet) -> String {
+/// A hash of a StatefulSet's pod template: whether a write changed the pods' template (and
+/// rolls them), not only the replicas.
+pub fn template_fingerprint(sts: &StatefulSet) -> u64 {
     short_hash(&serde_json::to_value(sts.spec.as_ref().map(|s| &s.template)).unwrap_or_default())
 }
 
-fn short_hash(content: &serde_json::Value) -> String {
+fn short_hash(content: &serde_json::Value) -> u64 {
     let digest = ring::digest::digest(&ring::digest::SHA256, content.to_string().as_bytes());
-    digest.as_ref()[..8]
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest.as_ref()[..8]);
+    u64::from_be_bytes(first)
+}
+
+/// Whether the object carries the operator's `app.kubernetes.io/managed-by` label.
+pub fn managed<K: Resource>(obj: &K) -> bool {
+    Ownership::of(obj.meta()).managed
+}
+
+/// A label value as [`Facts`] keep it: never 0, which stands for "no such label".
+fn label_print(value: &str) -> u64 {
+    hashed(value) | 1
+}
+
+/// The owner references as one number, independent of their order.
+pub fn owners_print(owners: &[OwnerReference]) -> u64 {
+    let mut each: Vec<u64> = owners
         .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+        .map(|o| hashed(&(&o.api_version, &o.kind, &o.name, &o.uid, o.controller)))
+        .collect();
+    each.sort_unstable();
+    hashed(&each)
 }
 
-/// Records the fingerprint of the managed content on the cached copy, before it is slimmed.
-fn observe<K: Managed + Resource>(obj: &mut K) {
-    let fp = fingerprint(obj);
-    obj.meta_mut()
-        .annotations
-        .get_or_insert_default()
-        .insert(OBSERVED_FINGERPRINT.into(), fp);
+/// The controller owner reference as [`Facts`] keep it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Controller {
+    site: bool,
+    kind: Box<str>,
+    name: Box<str>,
+    uid: u64,
 }
 
-/// Metadata of objects the operator owns or watches for a site: name, namespace, labels, owner
+/// What the reconciler decides from about an existing object of an owned kind: who controls it
+/// ([`labels::control_of`]), whether it already is a rendering ([`Facts::up_to_date`]), and the
+/// fingerprint of the content the operator manages as this watch event showed it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Facts {
+    controller: Option<Controller>,
+    managed: bool,
+    site_id: Option<Box<str>>,
+    /// The owner references ([`owners_print`]).
+    owners: u64,
+    /// The values of [`LABEL_KEYS`] ([`label_print`]; 0: absent).
+    labels: [u64; LABEL_KEYS.len()],
+    /// The desired-hash annotation, hashed.
+    desired: Option<u64>,
+    /// [`fingerprint`] of the managed content.
+    pub fingerprint: u64,
+}
+
+impl Facts {
+    pub fn of<K: Resource + Managed>(obj: &K) -> Facts {
+        let meta = obj.meta();
+        let ownership = Ownership::of(meta);
+        let label = |key: &str| meta.labels.as_ref()?.get(key);
+        Facts {
+            controller: ownership.controller.map(|c| Controller {
+                site: c.site,
+                kind: c.kind.into(),
+                name: c.name.into(),
+                uid: c.uid,
+            }),
+            managed: ownership.managed,
+            site_id: ownership.site_id.map(Into::into),
+            owners: owners_print(meta.owner_references.as_deref().unwrap_or_default()),
+            labels: LABEL_KEYS.map(|k| label(k).map_or(0, |v| label_print(v))),
+            desired: desired_of(meta),
+            fingerprint: fingerprint(obj),
+        }
+    }
+
+    /// Who controls the object ([`labels::control_of`]).
+    pub fn ownership(&self) -> Ownership<'_> {
+        Ownership {
+            controller: self.controller.as_ref().map(|c| ControllerRef {
+                site: c.site,
+                kind: &c.kind,
+                name: &c.name,
+                uid: c.uid,
+            }),
+            managed: self.managed,
+            site_id: self.site_id.as_deref(),
+        }
+    }
+
+    /// Carries the operator's `app.kubernetes.io/managed-by` label.
+    pub fn managed(&self) -> bool {
+        self.managed
+    }
+
+    /// The site id label.
+    pub fn site_id(&self) -> Option<&str> {
+        self.site_id.as_deref()
+    }
+
+    /// The desired-hash annotation, hashed.
+    pub fn desired(&self) -> Option<u64> {
+        self.desired
+    }
+
+    /// Whether the object already is the stamped rendering `desired`: the same desired hash,
+    /// exactly the desired owner references (LIFE-12), and the desired labels (the operator's
+    /// labels are [`LABEL_KEYS`]; a rendering with another label is never up to date).
+    pub fn up_to_date<K: Resource>(&self, desired: &K) -> bool {
+        let meta = desired.meta();
+        self.desired.is_some()
+            && self.desired == desired_of(meta)
+            && self.owners == owners_print(meta.owner_references.as_deref().unwrap_or_default())
+            && meta.labels.iter().flatten().all(|(k, v)| {
+                LABEL_KEYS
+                    .iter()
+                    .position(|key| key == k)
+                    .is_some_and(|i| self.labels[i] == label_print(v))
+            })
+    }
+}
+
+/// The desired-hash annotation of an object, hashed.
+pub fn desired_of(meta: &ObjectMeta) -> Option<u64> {
+    meta.annotations
+        .as_ref()?
+        .get(crate::controller::apply::DESIRED_HASH_ANNOTATION)
+        .map(hashed)
+}
+
+/// An owned kind as the caches keep it.
+pub trait Keep: Resource<DynamicType = ()> + Managed + Sized {
+    /// The content the reconciler reads back, if any.
+    type Body: Clone + std::fmt::Debug + PartialEq + Default + Send + Sync + 'static;
+    /// Takes the body out of the object (`managed`: the object carries the operator's label).
+    fn body(self, managed: bool) -> Self::Body;
+}
+
+/// The operator's Secrets keep their data: the site tokens are read back from the site Secret.
+/// Other Secrets of the namespace keep none.
+impl Keep for Secret {
+    type Body = Option<BTreeMap<String, ByteString>>;
+    fn body(self, managed: bool) -> Self::Body {
+        self.data.filter(|_| managed)
+    }
+}
+
+impl Keep for ConfigMap {
+    type Body = ();
+    fn body(self, _: bool) -> Self::Body {}
+}
+
+impl Keep for Service {
+    type Body = ();
+    fn body(self, _: bool) -> Self::Body {}
+}
+
+impl Keep for Ingress {
+    type Body = ();
+    fn body(self, _: bool) -> Self::Body {}
+}
+
+impl Keep for HttpRoute {
+    type Body = ();
+    fn body(self, _: bool) -> Self::Body {}
+}
+
+/// A claim keeps its spec (class, size and bound volume are read back) and the volume the
+/// operator pinned it to ([`crate::render::workload::PINNED_VOLUME_ANNOTATION`]).
+impl Keep for PersistentVolumeClaim {
+    type Body = Box<PersistentVolumeClaim>;
+    fn body(self, _: bool) -> Self::Body {
+        let pinned = crate::render::workload::PINNED_VOLUME_ANNOTATION;
+        let annotations = self
+            .metadata
+            .annotations
+            .and_then(|mut a| a.remove_entry(pinned))
+            .map(|entry| BTreeMap::from([entry]));
+        Box::new(PersistentVolumeClaim {
+            metadata: ObjectMeta {
+                name: self.metadata.name,
+                annotations,
+                ..ObjectMeta::default()
+            },
+            spec: self.spec,
+            status: None,
+        })
+    }
+}
+
+/// What a StatefulSet keeps of its pod template.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Template {
+    /// The template's annotations: the qualifying-change state and `restartedAt` are read back.
+    pub annotations: Option<BTreeMap<String, String>>,
+    /// [`template_fingerprint`]: whether a write changed the template.
+    pub fingerprint: u64,
+}
+
+impl Keep for StatefulSet {
+    type Body = Template;
+    fn body(self, _: bool) -> Self::Body {
+        let fingerprint = template_fingerprint(&self);
+        Template {
+            annotations: self.spec.and_then(|s| s.template.metadata?.annotations),
+            fingerprint,
+        }
+    }
+}
+
+/// An object of an owned kind in the caches: its name and namespace (the store's key), its
+/// [`Facts`] and its [`Keep::Body`].
+pub struct Kept<K: Keep> {
+    metadata: ObjectMeta,
+    pub facts: Facts,
+    pub body: K::Body,
+}
+
+// By hand: derived impls would ask the same of `K`, which is never stored.
+impl<K: Keep> Clone for Kept<K> {
+    fn clone(&self) -> Self {
+        Kept {
+            metadata: self.metadata.clone(),
+            facts: self.facts.clone(),
+            body: self.body.clone(),
+        }
+    }
+}
+
+impl<K: Keep> PartialEq for Kept<K> {
+    fn eq(&self, other: &Self) -> bool {
+        self.metadata == other.metadata && self.facts == other.facts && self.body == other.body
+    }
+}
+
+impl<K: Keep> std::fmt::Debug for Kept<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Kept")
+            .field("kind", &K::kind(&()))
+            .field("name", &self.metadata.name)
+            .field("facts", &self.facts)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K: Keep> Kept<K> {
+    pub fn new(mut obj: K) -> Kept<K> {
+        let facts = Facts::of(&obj);
+        let meta = obj.meta_mut();
+        let metadata = ObjectMeta {
+            name: meta.name.clone(),
+            namespace: meta.namespace.take(),
+            ..ObjectMeta::default()
+        };
+        let body = obj.body(facts.managed);
+        Kept {
+            metadata,
+            facts,
+            body,
+        }
+    }
+
+    /// Who controls the object, for `site`.
+    pub fn control(&self, site: &Site) -> labels::Control {
+        labels::control_of(&self.facts.ownership(), site)
+    }
+}
+
+impl<K: Keep> Resource for Kept<K> {
+    type DynamicType = ();
+    type Scope = K::Scope;
+
+    fn kind(dt: &()) -> std::borrow::Cow<'_, str> {
+        K::kind(dt)
+    }
+
+    fn group(dt: &()) -> std::borrow::Cow<'_, str> {
+        K::group(dt)
+    }
+
+    fn version(dt: &()) -> std::borrow::Cow<'_, str> {
+        K::version(dt)
+    }
+
+    fn api_version(dt: &()) -> std::borrow::Cow<'_, str> {
+        K::api_version(dt)
+    }
+
+    fn plural(dt: &()) -> std::borrow::Cow<'_, str> {
+        K::plural(dt)
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// Metadata of objects the operator watches for a site: name, namespace, labels, owner
 /// references, deletion timestamp and this operator's annotations. Identity and bookkeeping
 /// fields (uid, resourceVersion, timestamps, finalizers, managed fields) and other components'
 /// annotations are never read.
@@ -141,80 +424,6 @@ pub fn site(s: &mut Site) {
     if let Some(a) = s.metadata.annotations.as_mut() {
         a.remove(LAST_APPLIED);
     }
-}
-
-/// Secrets the operator manages keep their data (the site tokens are read back from the site
-/// Secret); any other Secret of the namespace keeps only what the ownership check reads.
-pub fn secret(s: &mut Secret) {
-    observe(s);
-    metadata(s);
-    if !managed(s) {
-        s.data = None;
-        s.string_data = None;
-    }
-}
-
-/// Whether the object carries the operator's `app.kubernetes.io/managed-by` label.
-pub fn managed<K: Resource>(obj: &K) -> bool {
-    obj.meta()
-        .labels
-        .as_ref()
-        .and_then(|l| l.get("app.kubernetes.io/managed-by"))
-        .is_some_and(|v| v == crate::labels::MANAGED_BY)
-}
-
-pub fn configmap(c: &mut ConfigMap) {
-    observe(c);
-    metadata(c);
-    c.data = None;
-    c.binary_data = None;
-}
-
-/// Claims keep their spec (class, size and bound volume are read back) and status.
-pub fn claim(c: &mut PersistentVolumeClaim) {
-    observe(c);
-    metadata(c);
-}
-
-/// StatefulSets keep the pod-template metadata: the qualifying-change state and `restartedAt`
-/// are read back from its annotations.
-pub fn statefulset(s: &mut StatefulSet) {
-    observe(s);
-    let template = template_fingerprint(s);
-    s.metadata
-        .annotations
-        .get_or_insert_default()
-        .insert(OBSERVED_TEMPLATE.into(), template);
-    metadata(s);
-    s.status = None;
-    s.spec = s.spec.take().map(|spec| StatefulSetSpec {
-        template: PodTemplateSpec {
-            metadata: spec.template.metadata,
-            spec: None,
-        },
-        ..StatefulSetSpec::default()
-    });
-}
-
-pub fn service(s: &mut Service) {
-    observe(s);
-    metadata(s);
-    s.spec = None;
-    s.status = None;
-}
-
-pub fn ingress(i: &mut Ingress) {
-    observe(i);
-    metadata(i);
-    i.spec = None;
-    i.status = None;
-}
-
-pub fn httproute(r: &mut HttpRoute) {
-    observe(r);
-    metadata(r);
-    r.spec = Default::default();
-    r.status = None;
 }
 
 /// Pods (decoded without their spec, [`crate::watched`]) keep the site id label and what the
@@ -265,31 +474,31 @@ mod tests {
     use kube::ResourceExt;
     use serde_json::json;
 
-    fn rendered() -> (Site, render::Rendered) {
-        let cfg = fixtures::config();
+    fn rendered_for(cfg: &crate::config::PlatformConfig) -> (Site, render::Rendered) {
         let site: Site =
             serde_yaml_ng::from_str(include_str!("../../manifests/examples/site.yaml")).unwrap();
         let mut site = site;
         site.metadata.namespace = Some("sites".into());
         site.metadata.uid = Some("uid-1".into());
-        let state = crate::restart::decide(None, &site, &crate::fixtures::config()).state;
+        let state = crate::restart::decide(None, &site, cfg).state;
         let tokens = SiteTokens {
             api_token: "a".into(),
             secret_key: "b".into(),
         };
         let inputs = Inputs::new("sites", Some("example.org"), b"key", &tokens, &state);
-        let valid = crate::validation::site::validate(&site, &cfg).unwrap();
-        let rendered = render::render(valid, &cfg, &inputs).unwrap();
+        let valid = crate::validation::site::validate(&site, cfg).unwrap();
+        let rendered = render::render(valid, cfg, &inputs).unwrap();
         (site, rendered)
     }
 
-    /// Stamps `desired`, adds what the API server adds, slims a copy and checks that the
-    /// reconciler's decision from the slim copy is the decision from the full one.
-    fn same_decision<K>(desired: K, slim: fn(&mut K)) -> (usize, usize)
-    where
-        K: Resource + serde::Serialize + Clone,
-    {
-        let mut desired = desired;
+    fn rendered() -> (Site, render::Rendered) {
+        rendered_for(&fixtures::config())
+    }
+
+    /// `desired` stamped, and as the API server stores it (with its own fields and other
+    /// components' metadata).
+    fn stored<K: Resource + Clone + serde::Serialize>(desired: &K) -> (K, K) {
+        let mut desired = desired.clone();
         apply::stamp(&mut desired);
         let mut stored = desired.clone();
         let m = stored.meta_mut();
@@ -299,60 +508,165 @@ mod tests {
         m.annotations
             .get_or_insert_default()
             .insert("pv.kubernetes.io/bind-completed".into(), "yes".into());
-        let full = serde_json::to_vec(&stored).unwrap().len();
-        let mut slimmed = stored.clone();
-        slim(&mut slimmed);
-        assert!(apply::up_to_date(&stored, &desired));
-        assert!(apply::up_to_date(&slimmed, &desired));
-        let m = slimmed.meta();
-        assert!(m.uid.is_none() && m.resource_version.is_none() && m.managed_fields.is_none());
-        assert!(
-            m.annotations
-                .as_ref()
-                .is_some_and(|a| a.keys().all(|k| k.starts_with(OWN_ANNOTATIONS)))
+        m.labels
+            .get_or_insert_default()
+            .insert("example.org/team".into(), "web".into());
+        (desired, stored)
+    }
+
+    /// The record of a stored rendering answers the reconciler's questions as the object did:
+    /// up to date with that rendering and not with another, controlled by its Site.
+    fn same_decision<K: Keep + Clone + serde::Serialize>(site: &Site, rendering: &K) -> Kept<K> {
+        let (desired, stored) = stored(rendering);
+        let kept = Kept::new(stored.clone());
+        assert!(kept.facts.up_to_date(&desired), "{kept:?}");
+        assert_eq!(
+            kept.control(site),
+            crate::labels::control(stored.meta(), site)
         );
-        // A different rendering is still seen as different.
+        assert_eq!(kept.control(site), labels::Control::ThisSite);
+        assert_eq!(kept.meta().name, desired.meta().name);
+        assert_eq!(kept.meta().namespace.as_deref(), Some("sites"));
+        assert!(kept.facts.managed());
+        assert_eq!(kept.facts.site_id(), Some("docs-handbook"));
         let mut other = desired.clone();
         other
             .meta_mut()
             .annotations
             .get_or_insert_default()
             .insert(apply::DESIRED_HASH_ANNOTATION.into(), "other".into());
-        assert!(!apply::up_to_date(&slimmed, &other));
-        (full, serde_json::to_vec(&slimmed).unwrap().len())
+        assert!(!kept.facts.up_to_date(&other));
+        kept
     }
 
     #[test]
-    fn slim_objects_give_the_reconciler_the_same_answers() {
-        let (_, r) = rendered();
-        let (full, slim) = same_decision(r.statefulset.clone(), statefulset);
-        assert!(slim * 2 < full, "statefulset {full} -> {slim} bytes");
-        let mut stored = r.statefulset.clone();
-        statefulset(&mut stored);
+    fn kept_records_give_the_reconciler_the_same_answers() {
+        let (site, r) = rendered();
+        let sts = same_decision(&site, &r.statefulset);
         assert_eq!(
-            render::recorded_state(Some(&stored)),
-            render::recorded_state(Some(&r.statefulset))
+            render::recorded_state(sts.body.annotations.as_ref()),
+            render::recorded_state(render::template_annotations(&r.statefulset))
         );
-        assert!(render::recorded_state(Some(&stored)).is_some());
+        assert!(render::recorded_state(sts.body.annotations.as_ref()).is_some());
+        assert_eq!(sts.body.fingerprint, template_fingerprint(&r.statefulset));
 
-        same_decision(r.secret.clone(), secret);
-        let mut s = r.secret.clone();
-        secret(&mut s);
+        let secret = same_decision(&site, &r.secret);
         assert_eq!(
-            s.data, r.secret.data,
+            secret.body, r.secret.data,
             "tokens are read back from the Secret"
         );
-        same_decision(r.env_configmap.clone(), configmap);
-        same_decision(r.pvc.clone(), claim);
-        same_decision(r.service.clone(), service);
+        same_decision(&site, &r.oauth2_secret);
+        same_decision(&site, &r.env_configmap);
+        same_decision(&site, &r.files_configmap);
+        same_decision(&site, &r.service);
+        let mut pinned = r.pvc.clone();
+        pinned.annotations_mut().insert(
+            crate::render::workload::PINNED_VOLUME_ANNOTATION.into(),
+            "pv-1".into(),
+        );
+        let claim = same_decision(&site, &pinned);
+        assert_eq!(claim.body.spec, r.pvc.spec, "class and size are read back");
+        assert_eq!(
+            claim.body.metadata.annotations,
+            Some(BTreeMap::from([(
+                crate::render::workload::PINNED_VOLUME_ANNOTATION.to_string(),
+                "pv-1".to_string()
+            )]))
+        );
         match r.route.clone() {
             Some(render::Route::Ingress(i)) => {
-                same_decision(i, ingress);
+                same_decision(&site, &i);
             }
+            _ => panic!("the example site has an Ingress in ingress mode"),
+        }
+        let (site, r) = rendered_for(&fixtures::config_gateway());
+        match r.route {
             Some(render::Route::HttpRoute(h)) => {
-                same_decision(h, httproute);
+                same_decision(&site, &h);
             }
-            None => panic!("the example site has a route"),
+            _ => panic!("the example site has an HTTPRoute in gateway mode"),
+        }
+        // A StatefulSet record is a fraction of the object even before the maps and strings
+        // the object points to (which the records do not have: one small allocation or two).
+        assert!(std::mem::size_of::<Kept<StatefulSet>>() * 3 < std::mem::size_of::<StatefulSet>());
+    }
+
+    #[test]
+    fn who_controls_a_kept_object_is_who_controls_the_object() {
+        let (site, r) = rendered();
+        let (_, stored) = stored(&r.env_configmap);
+        type Edit = Box<dyn Fn(&mut ConfigMap)>;
+        let variants: Vec<(&str, Edit)> = vec![
+            ("as rendered", Box::new(|_| {})),
+            (
+                "owner removed, labels kept",
+                Box::new(|c| c.metadata.owner_references = None),
+            ),
+            (
+                "owner and labels removed",
+                Box::new(|c| {
+                    c.metadata.owner_references = None;
+                    c.metadata.labels = None;
+                }),
+            ),
+            (
+                "a previous Site",
+                Box::new(|c| c.owner_references_mut()[0].uid = "uid-0".into()),
+            ),
+            (
+                "another Site",
+                Box::new(|c| {
+                    let o = &mut c.owner_references_mut()[0];
+                    o.name = "other".into();
+                    o.uid = "uid-2".into();
+                }),
+            ),
+            (
+                "another kind",
+                Box::new(|c| {
+                    let o = &mut c.owner_references_mut()[0];
+                    o.kind = "Deployment".into();
+                    o.api_version = "apps/v1".into();
+                }),
+            ),
+        ];
+        let mut seen = std::collections::HashSet::new();
+        for (case, edit) in variants {
+            let mut obj = stored.clone();
+            edit(&mut obj);
+            let expected = crate::labels::control(obj.meta(), &site);
+            assert_eq!(Kept::new(obj).control(&site), expected, "{case}");
+            seen.insert(format!("{expected:?}"));
+        }
+        assert_eq!(seen.len(), 5, "every answer was tried: {seen:?}");
+    }
+
+    #[test]
+    fn renderings_carry_only_the_label_keys_the_caches_keep() {
+        for cfg in [fixtures::config(), fixtures::config_gateway()] {
+            let (_, r) = rendered_for(&cfg);
+            let mut metas = vec![
+                r.secret.meta().clone(),
+                r.oauth2_secret.meta().clone(),
+                r.env_configmap.meta().clone(),
+                r.files_configmap.meta().clone(),
+                r.pvc.meta().clone(),
+                r.statefulset.meta().clone(),
+                r.service.meta().clone(),
+            ];
+            metas.push(match r.route.as_ref().unwrap() {
+                render::Route::Ingress(i) => i.meta().clone(),
+                render::Route::HttpRoute(h) => h.meta().clone(),
+            });
+            for meta in metas {
+                for key in meta.labels.iter().flatten().map(|(k, _)| k) {
+                    assert!(
+                        LABEL_KEYS.contains(&key.as_str()),
+                        "{:?} has label {key}",
+                        meta.name
+                    );
+                }
+            }
         }
     }
 
@@ -451,11 +765,7 @@ mod tests {
     #[test]
     fn fingerprints_cover_the_managed_content_only() {
         let (_, r) = rendered();
-        let print = |s: &StatefulSet| {
-            let mut s = s.clone();
-            statefulset(&mut s);
-            s.annotations()[OBSERVED_FINGERPRINT].clone()
-        };
+        let print = |s: &StatefulSet| Kept::new(s.clone()).facts.fingerprint;
         let base = print(&r.statefulset);
         assert_eq!(base, fingerprint(&r.statefulset));
         // Status, resourceVersion and other components' annotations: the same fingerprint.
@@ -490,14 +800,15 @@ mod tests {
                 k8s_openapi::apimachinery::pkg::api::resource::Quantity("9Gi".into()),
             );
         assert_ne!(fingerprint(&resized), fingerprint(&r.pvc));
-        // Data of another component's Secret is dropped from the cache, its fingerprint kept.
+        // Data of another component's Secret is not kept, its fingerprint is.
         let mut foreign = r.secret.clone();
         foreign.labels_mut().clear();
-        secret(&mut foreign);
-        assert!(foreign.data.is_none());
-        assert_eq!(
-            foreign.annotations()[OBSERVED_FINGERPRINT],
-            fingerprint(&r.secret)
-        );
+        let foreign = Kept::new(foreign);
+        assert!(foreign.body.is_none());
+        assert!(!foreign.facts.managed());
+        assert_eq!(foreign.facts.fingerprint, fingerprint(&r.secret));
+        // Nor is it in the record's debug output.
+        let mine = Kept::new(r.secret.clone());
+        assert!(!format!("{mine:?}").contains("api_token"), "{mine:?}");
     }
 }

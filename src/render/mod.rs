@@ -17,6 +17,8 @@ pub mod workload;
 #[cfg(test)]
 mod tests;
 
+use std::collections::BTreeMap;
+
 use gateway_api::apis::standard::httproutes::HttpRoute;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret, Service};
@@ -202,11 +204,18 @@ pub fn warnings(site: &Site, cfg: &PlatformConfig) -> Vec<String> {
     out
 }
 
-/// The qualifying state recorded on a stored StatefulSet's pod template, if any.
-pub fn recorded_state(stored: Option<&StatefulSet>) -> Option<Qualifying> {
-    stored
-        .and_then(|s| s.spec.as_ref())
-        .and_then(|s| s.template.metadata.as_ref())
-        .and_then(|m| m.annotations.as_ref())
-        .and_then(Qualifying::from_annotations)
+/// The qualifying state recorded in a stored StatefulSet's pod template annotations, if any.
+pub fn recorded_state(template: Option<&BTreeMap<String, String>>) -> Option<Qualifying> {
+    template.and_then(Qualifying::from_annotations)
+}
+
+/// The pod template annotations of a StatefulSet.
+pub fn template_annotations(sts: &StatefulSet) -> Option<&BTreeMap<String, String>> {
+    sts.spec
+        .as_ref()?
+        .template
+        .metadata
+        .as_ref()?
+        .annotations
+        .as_ref()
 }

@@ -37,15 +37,14 @@ impl std::fmt::Debug for SiteTokens {
 }
 
 impl SiteTokens {
-    /// Keeps every token the stored Secret already has and generates only the missing ones
-    /// (an empty value counts as missing).
+    /// Keeps every token the stored Secret's data already has and generates only the missing
+    /// ones (an empty value counts as missing).
     pub fn keep_or_generate(
-        existing: Option<&Secret>,
+        existing: Option<&BTreeMap<String, ByteString>>,
         mut generate: impl FnMut() -> String,
     ) -> SiteTokens {
         let stored = |key: &str| {
             existing
-                .and_then(|s| s.data.as_ref())
                 .and_then(|d| d.get(key))
                 .filter(|v| !v.0.is_empty())
                 .and_then(|v| String::from_utf8(v.0.clone()).ok())
@@ -153,7 +152,8 @@ mod tests {
         ];
         for (case, stored, api, key) in cases {
             let mut n = 0;
-            let tokens = SiteTokens::keep_or_generate(stored.as_ref(), || {
+            let data = stored.as_ref().and_then(|s: &Secret| s.data.as_ref());
+            let tokens = SiteTokens::keep_or_generate(data, || {
                 n += 1;
                 format!("gen-{n}")
             });
