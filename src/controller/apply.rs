@@ -145,7 +145,7 @@ impl Fingerprints {
     /// Whether the observed content of the cached copy `stored` differs from what the operator
     /// wrote (asked once the cache has caught up with that write: [`Fingerprints::pending`]).
     fn drifted<K: Keep>(&self, stored: &Kept<K>) -> bool {
-        let key = Self::key::<K>(&stored.name_any());
+        let key = Self::key::<K>(stored.name());
         self.lock()
             .get(&key)
             .is_some_and(|print| print.fingerprint != stored.facts.fingerprint)
@@ -179,7 +179,7 @@ impl Fingerprints {
         if !obj.facts.managed() {
             return;
         }
-        let key = Self::key::<K>(&obj.name_any());
+        let key = Self::key::<K>(obj.name());
         let mut known = self.lock();
         match known.get_mut(&key) {
             Some(print) => {
@@ -261,7 +261,7 @@ where
                 if !ctx.fingerprints.drifted(s) {
                     return Ok((Written::Unchanged, None));
                 }
-                tracing::info!(kind = %K::kind(&K::DynamicType::default()), object = %s.name_any(), "changed by someone else: restoring it");
+                tracing::info!(kind = %K::kind(&K::DynamicType::default()), object = %s.name(), "changed by someone else: restoring it");
             }
         }
     }

@@ -18,6 +18,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use crate::config::live::Live;
 use crate::config::{Routing, RoutingMode, SecretKeyRef};
 use crate::controller::index::Index;
+use crate::controller::records::Records;
 use crate::controller::slim::{Keep, Kept};
 use crate::controller::volumes::Labeller;
 use crate::crd::Site;
@@ -29,19 +30,19 @@ pub const MASTER_INGRESS: &str = "sites-ingress-master";
 /// How long the session key and the master Ingress host are cached.
 const LOOKUP_TTL: Duration = Duration::from_secs(60);
 
-/// The cluster state the reconciler reads (reflector stores, kept warm by watches). Objects of
-/// the owned kinds are kept as [`Kept`] records.
+/// The cluster state the reconciler reads (reflector stores and records, kept warm by watches).
+/// Objects of the owned kinds are kept as [`Kept`] records.
 #[derive(Clone)]
 pub struct Caches {
     pub sites: Store<Site>,
-    pub secrets: Store<Kept<Secret>>,
-    pub configmaps: Store<Kept<ConfigMap>>,
-    pub pvcs: Store<Kept<PersistentVolumeClaim>>,
-    pub statefulsets: Store<Kept<StatefulSet>>,
-    pub services: Store<Kept<Service>>,
-    pub ingresses: Store<Kept<Ingress>>,
+    pub secrets: Records<Secret>,
+    pub configmaps: Records<ConfigMap>,
+    pub pvcs: Records<PersistentVolumeClaim>,
+    pub statefulsets: Records<StatefulSet>,
+    pub services: Records<Service>,
+    pub ingresses: Records<Ingress>,
     /// None when the cluster does not serve the Gateway API.
-    pub httproutes: Option<Store<Kept<HttpRoute>>>,
+    pub httproutes: Option<Records<HttpRoute>>,
     pub pods: Store<Pod>,
     /// PersistentVolumes (cluster-scoped): retained-volume lookup and the label check.
     pub volumes: Store<Volume>,

@@ -28,6 +28,7 @@ pub mod index;
 pub mod leader;
 pub mod queue;
 pub mod reconcile;
+pub mod records;
 pub mod slim;
 pub mod status;
 pub mod volumes;
@@ -58,6 +59,7 @@ use context::{Caches, Context, Tunables};
 use index::Index;
 use queue::{Backoff, Queue, QueueMetrics};
 use reconcile::Next;
+use records::Records;
 use slim::{Keep, Kept};
 
 /// The controller name in metrics.
@@ -197,7 +199,7 @@ fn key_of<K: Resource>(obj: &K) -> Option<String> {
 /// label may be in the way of the Site of that name, or be one of its objects that lost the
 /// label: either way that Site looks again).
 fn owned_key<K: Keep>(obj: &Kept<K>) -> Option<String> {
-    route_key(obj).or_else(|| obj.meta().name.clone())
+    route_key(obj).or_else(|| Some(obj.name().to_string()))
 }
 
 /// The key of a route: its id label only (a route of another owner is no Site's business).
@@ -213,19 +215,21 @@ fn watch_owned<K>(
     feed: &Feed,
     key: impl Fn(&Kept<K>) -> Option<String> + Send + Sync + 'static,
     prints: Arc<apply::Fingerprints>,
-) -> Store<Kept<K>>
+) -> Records<K>
 where
     K: Keep + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
-    K::Scope: Send + Sync,
+    K::Body: Send + Sync,
 {
-    // The version is taken before slimming, which drops it, and shown to the fingerprints only
-    // once the store holds the object: a reconcile that learns its write was seen must find
-    // that write (or a later version) in the cache. The stream passes one event through every
-    // stage before it pulls the next, so one slot carries the version between the stages.
-    // (The objects of a re-list enter the store together at its end but are shown as they
-    // arrive: a write seen only through a re-list may be repeated once.)
+    // The version is taken before the record is made, which drops it, and shown to the
+    // fingerprints only once the records hold the object: a reconcile that learns its write
+    // was seen must find that write (or a later version) in the cache. The stream passes one
+    // event through every stage before it pulls the next, so one slot carries the version
+    // between the stages. (The objects of a re-list enter the cache together at its end but are
+    // shown as they arrive: a write seen only through a re-list may be repeated once.)
     let version = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let taken = version.clone();
+    let records = Records::<K>::default();
+    let writer = records.clone();
     watch_kind_observed(
         api,
         list_config(),
@@ -237,6 +241,8 @@ where
             );
             Kept::new(obj)
         },
+        records.clone(),
+        move |event| writer.apply(event),
         key,
         changed,
         move |event: &watcher::Event<Kept<K>>| {
@@ -244,62 +250,107 @@ where
                 prints.observe(obj, version.load(std::sync::atomic::Ordering::Relaxed));
             }
         },
-    )
+    );
+    records
+}
+
+/// Where a watch keeps its objects: kube's reflector store (Sites, pods, volumes) or the
+/// [`Records`] of an owned kind.
+trait Cache<K>: Clone + Send + Sync + 'static {
+    /// The cached copy of the object an event is about.
+    fn cached(&self, obj: &K) -> Option<Arc<K>>;
+    /// Every cached object.
+    fn all(&self) -> Vec<Arc<K>>;
+    /// What identifies an object across a re-list.
+    fn id(obj: &K) -> String;
+}
+
+impl<K> Cache<K> for Store<K>
+where
+    K: Resource + Clone + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    fn cached(&self, obj: &K) -> Option<Arc<K>> {
+        self.get(&reflector::ObjectRef::from(obj))
+    }
+
+    fn all(&self) -> Vec<Arc<K>> {
+        self.state()
+    }
+
+    fn id(obj: &K) -> String {
+        reflector::ObjectRef::from(obj).to_string()
+    }
+}
+
+impl<K: Keep + Send + Sync + 'static> Cache<Kept<K>> for Records<K>
+where
+    K::Body: Send + Sync,
+{
+    fn cached(&self, obj: &Kept<K>) -> Option<Arc<Kept<K>>> {
+        self.get(obj.name())
+    }
+
+    fn all(&self) -> Vec<Arc<Kept<K>>> {
+        self.state()
+    }
+
+    fn id(obj: &Kept<K>) -> String {
+        obj.name().to_string()
+    }
 }
 
 /// Whether a watch event changes what the cache keeps of its object (kept copies are slimmed:
 /// an update of a status field, an annotation or the resourceVersion that the reconcile never
 /// reads leaves them equal). Events that change nothing are not queued.
-fn changed<K>(store: &Store<K>, event: &watcher::Event<K>) -> bool
-where
-    K: Resource + Clone + PartialEq + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
-{
-    changed_by(store, event, |old, new| old != new)
+fn changed<K: PartialEq>(cache: &impl Cache<K>, event: &watcher::Event<K>) -> bool {
+    changed_by(cache, event, |old, new| old != new)
 }
 
 /// Whether a watch event changes its object as `differs(cached, new)` judges it: a new object
 /// (no cached copy) and a deletion always do.
-fn changed_by<K>(store: &Store<K>, event: &watcher::Event<K>, differs: fn(&K, &K) -> bool) -> bool
-where
-    K: Resource + Clone + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
-{
+fn changed_by<K>(
+    cache: &impl Cache<K>,
+    event: &watcher::Event<K>,
+    differs: fn(&K, &K) -> bool,
+) -> bool {
     match event {
-        watcher::Event::Apply(new) | watcher::Event::InitApply(new) => store
-            .get(&reflector::ObjectRef::from(new))
-            .is_none_or(|old| differs(&old, new)),
+        watcher::Event::Apply(new) | watcher::Event::InitApply(new) => {
+            cache.cached(new).is_none_or(|old| differs(&old, new))
+        }
         _ => true,
     }
 }
 
-/// Starts a reflector for `api`, caching each object as `keep` makes it, and feeds the keys of
-/// touched objects into the queue. Calls `before(store, event)` with every watch event before
-/// the store applies it (the store still holds the previous version): false keeps the event's
-/// key out of the queue (the event cannot change what a reconcile does); and `after(event)` once
-/// the store applied it.
+/// Starts a watch of `api` that keeps each object as `keep` makes it in `cache` (`store` applies
+/// an event to it) and feeds the keys of touched objects into the queue. Calls `before(cache,
+/// event)` with every watch event before the cache applies it (the cache still holds the
+/// previous version): false keeps the event's key out of the queue (the event cannot change what
+/// a reconcile does); and `after(event)` once the cache applied it.
 ///
 /// An object deleted during a watch gap leaves no Delete event: the re-list that follows just
 /// leaves it out. When the re-list is done, every cached object it did not deliver is judged as
 /// deleted (`before` with a Delete event) and its key queued, so what was deleted in the gap is
 /// repaired.
-fn watch_kind_observed<S, K>(
+#[allow(clippy::too_many_arguments)]
+fn watch_kind_observed<S, K, C>(
     api: Api<S>,
     config: watcher::Config,
     feed: &Feed,
     mut keep: impl FnMut(S) -> K + Send + 'static,
+    cache: C,
+    mut store: impl FnMut(&watcher::Event<K>) + Send + 'static,
     key: impl Fn(&K) -> Option<String> + Send + Sync + 'static,
-    before: impl Fn(&Store<K>, &watcher::Event<K>) -> bool + Send + 'static,
+    before: impl Fn(&C, &watcher::Event<K>) -> bool + Send + 'static,
     after: impl Fn(&watcher::Event<K>) + Send + 'static,
-) -> Store<K>
-where
+) where
     S: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
-    K: Resource + Clone + std::fmt::Debug + Send + Sync + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+    S::DynamicType: Default,
+    K: Clone + std::fmt::Debug + Send + Sync + 'static,
+    C: Cache<K>,
 {
-    let triggered = feed
-        .triggers
-        .with_label_values(&[&*K::kind(&K::DynamicType::default())]);
+    let kind = S::kind(&S::DynamicType::default()).into_owned();
+    let triggered = feed.triggers.with_label_values(&[&kind]);
     let queue = feed.queue.clone();
     // Queues the object's Site, counted by kind.
     let enqueue = Arc::new(move |obj: &K| {
@@ -310,9 +361,8 @@ where
     });
     let enqueue_gone = enqueue.clone();
     // The objects a re-list delivered so far (None outside a re-list).
-    let relisted: std::sync::Mutex<Option<HashSet<reflector::ObjectRef<K>>>> = Default::default();
-    let (reader, writer) = reflector::store();
-    let previous = reader.clone();
+    let relisted: std::sync::Mutex<Option<HashSet<String>>> = Default::default();
+    let previous = cache;
     // Set by `before` for the event whose object comes out of the stream next (the stream
     // passes one event through every stage before it pulls the next).
     let quiet = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -329,13 +379,13 @@ where
                     watcher::Event::Init => *seen() = Some(HashSet::new()),
                     watcher::Event::InitApply(obj) => {
                         if let Some(seen) = seen().as_mut() {
-                            seen.insert(reflector::ObjectRef::from(obj));
+                            seen.insert(C::id(obj));
                         }
                     }
                     watcher::Event::InitDone => {
                         let delivered = seen().take().unwrap_or_default();
-                        for obj in previous.state() {
-                            if delivered.contains(&reflector::ObjectRef::from(obj.as_ref())) {
+                        for obj in previous.all() {
+                            if delivered.contains(&C::id(&obj)) {
                                 continue;
                             }
                             let gone = watcher::Event::Delete(obj.as_ref().clone());
@@ -349,9 +399,9 @@ where
             }
             event
         })
-        .reflect(writer)
         .map(move |event| {
             if let Ok(event) = &event {
+                store(event);
                 after(event);
             }
             event
@@ -368,12 +418,11 @@ where
                     enqueue(&obj);
                 }
                 Err(e) => {
-                    tracing::warn!(kind = %K::kind(&K::DynamicType::default()), error = %e, "watch error; retrying")
+                    tracing::warn!(%kind, error = %e, "watch error; retrying")
                 }
             }
         }
     });
-    reader
 }
 
 /// A watch event with its objects as the cache keeps them.
@@ -434,7 +483,8 @@ impl Controller {
         let sites_by_path = Index::new(index::site_path_keys);
         let path_index = sites_by_path.clone();
         let sharers = (sites_by_path.clone(), queue.clone());
-        let sites = watch_kind_observed(
+        let (sites, mut writer) = reflector::store();
+        watch_kind_observed(
             Api::<Site>::namespaced(api(&client), &ns),
             list_config(),
             &feed,
@@ -442,6 +492,8 @@ impl Controller {
                 slim::site(&mut s);
                 s
             },
+            sites.clone(),
+            move |event| writer.apply_watcher_event(event),
             |s: &Site| s.metadata.name.clone(),
             move |before: &Store<Site>, event: &watcher::Event<Site>| {
                 // A re-list (after a watch gap) delivers every Site again as InitApply while
@@ -542,7 +594,8 @@ impl Controller {
         };
         let pods_by_site = Index::new(index::pod_keys);
         let index = pods_by_site.clone();
-        let pods = watch_kind_observed(
+        let (pods, mut writer) = reflector::store();
+        watch_kind_observed(
             Api::<Pod>::namespaced(api(&client), &ns),
             list_config().labels(ID_LABEL),
             &feed,
@@ -550,13 +603,16 @@ impl Controller {
                 slim::pod(&mut p);
                 p
             },
+            pods.clone(),
+            move |event| writer.apply_watcher_event(event),
             |p: &Pod| index::pod_keys(p).pop(),
             changed,
             move |event: &watcher::Event<Pod>| index.observe(event),
         );
         let volumes_by_site = Index::new(index::volume_keys);
         let index = volumes_by_site.clone();
-        let volumes = watch_kind_observed(
+        let (volumes, mut writer) = reflector::store();
+        watch_kind_observed(
             Api::<Volume>::all(api(&client)),
             list_config(),
             &feed,
@@ -564,6 +620,8 @@ impl Controller {
                 slim::volume(&mut v);
                 v
             },
+            volumes.clone(),
+            move |event| writer.apply_watcher_event(event),
             // A volume event matters to the site it is labelled or claimed for.
             |pv: &Volume| {
                 key_of(pv).or_else(|| {

@@ -22,12 +22,12 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
 use k8s_openapi::api::networking::v1::Ingress;
 use kube::runtime::events::EventType;
-use kube::runtime::reflector::Store;
 use kube::{Resource, ResourceExt};
 
 use crate::config::{PlatformConfig, RoutingMode};
 use crate::controller::apply::{self, Written};
 use crate::controller::context::Context;
+use crate::controller::records::Records;
 use crate::controller::slim::{Keep, Kept};
 use crate::controller::{status, volumes};
 use crate::crd::Site;
@@ -189,7 +189,7 @@ async fn gather(ctx: &Context, config: &PlatformConfig, site: &Site) -> Result<G
     // Tokens are generated only when the API server confirms there are none: the cache may not
     // have seen a Secret written a moment ago, and keeps the data of the operator's Secrets only.
     // Only a Secret this Site controls gives its tokens.
-    let secret = match ctx.cached(&c.secrets, &id) {
+    let secret = match c.secrets.get(&id) {
         Some(s) if s.facts.managed() => Some(s),
         _ => ctx.read_kept::<Secret>(&id).await?,
     };
@@ -200,7 +200,7 @@ async fn gather(ctx: &Context, config: &PlatformConfig, site: &Site) -> Result<G
     let tokens = SiteTokens::keep_or_generate(own_tokens, random_token);
     let session_key = ctx.session_key(&config.sites.session.secret_key).await?;
     let host = ctx.public_host(&config.routing).await?;
-    let claim = ctx.cached(&c.pvcs, &id);
+    let claim = c.pvcs.get(&id);
     let retained = match claim {
         Some(_) => None,
         None => volumes::retained(ctx, site),
@@ -212,7 +212,7 @@ async fn gather(ctx: &Context, config: &PlatformConfig, site: &Site) -> Result<G
         host,
         claim,
         retained,
-        statefulset: ctx.cached(&c.statefulsets, &id),
+        statefulset: c.statefulsets.get(&id),
     })
 }
 
@@ -288,7 +288,7 @@ async fn apply_in_order(
         });
     }
     let (_, claim) = write_owned(ctx, site, writes, gathered.claim.clone(), rendered.pvc).await?;
-    let cached_claim = ctx.cached(&c.pvcs, &id);
+    let cached_claim = c.pvcs.get(&id);
     volumes::label_later(
         ctx,
         &id,
@@ -296,7 +296,7 @@ async fn apply_in_order(
             .as_ref()
             .or(cached_claim.as_deref().map(|c| c.body.as_ref())),
     );
-    let stored_template = ctx.cached(&c.statefulsets, &id).map(|s| s.body.fingerprint);
+    let stored_template = c.statefulsets.get(&id).map(|s| s.body.fingerprint);
     let (sts_written, sts) = step(ctx, site, writes, &c.statefulsets, rendered.statefulset).await?;
     writes.workload_current = true;
     if decision.restart.restart {
@@ -352,11 +352,11 @@ fn controlled<K: Keep>(obj: &Kept<K>, site: &Site) -> Result<()> {
         Control::PreviousSite => Err(Error::Waiting {
             what: format!(
                 "the previous Site's {} to be deleted",
-                Target::of::<K>(&obj.name_any())
+                Target::of::<K>(obj.name())
             ),
         }),
         Control::Other { controller } => Err(Error::ObjectConflict {
-            target: Target::of::<K>(&obj.name_any()),
+            target: Target::of::<K>(obj.name()),
             controller,
         }),
     }
@@ -369,7 +369,7 @@ async fn step<K>(
     ctx: &Context,
     site: &Site,
     writes: &mut Writes,
-    store: &Store<Kept<K>>,
+    store: &Records<K>,
     desired: K,
 ) -> Result<(Written, Option<K>)>
 where
@@ -382,7 +382,7 @@ where
         + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
-    let stored = ctx.cached(store, &desired.name_any());
+    let stored = store.get(&desired.name_any());
     write_owned(ctx, site, writes, stored, desired).await
 }
 
@@ -451,7 +451,7 @@ async fn routes(
 async fn active_route<K>(
     ctx: &Context,
     writes: &mut Writes,
-    store: Option<&Store<Kept<K>>>,
+    store: Option<&Records<K>>,
     desired: Option<K>,
     id: &str,
 ) -> Result<()>
@@ -471,7 +471,7 @@ where
             None => Ok(()),
         };
     };
-    let stored = ctx.cached(store, id);
+    let stored = store.get(id);
     if stored.as_deref().is_some_and(|r| !owned_by(r, id)) {
         return Err(Error::RouteConflict {
             kind: K::kind(&K::DynamicType::default()).into_owned(),
@@ -497,7 +497,7 @@ where
 }
 
 /// Deletes this site's route of the inactive mode; a foreign one stays.
-async fn prune_route<K>(ctx: &Context, store: Option<&Store<Kept<K>>>, id: &str) -> Result<()>
+async fn prune_route<K>(ctx: &Context, store: Option<&Records<K>>, id: &str) -> Result<()>
 where
     K: Resource<Scope = kube::core::NamespaceResourceScope>
         + Keep
@@ -507,7 +507,7 @@ where
         + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
-    let Some(stored) = store.and_then(|s| ctx.cached(s, id)) else {
+    let Some(stored) = store.and_then(|s| s.get(id)) else {
         return Ok(());
     };
     if !owned_by(stored.as_ref(), id) {

@@ -305,10 +305,10 @@ impl Keep for StatefulSet {
     }
 }
 
-/// An object of an owned kind in the caches: its name and namespace (the store's key), its
-/// [`Facts`] and its [`Keep::Body`].
+/// An object of an owned kind in the caches ([`crate::controller::records::Records`]): its name
+/// (owned objects all live in the operator's namespace), its [`Facts`] and its [`Keep::Body`].
 pub struct Kept<K: Keep> {
-    metadata: ObjectMeta,
+    name: Box<str>,
     pub facts: Facts,
     pub body: K::Body,
 }
@@ -317,7 +317,7 @@ pub struct Kept<K: Keep> {
 impl<K: Keep> Clone for Kept<K> {
     fn clone(&self) -> Self {
         Kept {
-            metadata: self.metadata.clone(),
+            name: self.name.clone(),
             facts: self.facts.clone(),
             body: self.body.clone(),
         }
@@ -326,7 +326,7 @@ impl<K: Keep> Clone for Kept<K> {
 
 impl<K: Keep> PartialEq for Kept<K> {
     fn eq(&self, other: &Self) -> bool {
-        self.metadata == other.metadata && self.facts == other.facts && self.body == other.body
+        self.name == other.name && self.facts == other.facts && self.body == other.body
     }
 }
 
@@ -334,65 +334,28 @@ impl<K: Keep> std::fmt::Debug for Kept<K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Kept")
             .field("kind", &K::kind(&()))
-            .field("name", &self.metadata.name)
+            .field("name", &self.name)
             .field("facts", &self.facts)
             .finish_non_exhaustive()
     }
 }
 
 impl<K: Keep> Kept<K> {
-    pub fn new(mut obj: K) -> Kept<K> {
+    pub fn new(obj: K) -> Kept<K> {
         let facts = Facts::of(&obj);
-        let meta = obj.meta_mut();
-        let metadata = ObjectMeta {
-            name: meta.name.clone(),
-            namespace: meta.namespace.take(),
-            ..ObjectMeta::default()
-        };
+        let name = obj.meta().name.as_deref().unwrap_or_default().into();
         let body = obj.body(facts.managed);
-        Kept {
-            metadata,
-            facts,
-            body,
-        }
+        Kept { name, facts, body }
+    }
+
+    /// The object's name.
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     /// Who controls the object, for `site`.
     pub fn control(&self, site: &Site) -> labels::Control {
         labels::control_of(&self.facts.ownership(), site)
-    }
-}
-
-impl<K: Keep> Resource for Kept<K> {
-    type DynamicType = ();
-    type Scope = K::Scope;
-
-    fn kind(dt: &()) -> std::borrow::Cow<'_, str> {
-        K::kind(dt)
-    }
-
-    fn group(dt: &()) -> std::borrow::Cow<'_, str> {
-        K::group(dt)
-    }
-
-    fn version(dt: &()) -> std::borrow::Cow<'_, str> {
-        K::version(dt)
-    }
-
-    fn api_version(dt: &()) -> std::borrow::Cow<'_, str> {
-        K::api_version(dt)
-    }
-
-    fn plural(dt: &()) -> std::borrow::Cow<'_, str> {
-        K::plural(dt)
-    }
-
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
     }
 }
 
@@ -525,8 +488,7 @@ mod tests {
             crate::labels::control(stored.meta(), site)
         );
         assert_eq!(kept.control(site), labels::Control::ThisSite);
-        assert_eq!(kept.meta().name, desired.meta().name);
-        assert_eq!(kept.meta().namespace.as_deref(), Some("sites"));
+        assert_eq!(Some(kept.name()), desired.meta().name.as_deref());
         assert!(kept.facts.managed());
         assert_eq!(kept.facts.site_id(), Some("docs-handbook"));
         let mut other = desired.clone();
