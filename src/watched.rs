@@ -1,6 +1,7 @@
 //! Pods and PersistentVolumes as the operator's watches decode them: the API's JSON decoded
-//! straight into the few fields the operator reads (metadata, the pod status, the volume's claim
-//! reference and status), not into the full Kubernetes types.
+//! straight into the few fields the operator reads (metadata; of a pod's status its phase, its
+//! conditions' type, status and time, and each container's name, readiness and state; the
+//! volume's claim reference and status), not into the full Kubernetes types.
 //!
 //! The operator only reads these kinds. Decoded whole, a pod spec or a volume spec is most of
 //! the work of every watch event and, even when emptied afterwards, the largest part of each
@@ -9,8 +10,8 @@
 
 use std::borrow::Cow;
 
-use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeStatus, PodStatus};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::core::{ClusterResourceScope, NamespaceResourceScope};
 use serde::{Deserialize, Serialize};
 
@@ -22,6 +23,64 @@ pub struct Pod {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<PodStatus>,
 }
+
+/// What the status mapping reads of a pod's status ([`crate::controller::status`]).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conditions: Option<Vec<PodCondition>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_statuses: Option<Vec<ContainerStatus>>,
+}
+
+/// A pod condition: type, status and when it last changed.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodCondition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<Time>,
+}
+
+/// A container's name, readiness and state.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerStatus {
+    pub name: String,
+    #[serde(default)]
+    pub ready: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<ContainerState>,
+}
+
+/// Which state a container is in, with the reason and message of a waiting or terminated one.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+pub struct ContainerState {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<StateReason>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running: Option<Running>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub terminated: Option<StateReason>,
+}
+
+/// The reason and message of a waiting or terminated container.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+pub struct StateReason {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// A running container (its start time is not read).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+pub struct Running {}
 
 /// A PersistentVolume: metadata, the claim reference and status.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
@@ -107,6 +166,41 @@ mod tests {
         let status = pod.status.as_ref().unwrap();
         assert_eq!(status.phase.as_deref(), Some("Running"));
         assert_eq!(status.conditions.as_ref().unwrap()[0].type_, "Ready");
+
+        // Container states as the kubelet reports them (fields not read are skipped).
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "docs-0"},
+            "status": {"phase": "Pending", "hostIP": "10.0.0.1", "qosClass": "Burstable",
+                "conditions": [{"type": "Ready", "status": "False", "reason": "ContainersNotReady",
+                                "lastProbeTime": null, "lastTransitionTime": "2026-11-29T10:00:00Z"}],
+                "containerStatuses": [
+                    {"name": "web", "ready": true, "restartCount": 0, "image": "nginx", "imageID": "x",
+                     "state": {"running": {"startedAt": "2026-11-29T10:00:00Z"}},
+                     "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}}},
+                    {"name": "app", "ready": false, "restartCount": 3, "image": "app", "imageID": "y",
+                     "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 5m"}}},
+                    {"name": "init", "ready": false, "restartCount": 0, "image": "i", "imageID": "z",
+                     "state": {"terminated": {"exitCode": 2, "reason": "Error", "message": "boom",
+                                              "startedAt": null, "finishedAt": null}}}]}
+        }))
+        .unwrap();
+        let status = pod.status.unwrap();
+        let condition = &status.conditions.unwrap()[0];
+        assert_eq!(
+            (condition.type_.as_str(), condition.status.as_str()),
+            ("Ready", "False")
+        );
+        assert!(condition.last_transition_time.is_some());
+        let containers = status.container_statuses.unwrap();
+        let state = |i: usize| containers[i].state.clone().unwrap();
+        assert!(containers[0].ready && state(0).running.is_some());
+        assert_eq!(
+            state(1).waiting.unwrap().reason.as_deref(),
+            Some("CrashLoopBackOff")
+        );
+        let terminated = state(2).terminated.unwrap();
+        assert_eq!(terminated.message.as_deref(), Some("boom"));
+        assert!(!containers[2].ready);
         assert_eq!(
             Pod::url_path(&(), Some("sites")),
             "/api/v1/namespaces/sites/pods"

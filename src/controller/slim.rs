@@ -14,9 +14,7 @@ use std::collections::BTreeMap;
 use gateway_api::apis::standard::httproutes::HttpRoute;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{
-    ConfigMap, ContainerStatus, PersistentVolumeClaim, PodCondition, PodStatus, Secret, Service,
-};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret, Service};
 use k8s_openapi::api::networking::v1::Ingress;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Resource;
@@ -389,37 +387,13 @@ pub fn site(s: &mut Site) {
     }
 }
 
-/// Pods (decoded without their spec, [`crate::watched`]) keep the site id label and what the
-/// status mapping reads: phase, conditions, and each container's name, readiness and state.
+/// Pods (decoded with only what the status mapping reads, [`crate::watched`]) keep the site id
+/// label of their metadata.
 pub fn pod(p: &mut Pod) {
     metadata(p);
     if let Some(labels) = p.metadata.labels.as_mut() {
         labels.retain(|k, _| k == ID_LABEL);
     }
-    p.status = p.status.take().map(|s| PodStatus {
-        phase: s.phase,
-        conditions: s.conditions.map(|cs| {
-            cs.into_iter()
-                .map(|c| PodCondition {
-                    type_: c.type_,
-                    status: c.status,
-                    last_transition_time: c.last_transition_time,
-                    ..PodCondition::default()
-                })
-                .collect()
-        }),
-        container_statuses: s.container_statuses.map(|cs| {
-            cs.into_iter()
-                .map(|c| ContainerStatus {
-                    name: c.name,
-                    ready: c.ready,
-                    state: c.state,
-                    ..ContainerStatus::default()
-                })
-                .collect()
-        }),
-        ..PodStatus::default()
-    });
 }
 
 /// Volumes (decoded with only their claim reference and status, [`crate::watched`]) keep the
