@@ -7,7 +7,7 @@
 
 use k8s_openapi::jiff::civil::Date;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
 use serde_json::json;
 
 use crate::config::Retention;
@@ -62,9 +62,9 @@ pub fn decide(site: &Site, today: Date, retention: &Retention) -> Action {
     }
 }
 
-/// Applies the policy to every Site in `namespace`; returns the Sites acted on (the callers
-/// report them: the CLI one line each on stdout, the operator in its log). A dry run decides
-/// and reports but writes nothing.
+/// Applies the policy to every Site in `namespace` (listed from the API server, a page at a
+/// time); returns the Sites acted on (the callers report them: the CLI one line each on stdout,
+/// the operator in its log). A dry run decides and reports but writes nothing.
 pub async fn run_once(
     client: &kube::Client,
     namespace: &str,
@@ -75,6 +75,9 @@ pub async fn run_once(
     run_once_with_progress(client, namespace, retention, today, dry_run, |_| {}).await
 }
 
+/// Sites per page of the list.
+const PAGE: u32 = 500;
+
 /// [`run_once`], calling `progress` before the first Site and after each one (`changed`: the
 /// Sites acted on). The run stops at the first failed write, which `failed` counts.
 pub async fn run_once_with_progress(
@@ -83,18 +86,45 @@ pub async fn run_once_with_progress(
     retention: &Retention,
     today: Date,
     dry_run: bool,
-    mut progress: impl FnMut(crate::progress::Counts),
+    progress: impl FnMut(crate::progress::Counts),
 ) -> Result<Vec<(String, Action)>, kube::Error> {
     let api: Api<Site> = Api::namespaced(client.clone(), namespace);
+    let mut sites = Vec::new();
+    let mut page = ListParams::default().limit(PAGE);
+    loop {
+        let list = api.list(&page).await?;
+        sites.extend(list.items.into_iter().map(|mut s| {
+            // Only the spec and the annotations are read.
+            s.metadata.managed_fields = None;
+            s
+        }));
+        match list.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => page = page.continue_token(&token),
+            None => break,
+        }
+    }
+    apply_to(&api, &sites, retention, today, dry_run, progress).await
+}
+
+/// Applies the policy to `sites` (the operator passes its cache). A write is conditional on the
+/// resourceVersion the Site was read at: a Site changed since (its retention date moved) is left
+/// for the next run.
+pub async fn apply_to(
+    api: &Api<Site>,
+    sites: &[impl std::borrow::Borrow<Site>],
+    retention: &Retention,
+    today: Date,
+    dry_run: bool,
+    mut progress: impl FnMut(crate::progress::Counts),
+) -> Result<Vec<(String, Action)>, kube::Error> {
     let mut acted = Vec::new();
-    let sites = api.list(&ListParams::default()).await?.items;
     let mut counts = crate::progress::Counts {
         total: sites.len(),
         ..Default::default()
     };
     progress(counts);
     for site in sites {
-        let result = apply_one(&api, &site, retention, today, dry_run, &mut acted).await;
+        let result = apply_one(api, site.borrow(), retention, today, dry_run, &mut acted).await;
         counts.done += 1;
         counts.changed = acted.len();
         if result.is_err() {
@@ -115,32 +145,49 @@ async fn apply_one(
     dry_run: bool,
     acted: &mut Vec<(String, Action)>,
 ) -> Result<(), kube::Error> {
-    {
-        let name = site.name_any();
-        let action = decide(site, today, retention);
-        if action == Action::Keep {
-            return Ok(());
-        }
-        if !dry_run {
-            match action {
-                Action::Archive => {
-                    let patch = json!({
-                        "metadata": {"annotations": {ARCHIVED_AT_ANNOTATION: today.to_string()}},
-                        "spec": {"configuration": {"enabled": false}}
-                    });
-                    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                        .await?;
-                }
-                Action::Delete => match api.delete(&name, &DeleteParams::default()).await {
-                    Ok(_) => {}
-                    Err(kube::Error::Api(s)) if s.code == 404 => {}
-                    Err(e) => return Err(e),
-                },
-                Action::Keep => {}
-            }
-        }
-        acted.push((name, action));
+    let name = site.name_any();
+    let action = decide(site, today, retention);
+    if action == Action::Keep {
+        return Ok(());
     }
+    if !dry_run {
+        let version = site.resource_version();
+        let written = match action {
+            Action::Archive => {
+                let patch = json!({
+                    "metadata": {
+                        "resourceVersion": version,
+                        "annotations": {ARCHIVED_AT_ANNOTATION: today.to_string()}
+                    },
+                    "spec": {"configuration": {"enabled": false}}
+                });
+                api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .map(drop)
+            }
+            Action::Delete => {
+                let params = DeleteParams {
+                    preconditions: Some(Preconditions {
+                        resource_version: version,
+                        uid: site.uid(),
+                    }),
+                    ..DeleteParams::default()
+                };
+                match api.delete(&name, &params).await {
+                    Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+                    other => other.map(drop),
+                }
+            }
+            Action::Keep => Ok(()),
+        };
+        match written {
+            Ok(()) => {}
+            // Changed since it was read: decided again on the next run.
+            Err(kube::Error::Api(s)) if s.code == 409 => return Ok(()),
+            Err(e) => return Err(e),
+        }
+    }
+    acted.push((name, action));
     Ok(())
 }
 

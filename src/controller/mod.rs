@@ -910,8 +910,11 @@ async fn retention_loop(ctx: Arc<Context>, every: Duration, leading: watch::Rece
         let config = ctx.config.get();
         let retention = &config.sites.retention;
         let today = crate::retention::today();
-        match crate::retention::run_once(&ctx.client, &ctx.namespace, retention, today, false).await
-        {
+        // The cached Sites: listing every Site from the API server each time would hold them
+        // all at once, decoded whole.
+        let api = ctx.api::<Site>();
+        let sites = ctx.caches.sites.state();
+        match crate::retention::apply_to(&api, &sites, retention, today, false, |_| {}).await {
             Ok(acted) if !acted.is_empty() => {
                 for (site, action) in &acted {
                     tracing::info!(%site, ?action, "retention policy applied");

@@ -5,7 +5,7 @@
 use std::process::{Command, Output};
 
 use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 use sites_operator::crd::{Site, UPGRADE_REQUEST_ANNOTATION};
 
@@ -387,4 +387,58 @@ async fn retention_archives_then_deletes_and_touches_nothing_else() {
 
     let out = retention(&c, &["--today", "30/09/2027"]);
     assert_eq!(out.status.code(), Some(2));
+}
+
+/// The operator applies the policy to its cached Sites: a Site changed since it was cached (its
+/// retention date moved, it was archived meanwhile) is not archived or deleted from the old copy;
+/// the next run decides again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_leaves_a_site_changed_since_it_was_read() {
+    let c = cluster_with_namespace().await;
+    let api: Api<Site> = Api::namespaced(c.client.clone(), NS);
+    let retention = sites_operator::config::Retention {
+        archive_after_days: 0,
+        delete_after_days: 90,
+    };
+    let mut expired = site("expired", true, json!([{"name": "static"}]));
+    expired.spec.configuration.retention_date = Some("2027-06-30".into());
+    let mut gone = site("gone", false, json!([{"name": "static"}]));
+    gone.spec.configuration.retention_date = Some("2027-01-01".into());
+    let cached = [
+        api.create(&PostParams::default(), &expired).await.unwrap(),
+        api.create(&PostParams::default(), &gone).await.unwrap(),
+    ];
+    // Both change after the copies were taken: the date moved, the archived Site re-enabled.
+    for name in ["expired", "gone"] {
+        let patch =
+            json!({"spec": {"configuration": {"retention_date": "2030-01-01", "enabled": true}}});
+        api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+    }
+    let today: k8s_openapi::jiff::civil::Date = "2027-09-30".parse().unwrap();
+    for (name, action) in cached.iter().map(|s| {
+        (
+            s.metadata.name.clone().unwrap(),
+            sites_operator::retention::decide(s, today, &retention),
+        )
+    }) {
+        assert_ne!(action, sites_operator::retention::Action::Keep, "{name}");
+    }
+    let acted =
+        sites_operator::retention::apply_to(&api, &cached, &retention, today, false, |_| {})
+            .await
+            .unwrap();
+    assert!(acted.is_empty(), "{acted:?}");
+    assert!(api.get("expired").await.unwrap().spec.configuration.enabled);
+    assert!(api.get_opt("gone").await.unwrap().is_some());
+    // Read again, nothing is left to do: the new dates are in the future.
+    let fresh = [
+        api.get("expired").await.unwrap(),
+        api.get("gone").await.unwrap(),
+    ];
+    let acted = sites_operator::retention::apply_to(&api, &fresh, &retention, today, false, |_| {})
+        .await
+        .unwrap();
+    assert!(acted.is_empty());
 }
