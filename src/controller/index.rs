@@ -9,7 +9,7 @@
 //! the entries against the store and drops those that no longer match, so a lookup returns
 //! exactly what a filter over the store would.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 
@@ -17,7 +17,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
-use crate::crd::{ID_LABEL, OPERATOR_BOUND_ANNOTATION, Site};
+use crate::crd::{ID_LABEL, Site};
 use crate::render::apps::site_path;
 use crate::watched::{Pod, Volume};
 
@@ -36,12 +36,10 @@ pub fn site_path_keys(site: &Site) -> Vec<String> {
     vec![path_key(site)]
 }
 
-/// Index key of a site pod: its site id, for pods the operator created (id label and
-/// operator_bound annotation); other pods are not indexed.
+/// Index key of a cached site pod: its site id label, which the cache keeps only for pods the
+/// operator created (operator_bound annotation, [`crate::controller::slim::pod`]); other pods
+/// are not indexed.
 pub fn pod_keys(p: &Pod) -> Vec<String> {
-    if !p.annotations().contains_key(OPERATOR_BOUND_ANNOTATION) {
-        return Vec::new();
-    }
     p.labels().get(ID_LABEL).cloned().into_iter().collect()
 }
 
@@ -82,7 +80,9 @@ where
     relist: Arc<Mutex<Entries<K>>>,
 }
 
-type Entries<K> = HashMap<String, HashSet<ObjectRef<K>>>;
+/// Index key → references. A key names one object or a few (a site's pods, a volume's site), so
+/// a list, not a hash set (which allocates room for several references at once).
+type Entries<K> = HashMap<String, Vec<ObjectRef<K>>>;
 
 fn insert<K: Resource>(entries: &mut Entries<K>, keys: Vec<String>, obj: &K)
 where
@@ -93,7 +93,10 @@ where
     }
     let reference = ObjectRef::from(obj);
     for key in keys {
-        entries.entry(key).or_default().insert(reference.clone());
+        let refs = entries.entry(key).or_default();
+        if !refs.contains(&reference) {
+            refs.push(reference.clone());
+        }
     }
 }
 
@@ -151,7 +154,7 @@ where
                 let mut entries = self.lock();
                 for key in (self.keys)(obj) {
                     if let Some(refs) = entries.get_mut(&key) {
-                        refs.remove(&reference);
+                        refs.retain(|r| *r != reference);
                         if refs.is_empty() {
                             entries.remove(&key);
                         }

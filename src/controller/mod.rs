@@ -13,10 +13,11 @@
 //! - [`configuration`]: follows the `sites-config` ConfigMap (live configuration);
 //! - [`leader`], [`accounting`], [`changes`]: leader election, API call metrics, change logs.
 //!
-//! Caches are kube-runtime reflectors fed by watches of the platform namespace: Sites, every
-//! object of the owned kinds (not only the operator's: an object of an owned name that the Site
-//! does not control must be seen to be left alone, SPEC 4.6), and site pods (selected by the id
-//! label, kept only with the operator_bound annotation). Every event maps to the key of its Site
+//! Caches are fed by watches of the platform namespace: kube-runtime reflector stores of Sites
+//! and site pods (selected by the id label, indexed only with the operator_bound annotation),
+//! and [`records::Records`] of every object of the owned kinds (not only the operator's: an
+//! object of an owned name that the Site does not control must be seen to be left alone, SPEC
+//! 4.6). Every event maps to the key of its Site
 //! (the id label), which goes into the [`queue::Queue`]; `worker_limit` workers reconcile keys.
 
 pub mod accounting;

@@ -19,7 +19,7 @@ use k8s_openapi::api::networking::v1::Ingress;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Resource;
 
-use crate::crd::{ID_LABEL, Site};
+use crate::crd::{ID_LABEL, OPERATOR_BOUND_ANNOTATION, Site};
 use crate::labels::{self, ControllerRef, LABEL_KEYS, Ownership, hashed};
 use crate::watched::{Pod, Volume};
 
@@ -387,12 +387,20 @@ pub fn site(s: &mut Site) {
     }
 }
 
-/// Pods (decoded with only what the status mapping reads, [`crate::watched`]) keep the site id
-/// label of their metadata.
+/// Pods (decoded with only what the status mapping reads, [`crate::watched`]) keep of their
+/// labels and annotations only the site id label, and that only for pods the operator created
+/// (the operator_bound annotation): what [`crate::controller::index::pod_keys`] reads.
 pub fn pod(p: &mut Pod) {
+    let bound = p
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(OPERATOR_BOUND_ANNOTATION));
     metadata(p);
-    if let Some(labels) = p.metadata.labels.as_mut() {
-        labels.retain(|k, _| k == ID_LABEL);
+    p.metadata.annotations = None;
+    match p.metadata.labels.as_mut() {
+        Some(labels) if bound => labels.retain(|k, _| k == ID_LABEL),
+        _ => p.metadata.labels = None,
     }
 }
 
@@ -671,6 +679,12 @@ mod tests {
                 crate::controller::status::pod_ready(&full)
             );
             assert_eq!(crate::controller::index::pod_keys(&p), ["s"]);
+            assert_eq!(p.metadata.annotations, None);
+            // A pod the operator did not create (no operator_bound annotation) is not indexed.
+            let mut foreign = full.clone();
+            foreign.metadata.annotations = None;
+            pod(&mut foreign);
+            assert!(crate::controller::index::pod_keys(&foreign).is_empty());
             let (slim, full) = (
                 serde_json::to_vec(&p).unwrap(),
                 serde_json::to_vec(&full).unwrap(),
