@@ -31,7 +31,7 @@ use crate::controller::records::Records;
 use crate::controller::slim::{Keep, Kept};
 use crate::controller::{status, volumes};
 use crate::crd::Site;
-use crate::labels::Control;
+use crate::labels::{self, Control};
 use crate::render::{self, Inputs, PodTemplateInputs, Rendered, Route, SiteTokens};
 use crate::watched::{Pod, Volume};
 use crate::{Error, Result, Retry, Target, reasons, restart, validation};
@@ -189,15 +189,27 @@ async fn gather(ctx: &Context, config: &PlatformConfig, site: &Site) -> Result<G
     // Tokens are generated only when the API server confirms there are none: the cache may not
     // have seen a Secret written a moment ago, and keeps the data of the operator's Secrets only.
     // Only a Secret this Site controls gives its tokens.
-    let secret = match c.secrets.get(&id) {
-        Some(s) if s.facts.managed() => Some(s),
-        _ => ctx.read_kept::<Secret>(&id).await?,
+    let (secret, own_data) = match c.secrets.get(&id) {
+        Some(s) if s.facts.managed() => {
+            let data = (s.control(site) == Control::ThisSite)
+                .then(|| s.body.clone())
+                .flatten();
+            (Some(s), data)
+        }
+        // The record keeps no data (the managed-by label was removed, or none is cached):
+        // read the Secret whole.
+        _ => match ctx.read::<Secret>(&id).await? {
+            Some(read) => {
+                let read = Arc::unwrap_or_clone(read);
+                let data = (labels::control(&read.metadata, site) == Control::ThisSite)
+                    .then(|| read.data.clone())
+                    .flatten();
+                (Some(Arc::new(Kept::new(read))), data)
+            }
+            None => (None, None),
+        },
     };
-    let own_tokens = secret
-        .as_deref()
-        .filter(|s| s.control(site) == Control::ThisSite)
-        .and_then(|s| s.body.as_ref());
-    let tokens = SiteTokens::keep_or_generate(own_tokens, random_token);
+    let tokens = SiteTokens::keep_or_generate(own_data.as_ref(), random_token);
     let session_key = ctx.session_key(&config.sites.session.secret_key).await?;
     let host = ctx.public_host(&config.routing).await?;
     let claim = c.pvcs.get(&id);

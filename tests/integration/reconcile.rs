@@ -337,6 +337,31 @@ async fn qualifying_changes_restart_once_and_upgrade_requests_restart() {
     })
     .await;
     assert_eq!(token().await, original_token, "generated tokens are kept");
+    // The site Secret's managed-by label removed by hand: the label is restored, the tokens
+    // are kept (the cache keeps no data of Secrets without the label; they are read).
+    api::<Secret>(&c)
+        .patch(
+            "docs-handbook",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"app.kubernetes.io/managed-by": null}}})),
+        )
+        .await
+        .unwrap();
+    eventually("managed-by label restored", WAIT, || async {
+        let s = api::<Secret>(&c).get("docs-handbook").await.ok()?;
+        let label = s
+            .metadata
+            .labels?
+            .get("app.kubernetes.io/managed-by")
+            .cloned();
+        (label.as_deref() == Some("sites-operator")).then_some(())
+    })
+    .await;
+    assert_eq!(
+        token().await,
+        original_token,
+        "the tokens survive a removed label"
+    );
     // Removing the request restarts nothing.
     edit_and_settle(
         &c,

@@ -383,13 +383,7 @@ pub async fn wait_available(c: &Cluster, name: &str) -> Site {
 }
 
 pub fn restarted_at(sts: &StatefulSet) -> Option<String> {
-    sts.spec
-        .as_ref()?
-        .template
-        .metadata
-        .as_ref()?
-        .annotations
-        .as_ref()?
+    sites_operator::render::template_annotations(sts)?
         .get("kubectl.kubernetes.io/restartedAt")
         .cloned()
 }
