@@ -84,7 +84,7 @@ pub fn check_render(site: &Site, cfg: &PlatformConfig) {
     let values = first.to_values();
     serde_json::to_vec(&values).expect("rendered objects serialize");
 
-    let recorded = render::recorded_state(Some(&first.statefulset));
+    let recorded = render::recorded_state(render::template_annotations(&first.statefulset));
     assert_eq!(recorded.as_ref(), Some(&first_state), "recorded state");
     let decision = restart::decide(recorded.as_ref(), site, cfg);
     assert!(!decision.restart, "an unchanged Site restarts: {site:?}");
