@@ -409,9 +409,32 @@ pub async fn edit_and_settle(c: &Cluster, op: &Operator, name: &str, patch: Valu
 
 /// [`edit_and_settle`] (one write of the test's); returns the writes the operator made meanwhile.
 pub async fn writes_after(c: &Cluster, op: &Operator, name: &str, patch: Value) -> u64 {
+    volume_labelled(c, name).await;
     c.emulator.stats().reset();
     edit_and_settle(c, op, name, patch).await;
     operator_writes(c, 1)
+}
+
+/// Waits until the volume bound to the Site's claim carries the site label: the operator labels
+/// it once, in the background, shortly after it first sees the claim bound (the test tunables:
+/// 10-50 ms), which is not part of any edit a test measures. A Site without a claim: no wait.
+pub async fn volume_labelled(c: &Cluster, name: &str) {
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.client.clone(), NS);
+    let volumes: Api<PersistentVolume> = Api::all(c.client.clone());
+    eventually("the site volume labelled", WAIT, || async {
+        let Some(claim) = claims.get_opt(name).await.ok()? else {
+            return Some(());
+        };
+        let volume = claim.spec?.volume_name?;
+        let labels = volumes.get(&volume).await.ok()?.metadata.labels?;
+        (labels
+            .get(sites_operator::crd::ID_LABEL)
+            .map(String::as_str)
+            == Some(name))
+        .then_some(())
+    })
+    .await
 }
 
 /// Error responses the test's own requests met, by HTTP code (the injected faults hit them too).
