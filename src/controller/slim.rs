@@ -101,11 +101,6 @@ fn short_hash(content: &serde_json::Value) -> u64 {
     u64::from_be_bytes(first)
 }
 
-/// Whether the object carries the operator's `app.kubernetes.io/managed-by` label.
-pub fn managed<K: Resource>(obj: &K) -> bool {
-    Ownership::of(obj.meta()).managed
-}
-
 /// A label value as [`Facts`] keep it: never 0, which stands for "no such label".
 fn label_print(value: &str) -> u64 {
     hashed(value) | 1
