@@ -14,7 +14,6 @@ use std::fmt::Debug;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
@@ -61,19 +60,6 @@ pub fn stamp<K: Serialize + Resource>(obj: &mut K) {
     let hash = desired_hash(obj);
     obj.annotations_mut()
         .insert(DESIRED_HASH_ANNOTATION.to_string(), hash);
-}
-
-fn owners_match(stored: &[OwnerReference], desired: &[OwnerReference]) -> bool {
-    stored.len() == desired.len()
-        && desired.iter().all(|d| {
-            stored.iter().any(|s| {
-                s.uid == d.uid
-                    && s.api_version == d.api_version
-                    && s.kind == d.kind
-                    && s.name == d.name
-                    && s.controller == d.controller
-            })
-        })
 }
 
 /// What [`apply`] did.
@@ -278,7 +264,9 @@ where
         .map_err(failed)?;
     // Server-side apply keeps owner references other managers set; the Site must be the only
     // owner, so replace the list when it still differs.
-    let written = if owners_match(written.owner_references(), desired.owner_references()) {
+    let written = if slim::owners_print(written.owner_references())
+        == slim::owners_print(desired.owner_references())
+    {
         written
     } else {
         let patch =
@@ -464,6 +452,7 @@ pub async fn publish(ctx: &Context, site: &Site, type_: EventType, reason: &str,
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::ConfigMap;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
     use serde_json::json;
 
     fn cm(data: &str, owner_uid: &str) -> ConfigMap {
