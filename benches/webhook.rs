@@ -10,7 +10,8 @@
 //! Run: `cargo bench --bench webhook` (full matrix, 5 s per case; `WEBHOOK_SECONDS=N` changes
 //! the duration, `WEBHOOK_QUICK=1` runs only the typical Site at 16 connections over http/1.1,
 //! validate and fixed, as `make bench` does; `WEBHOOK_BODY=typical|large` and
-//! `WEBHOOK_PROTO=http/1.1|h2` select cases).
+//! `WEBHOOK_PROTO=http/1.1|h2` and `WEBHOOK_PATH=/validate-sites|/mutate-sites|/fixed-allowed`
+//! select cases).
 
 #[path = "common/bodies.rs"]
 mod bodies;
@@ -331,7 +332,7 @@ fn main() {
     for &body in sizes.iter().filter(|b| only("WEBHOOK_BODY", b)) {
         for &proto in protos.iter().filter(|p| only("WEBHOOK_PROTO", p.name())) {
             for &connections in conns {
-                for &path in paths {
+                for &path in paths.iter().filter(|p| only("WEBHOOK_PATH", p)) {
                     cases.push(Case {
                         body,
                         path,

@@ -104,18 +104,18 @@ fn admission_meta<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ObjectMeta, 
 
 /// A string value read without keeping it (anything else is an error, as for a kept one).
 ///
-/// With serde_json the value is captured raw, which skips it without unescaping or copying it
-/// (the `kubectl apply` annotation is a whole JSON document escaped inside a string: unescaping
-/// it was a large part of the decoding cost). A raw value holding a `\u` escape is parsed
-/// fully, so a lone surrogate is refused as the generic path refuses it. Only serde_json can
-/// capture raw values: [`SiteObject`] is decoded with `serde_json::from_slice` (the server) or
-/// `from_value`.
+/// With serde_json the value is borrowed raw from the input, which skips it without unescaping
+/// or copying it (the `kubectl apply` annotation is a whole JSON document escaped inside a
+/// string: unescaping it was a large part of the decoding cost). A raw value holding a `\u`
+/// escape is parsed fully, so a lone surrogate is refused as the generic path refuses it. Only
+/// serde_json decoding from text or bytes can lend raw values: [`SiteObject`] is decoded with
+/// `serde_json::from_str` (the server) or `from_slice`, never from a reader or a `Value`.
 struct SkippedString;
 
 impl<'de> Deserialize<'de> for SkippedString {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         use serde::de::Error;
-        let raw = <Box<serde_json::value::RawValue>>::deserialize(d)?;
+        let raw = <&'de serde_json::value::RawValue>::deserialize(d)?;
         let text = raw.get();
         if !text.starts_with('"') {
             return Err(D::Error::invalid_type(

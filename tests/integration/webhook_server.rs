@@ -492,8 +492,8 @@ async fn bad_admission_reviews_get_400_naming_the_problem_on_every_webhook() {
             ("request.uid a number", valid.replacen("\"uid\":\"6e2b1f0c", "\"uid\":5,\"x\":\"", 1).into_bytes(), "invalid type: integer `5`, expected a string"),
             ("request.operation unknown", valid.replacen("\"operation\":\"", "\"operation\":\"PATCH\",\"x\":\"", 1).into_bytes(), "unknown variant `PATCH`"),
             ("request.userInfo missing", valid.replacen("\"userInfo\":", "\"x\":", 1).into_bytes(), "missing field `userInfo`"),
-            ("non-UTF-8 byte in a string", non_utf8_string, "invalid unicode code point"),
-            ("non-UTF-8 body", vec![0xff, 0xfe, b'{', 0x00], "not an AdmissionReview"),
+            ("non-UTF-8 byte in a string", non_utf8_string, "not UTF-8 text: invalid utf-8 sequence of 1 bytes from index"),
+            ("non-UTF-8 body", vec![0xff, 0xfe, b'{', 0x00], "not an AdmissionReview: not UTF-8 text"),
             ("UTF-16 body", valid.encode_utf16().flat_map(u16::to_le_bytes).collect(), "not an AdmissionReview"),
             ("byte-order mark", [&[0xef, 0xbb, 0xbf][..], bytes].concat(), "expected value at line 1 column 1"),
             // In a string the handlers read (fields they never read are skipped unread, their
