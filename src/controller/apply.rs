@@ -22,7 +22,6 @@ use serde::de::DeserializeOwned;
 
 use crate::controller::context::Context;
 use crate::controller::slim::{self, Keep, Kept, Managed};
-use crate::controller::status;
 use crate::crd::{ID_LABEL, Site, SiteStatus};
 use crate::render::volume;
 use crate::watched::{Pod, Volume};
@@ -393,11 +392,11 @@ pub async fn delete_not_ready_pods(ctx: &Context, id: &str) {
     let api: Api<Pod> = ctx.api();
     let pods = ctx.caches.pods_by_site.get(&ctx.caches.pods, id);
     for pod in pods {
-        if status::pod_ready(&pod) || status::terminating(&pod) {
+        if pod.ready || pod.terminating {
             continue;
         }
-        let name = pod.name_any();
-        match api.delete(&name, &DeleteParams::default()).await {
+        let name = &pod.name;
+        match api.delete(name, &DeleteParams::default()).await {
             Ok(_) => {
                 tracing::info!(site = id, pod = %name, "deleted a not-ready pod so the rollout can go on")
             }

@@ -13,16 +13,17 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Resource;
 use kube::api::Api;
 use kube::runtime::events::Recorder;
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::Store;
 
 use crate::config::live::Live;
 use crate::config::{Routing, RoutingMode, SecretKeyRef};
 use crate::controller::index::Index;
-use crate::controller::records::Records;
+use crate::controller::records::{Records, Table};
 use crate::controller::slim::{Keep, Kept};
+use crate::controller::status::SitePod;
 use crate::controller::volumes::Labeller;
 use crate::crd::Site;
-use crate::watched::{Pod, Volume};
+use crate::watched::Volume;
 use crate::{Error, Result, Target};
 
 /// Name of the master Ingress whose host serves sites when `routing.host` is not set.
@@ -34,7 +35,7 @@ const LOOKUP_TTL: Duration = Duration::from_secs(60);
 /// Objects of the owned kinds are kept as [`Kept`] records.
 #[derive(Clone)]
 pub struct Caches {
-    pub sites: Store<Site>,
+    pub sites: Table<Site>,
     pub secrets: Records<Secret>,
     pub configmaps: Records<ConfigMap>,
     pub pvcs: Records<PersistentVolumeClaim>,
@@ -43,15 +44,16 @@ pub struct Caches {
     pub ingresses: Records<Ingress>,
     /// None when the cluster does not serve the Gateway API.
     pub httproutes: Option<Records<HttpRoute>>,
-    pub pods: Store<Pod>,
+    /// Site pods, as [`SitePod`]s.
+    pub pods: Table<SitePod>,
     /// PersistentVolumes (cluster-scoped): retained-volume lookup and the label check.
     pub volumes: Store<Volume>,
     /// Site pods by site id ([`crate::controller::index::pod_keys`]).
-    pub pods_by_site: Index<Pod>,
+    pub pods_by_site: Index<SitePod, Table<SitePod>>,
     /// Volumes by site label and claim reference ([`crate::controller::index::volume_keys`]).
-    pub volumes_by_site: Index<Volume>,
+    pub volumes_by_site: Index<Volume, Store<Volume>>,
     /// Sites by public path ([`crate::controller::index::path_key`]).
-    pub sites_by_path: Index<Site>,
+    pub sites_by_path: Index<Site, Table<Site>>,
 }
 
 impl Caches {
@@ -179,15 +181,6 @@ impl Context {
         K::DynamicType: Default,
     {
         Api::namespaced(self.client.clone(), &self.namespace)
-    }
-
-    /// The cached object `name` of the operator's namespace.
-    pub(crate) fn cached<K>(&self, store: &Store<K>, name: &str) -> Option<Arc<K>>
-    where
-        K: Resource + Clone + 'static,
-        K::DynamicType: Default + Eq + std::hash::Hash + Clone,
-    {
-        store.get(&ObjectRef::new(name).within(&self.namespace))
     }
 
     /// The object `name` from the API server itself (the cache may lag behind a write made a

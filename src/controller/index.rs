@@ -1,25 +1,25 @@
-//! Secondary indexes over reflector stores, so that "the pods of this site" or "the volumes
-//! claimed for this site" cost the matches, not a scan of every cached object (a scan per
-//! reconcile is quadratic in the number of Sites).
+//! Secondary indexes over the caches, so that "the pods of this site" or "the volumes claimed
+//! for this site" cost the matches, not a scan of every cached object (a scan per reconcile is
+//! quadratic in the number of Sites).
 //!
-//! An index is fed the same watch events as its store, after the store applied them, so every
-//! entry names an object the store held when the entry was made. A relist is collected and
-//! replaces the index when it is done (the store swaps in the relisted objects at the same
+//! An index is fed the same watch events as its cache, after the cache applied them, so every
+//! entry names an object the cache held when the entry was made. A relist is collected and
+//! replaces the index when it is done (the cache swaps in the relisted objects at the same
 //! point). An index may still hold stale entries (an object relabelled): every lookup re-checks
-//! the entries against the store and drops those that no longer match, so a lookup returns
-//! exactly what a filter over the store would.
+//! the entries against the cache and drops those that no longer match, so a lookup returns
+//! exactly what a filter over the cache would.
 
 use std::collections::HashMap;
-use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::ResourceExt;
 use kube::runtime::watcher;
-use kube::{Resource, ResourceExt};
 
+use crate::controller::records::Cache;
+use crate::controller::status::SitePod;
 use crate::crd::{ID_LABEL, Site};
 use crate::render::apps::site_path;
-use crate::watched::{Pod, Volume};
+use crate::watched::Volume;
 
 /// Index key of a Site: its public path `/<space>/<name>/` within its namespace (one path, one
 /// Site: admission and the route backstop look up who else uses it).
@@ -36,11 +36,11 @@ pub fn site_path_keys(site: &Site) -> Vec<String> {
     vec![path_key(site)]
 }
 
-/// Index key of a cached site pod: its site id label, which the cache keeps only for pods the
+/// Index key of a cached site pod: its site id, which the cache keeps only for pods the
 /// operator created (operator_bound annotation, [`crate::controller::slim::pod`]); other pods
 /// are not indexed.
-pub fn pod_keys(p: &Pod) -> Vec<String> {
-    p.labels().get(ID_LABEL).cloned().into_iter().collect()
+pub fn pod_keys(p: &SitePod) -> Vec<String> {
+    p.site.iter().map(|id| id.to_string()).collect()
 }
 
 /// Index keys of a volume: [`site_key`] of its site label and [`claim_key`] of its claim
@@ -69,41 +69,32 @@ pub fn claim_key(namespace: &str, name: &str) -> String {
     format!("claim:{namespace}/{name}")
 }
 
-/// Index keys → references of the objects that have them.
-pub struct Index<K: Resource>
-where
-    K::DynamicType: Eq + Hash + Clone,
-{
+/// Index keys → identities ([`Cache::Id`]) of the objects of cache `C` that have them.
+pub struct Index<K, C: Cache<K>> {
     keys: fn(&K) -> Vec<String>,
-    entries: Arc<Mutex<Entries<K>>>,
+    entries: Arc<Mutex<Entries<K, C>>>,
     /// Entries of a relist in progress (Init .. InitDone).
-    relist: Arc<Mutex<Entries<K>>>,
+    relist: Arc<Mutex<Entries<K, C>>>,
 }
 
-/// Index key → references. A key names one object or a few (a site's pods, a volume's site), so
-/// a list, not a hash set (which allocates room for several references at once).
-type Entries<K> = HashMap<String, Vec<ObjectRef<K>>>;
+/// Index key → identities. A key names one object or a few (a site's pods, a volume's site), so
+/// a list, not a hash set (which allocates room for several at once).
+type Entries<K, C> = HashMap<String, Vec<<C as Cache<K>>::Id>>;
 
-fn insert<K: Resource>(entries: &mut Entries<K>, keys: Vec<String>, obj: &K)
-where
-    K::DynamicType: Default + Eq + Hash + Clone,
-{
+fn insert<K, C: Cache<K>>(entries: &mut Entries<K, C>, keys: Vec<String>, obj: &K) {
     if keys.is_empty() {
         return;
     }
-    let reference = ObjectRef::from(obj);
+    let id = C::id(obj);
     for key in keys {
-        let refs = entries.entry(key).or_default();
-        if !refs.contains(&reference) {
-            refs.push(reference.clone());
+        let ids = entries.entry(key).or_default();
+        if !ids.contains(&id) {
+            ids.push(id.clone());
         }
     }
 }
 
-impl<K: Resource> Clone for Index<K>
-where
-    K::DynamicType: Eq + Hash + Clone,
-{
+impl<K, C: Cache<K>> Clone for Index<K, C> {
     fn clone(&self) -> Self {
         Index {
             keys: self.keys,
@@ -113,11 +104,7 @@ where
     }
 }
 
-impl<K> Index<K>
-where
-    K: Resource + Clone + 'static,
-    K::DynamicType: Default + Eq + Hash + Clone,
-{
+impl<K, C: Cache<K>> Index<K, C> {
     /// An empty index; `keys` names the index keys of an object (none: not indexed).
     pub fn new(keys: fn(&K) -> Vec<String>) -> Self {
         Index {
@@ -127,35 +114,35 @@ where
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Entries<K>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Entries<K, C>> {
         self.entries.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn lock_relist(&self) -> std::sync::MutexGuard<'_, Entries<K>> {
+    fn lock_relist(&self) -> std::sync::MutexGuard<'_, Entries<K, C>> {
         self.relist.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Records what a watch event tells. Call it after the store applied the event (a
+    /// Records what a watch event tells. Call it after the cache applied the event (a
     /// reflector stream passes events on after applying them).
     pub fn observe(&self, event: &watcher::Event<K>) {
         match event {
-            watcher::Event::Apply(obj) => insert(&mut self.lock(), (self.keys)(obj), obj),
+            watcher::Event::Apply(obj) => insert::<K, C>(&mut self.lock(), (self.keys)(obj), obj),
             watcher::Event::Init => self.lock_relist().clear(),
-            // The store keeps the relisted objects aside until the relist is done.
+            // The cache keeps the relisted objects aside until the relist is done.
             watcher::Event::InitApply(obj) => {
-                insert(&mut self.lock_relist(), (self.keys)(obj), obj)
+                insert::<K, C>(&mut self.lock_relist(), (self.keys)(obj), obj)
             }
             watcher::Event::InitDone => {
                 let relisted = std::mem::take(&mut *self.lock_relist());
                 *self.lock() = relisted;
             }
             watcher::Event::Delete(obj) => {
-                let reference = ObjectRef::from(obj);
+                let id = C::id(obj);
                 let mut entries = self.lock();
                 for key in (self.keys)(obj) {
-                    if let Some(refs) = entries.get_mut(&key) {
-                        refs.retain(|r| *r != reference);
-                        if refs.is_empty() {
+                    if let Some(ids) = entries.get_mut(&key) {
+                        ids.retain(|i| *i != id);
+                        if ids.is_empty() {
                             entries.remove(&key);
                         }
                     }
@@ -164,27 +151,24 @@ where
         }
     }
 
-    /// The objects of `store` that have `key`, sorted by namespace and name.
-    pub fn get(&self, store: &Store<K>, key: &str) -> Vec<Arc<K>> {
+    /// The objects of `cache` that have `key`, sorted by name.
+    pub fn get(&self, cache: &C, key: &str) -> Vec<Arc<K>> {
         let mut entries = self.lock();
-        let Some(refs) = entries.get_mut(key) else {
+        let Some(ids) = entries.get_mut(key) else {
             return Vec::new();
         };
-        let mut found = Vec::with_capacity(refs.len());
-        refs.retain(|r| match store.get(r) {
+        let mut found = Vec::with_capacity(ids.len());
+        ids.retain(|id| match cache.get_id(id) {
             Some(obj) if (self.keys)(&obj).iter().any(|k| k == key) => {
                 found.push(obj);
                 true
             }
             _ => false,
         });
-        if refs.is_empty() {
+        if ids.is_empty() {
             entries.remove(key);
         }
-        found.sort_by(|a, b| {
-            (a.meta().namespace.as_deref(), a.meta().name.as_deref())
-                .cmp(&(b.meta().namespace.as_deref(), b.meta().name.as_deref()))
-        });
+        found.sort_by(|a, b| C::name(a).cmp(C::name(b)));
         found
     }
 
@@ -232,7 +216,11 @@ mod tests {
     }
 
     /// Feeds one event to the store and then the index, as the watch stream does.
-    fn feed(index: &Index<Pod>, writer: &mut reflector::store::Writer<Pod>, event: Event<Pod>) {
+    fn feed(
+        index: &Index<Pod, reflector::Store<Pod>>,
+        writer: &mut reflector::store::Writer<Pod>,
+        event: Event<Pod>,
+    ) {
         writer.apply_watcher_event(&event);
         index.observe(&event);
     }

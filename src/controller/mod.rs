@@ -13,12 +13,12 @@
 //! - [`configuration`]: follows the `sites-config` ConfigMap (live configuration);
 //! - [`leader`], [`accounting`], [`changes`]: leader election, API call metrics, change logs.
 //!
-//! Caches are fed by watches of the platform namespace: kube-runtime reflector stores of Sites
-//! and site pods (selected by the id label, indexed only with the operator_bound annotation),
-//! and [`records::Records`] of every object of the owned kinds (not only the operator's: an
-//! object of an owned name that the Site does not control must be seen to be left alone, SPEC
-//! 4.6). Every event maps to the key of its Site
-//! (the id label), which goes into the [`queue::Queue`]; `worker_limit` workers reconcile keys.
+//! Caches are fed by watches of the platform namespace: [`records::Table`]s of Sites, of site
+//! pods as [`status::SitePod`]s (selected by the id label, indexed only with the operator_bound
+//! annotation) and [`records::Records`] of every object of the owned kinds (not only the
+//! operator's: an object of an owned name that the Site does not control must be seen to be
+//! left alone, SPEC 4.6); volumes (cluster-scoped) in a kube-runtime reflector store. Every
+//! event maps to the key of its Site (the id label), which goes into the [`queue::Queue`]; `worker_limit` workers reconcile keys.
 
 pub mod accounting;
 pub mod apply;
@@ -60,8 +60,9 @@ use context::{Caches, Context, Tunables};
 use index::Index;
 use queue::{Backoff, Queue, QueueMetrics};
 use reconcile::Next;
-use records::Records;
+use records::{Cache, Records, Table};
 use slim::{Keep, Kept};
+use status::SitePod;
 
 /// The controller name in metrics.
 pub const CONTROLLER: &str = "site";
@@ -255,52 +256,6 @@ where
     records
 }
 
-/// Where a watch keeps its objects: kube's reflector store (Sites, pods, volumes) or the
-/// [`Records`] of an owned kind.
-trait Cache<K>: Clone + Send + Sync + 'static {
-    /// The cached copy of the object an event is about.
-    fn cached(&self, obj: &K) -> Option<Arc<K>>;
-    /// Every cached object.
-    fn all(&self) -> Vec<Arc<K>>;
-    /// What identifies an object across a re-list.
-    fn id(obj: &K) -> String;
-}
-
-impl<K> Cache<K> for Store<K>
-where
-    K: Resource + Clone + Send + Sync + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
-{
-    fn cached(&self, obj: &K) -> Option<Arc<K>> {
-        self.get(&reflector::ObjectRef::from(obj))
-    }
-
-    fn all(&self) -> Vec<Arc<K>> {
-        self.state()
-    }
-
-    fn id(obj: &K) -> String {
-        reflector::ObjectRef::from(obj).to_string()
-    }
-}
-
-impl<K: Keep + Send + Sync + 'static> Cache<Kept<K>> for Records<K>
-where
-    K::Body: Send + Sync,
-{
-    fn cached(&self, obj: &Kept<K>) -> Option<Arc<Kept<K>>> {
-        self.get(obj.name())
-    }
-
-    fn all(&self) -> Vec<Arc<Kept<K>>> {
-        self.state()
-    }
-
-    fn id(obj: &Kept<K>) -> String {
-        obj.name().to_string()
-    }
-}
-
 /// Whether a watch event changes what the cache keeps of its object (kept copies are slimmed:
 /// an update of a status field, an annotation or the resourceVersion that the reconcile never
 /// reads leaves them equal). Events that change nothing are not queued.
@@ -362,7 +317,7 @@ fn watch_kind_observed<S, K, C>(
     });
     let enqueue_gone = enqueue.clone();
     // The objects a re-list delivered so far (None outside a re-list).
-    let relisted: std::sync::Mutex<Option<HashSet<String>>> = Default::default();
+    let relisted: std::sync::Mutex<Option<HashSet<C::Id>>> = Default::default();
     let previous = cache;
     // Set by `before` for the event whose object comes out of the stream next (the stream
     // passes one event through every stage before it pulls the next).
@@ -484,7 +439,8 @@ impl Controller {
         let sites_by_path = Index::new(index::site_path_keys);
         let path_index = sites_by_path.clone();
         let sharers = (sites_by_path.clone(), queue.clone());
-        let (sites, mut writer) = reflector::store();
+        let sites = Table::<Site>::default();
+        let writer = sites.clone();
         watch_kind_observed(
             Api::<Site>::namespaced(api(&client), &ns),
             list_config(),
@@ -494,15 +450,15 @@ impl Controller {
                 s
             },
             sites.clone(),
-            move |event| writer.apply_watcher_event(event),
+            move |event| writer.apply(event),
             |s: &Site| s.metadata.name.clone(),
-            move |before: &Store<Site>, event: &watcher::Event<Site>| {
+            move |before: &Table<Site>, event: &watcher::Event<Site>| {
                 // A re-list (after a watch gap) delivers every Site again as InitApply while
                 // the store still holds the previous copies: judged like an update, so only
                 // what changed in the gap is queued.
                 let old = match event {
                     watcher::Event::Apply(new) | watcher::Event::InitApply(new) => {
-                        before.get(&reflector::ObjectRef::from(new))
+                        before.cached(new)
                     }
                     watcher::Event::Delete(gone) => Some(Arc::new(gone.clone())),
                     _ => None,
@@ -595,20 +551,18 @@ impl Controller {
         };
         let pods_by_site = Index::new(index::pod_keys);
         let index = pods_by_site.clone();
-        let (pods, mut writer) = reflector::store();
+        let pods = Table::<SitePod>::default();
+        let writer = pods.clone();
         watch_kind_observed(
             Api::<Pod>::namespaced(api(&client), &ns),
             list_config().labels(ID_LABEL),
             &feed,
-            |mut p: Pod| {
-                slim::pod(&mut p);
-                p
-            },
+            |p: Pod| slim::pod(&p),
             pods.clone(),
-            move |event| writer.apply_watcher_event(event),
-            |p: &Pod| index::pod_keys(p).pop(),
+            move |event| writer.apply(event),
+            |p: &SitePod| index::pod_keys(p).pop(),
             changed,
-            move |event: &watcher::Event<Pod>| index.observe(event),
+            move |event: &watcher::Event<SitePod>| index.observe(event),
         );
         let volumes_by_site = Index::new(index::volume_keys);
         let index = volumes_by_site.clone();

@@ -29,11 +29,12 @@ use crate::controller::apply::{self, Written};
 use crate::controller::context::Context;
 use crate::controller::records::Records;
 use crate::controller::slim::{Keep, Kept};
+use crate::controller::status::SitePod;
 use crate::controller::{status, volumes};
 use crate::crd::Site;
 use crate::labels::{self, Control};
 use crate::render::{self, Inputs, PodTemplateInputs, Rendered, Route, SiteTokens};
-use crate::watched::{Pod, Volume};
+use crate::watched::Volume;
 use crate::{Error, Result, Retry, Target, reasons, restart, validation};
 
 /// What one reconcile asks of the queue.
@@ -90,7 +91,7 @@ impl Writes {
 
 /// Reconciles the Site `name`; returns what the queue should do next.
 pub async fn reconcile(ctx: &Context, name: &str) -> Next {
-    let Some(site) = ctx.cached(&ctx.caches.sites, name) else {
+    let Some(site) = ctx.caches.sites.get(name) else {
         // Deleted: garbage collection removes the owned objects.
         return Next::Done;
     };
@@ -568,7 +569,7 @@ async fn write_status(
         .caches
         .pods_by_site
         .get(&ctx.caches.pods, &site.name_any());
-    let pods: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();
+    let pods: Vec<&SitePod> = pods.iter().map(AsRef::as_ref).collect();
     let previous = site.status.as_ref();
     let enabled = status::deployed_enabled(site, previous, workload_current);
     let new = status::site_status(site, &pods, stopped, enabled, previous, &(ctx.now)());

@@ -1,44 +1,146 @@
-//! The caches of the owned kinds: [`Kept`] records by name, filled from a watch as kube's
-//! reflector store is (a re-list is collected and replaces the records when it is complete),
-//! without what a reflector store keeps besides each object (its `ObjectMeta` and an object
-//! reference with four strings as the key). Every owned object lives in the operator's
-//! namespace, so the name is the key.
+//! The operator's caches. Sites, owned objects as [`Kept`] records and site pods as
+//! [`SitePod`]s are kept by name in a [`Table`] filled from a watch as kube's reflector store is (a
+//! re-list is collected and replaces the table when it is complete), without what a reflector
+//! store keeps besides each object (its `ObjectMeta` and an object reference with four strings
+//! as the key). The operator watches these kinds in its own namespace only, so the name is
+//! the key. [`Cache`] is what the watches and the indexes need of either kind of cache.
 
 use std::collections::HashMap;
+use std::hash::Hash;
 use std::sync::{Arc, Mutex, RwLock};
 
+use kube::Resource;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 
 use crate::controller::slim::{Keep, Kept};
+use crate::controller::status::SitePod;
+use crate::crd::Site;
 
-/// The records of one owned kind.
-pub struct Records<K: Keep> {
-    inner: Arc<Inner<K>>,
+/// Where a watch keeps its objects: kube's reflector store (volumes) or a [`Table`].
+pub trait Cache<K>: Clone + Send + Sync + 'static {
+    /// What identifies an object in the cache (and across a re-list).
+    type Id: Eq + Hash + Clone + Send + Sync + 'static;
+    fn id(obj: &K) -> Self::Id;
+    /// The object's name (lookups return objects sorted by it).
+    fn name(obj: &K) -> &str;
+    /// The cached object `id`.
+    fn get_id(&self, id: &Self::Id) -> Option<Arc<K>>;
+    /// Every cached object.
+    fn all(&self) -> Vec<Arc<K>>;
+    /// The cached copy of the object an event is about.
+    fn cached(&self, obj: &K) -> Option<Arc<K>> {
+        self.get_id(&Self::id(obj))
+    }
 }
 
-type Map<K> = HashMap<Box<str>, Arc<Kept<K>>>;
+impl<K> Cache<K> for Store<K>
+where
+    K: Resource + Clone + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+{
+    type Id = ObjectRef<K>;
 
-struct Inner<K: Keep> {
-    records: RwLock<Map<K>>,
-    /// The records of a re-list in progress.
-    relist: Mutex<Option<Map<K>>>,
+    /// The reference without its extra information (uid and version, which comparisons
+    /// ignore), so that an index keeps no copy of them.
+    fn id(obj: &K) -> ObjectRef<K> {
+        let mut id = ObjectRef::from(obj);
+        id.extra = Default::default();
+        id
+    }
+
+    fn name(obj: &K) -> &str {
+        obj.meta().name.as_deref().unwrap_or_default()
+    }
+
+    fn get_id(&self, id: &ObjectRef<K>) -> Option<Arc<K>> {
+        self.get(id)
+    }
+
+    fn all(&self) -> Vec<Arc<K>> {
+        self.state()
+    }
+}
+
+/// What a [`Table`] keeps: values with a name.
+pub trait Named: Clone {
+    fn name(&self) -> &str;
+}
+
+impl<K: Keep> Named for Kept<K> {
+    fn name(&self) -> &str {
+        Kept::name(self)
+    }
+}
+
+/// Sites: the operator watches one namespace.
+impl Named for Site {
+    fn name(&self) -> &str {
+        self.metadata.name.as_deref().unwrap_or_default()
+    }
+}
+
+impl Named for SitePod {
+    fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl<V: Named + Send + Sync + 'static> Cache<V> for Table<V> {
+    type Id = Box<str>;
+
+    fn id(obj: &V) -> Box<str> {
+        obj.name().into()
+    }
+
+    fn name(obj: &V) -> &str {
+        obj.name()
+    }
+
+    fn get_id(&self, id: &Box<str>) -> Option<Arc<V>> {
+        self.get(id)
+    }
+
+    fn all(&self) -> Vec<Arc<V>> {
+        self.state()
+    }
+
+    fn cached(&self, obj: &V) -> Option<Arc<V>> {
+        self.get(obj.name())
+    }
+}
+
+/// Values of one kind by name.
+pub struct Table<V> {
+    inner: Arc<Inner<V>>,
+}
+
+/// The records of one owned kind.
+pub type Records<K> = Table<Kept<K>>;
+
+type Map<V> = HashMap<Box<str>, Arc<V>>;
+
+struct Inner<V> {
+    values: RwLock<Map<V>>,
+    /// The values of a re-list in progress.
+    relist: Mutex<Option<Map<V>>>,
     /// True once the first list is complete.
     ready: tokio::sync::watch::Sender<bool>,
 }
 
-impl<K: Keep> Clone for Records<K> {
+impl<V> Clone for Table<V> {
     fn clone(&self) -> Self {
-        Records {
+        Table {
             inner: self.inner.clone(),
         }
     }
 }
 
-impl<K: Keep> Default for Records<K> {
+impl<V> Default for Table<V> {
     fn default() -> Self {
-        Records {
+        Table {
             inner: Arc::new(Inner {
-                records: RwLock::default(),
+                values: RwLock::default(),
                 relist: Mutex::default(),
                 ready: tokio::sync::watch::channel(false).0,
             }),
@@ -46,14 +148,14 @@ impl<K: Keep> Default for Records<K> {
     }
 }
 
-impl<K: Keep> Records<K> {
-    /// The record of the object `name`.
-    pub fn get(&self, name: &str) -> Option<Arc<Kept<K>>> {
+impl<V: Named> Table<V> {
+    /// The value named `name`.
+    pub fn get(&self, name: &str) -> Option<Arc<V>> {
         self.read().get(name).cloned()
     }
 
-    /// Every record.
-    pub fn state(&self) -> Vec<Arc<Kept<K>>> {
+    /// Every value.
+    pub fn state(&self) -> Vec<Arc<V>> {
         self.read().values().cloned().collect()
     }
 
@@ -72,7 +174,7 @@ impl<K: Keep> Records<K> {
     }
 
     /// Applies a watch event, as kube's reflector store does.
-    pub fn apply(&self, event: &watcher::Event<Kept<K>>) {
+    pub fn apply(&self, event: &watcher::Event<V>) {
         let relist = || self.inner.relist.lock().unwrap_or_else(|e| e.into_inner());
         match event {
             watcher::Event::Apply(obj) => {
@@ -96,15 +198,12 @@ impl<K: Keep> Records<K> {
         }
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, Map<K>> {
-        self.inner.records.read().unwrap_or_else(|e| e.into_inner())
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Map<V>> {
+        self.inner.values.read().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Map<K>> {
-        self.inner
-            .records
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Map<V>> {
+        self.inner.values.write().unwrap_or_else(|e| e.into_inner())
     }
 }
 

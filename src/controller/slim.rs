@@ -19,7 +19,8 @@ use k8s_openapi::api::networking::v1::Ingress;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Resource;
 
-use crate::crd::{ID_LABEL, OPERATOR_BOUND_ANNOTATION, Site};
+use crate::controller::status::SitePod;
+use crate::crd::{OPERATOR_BOUND_ANNOTATION, Site};
 use crate::labels::{self, ControllerRef, LABEL_KEYS, Ownership, hashed};
 use crate::watched::{Pod, Volume};
 
@@ -382,21 +383,20 @@ pub fn site(s: &mut Site) {
     }
 }
 
-/// Pods (decoded with only what the status mapping reads, [`crate::watched`]) keep of their
-/// labels and annotations only the site id label, and that only for pods the operator created
-/// (the operator_bound annotation): what [`crate::controller::index::pod_keys`] reads.
-pub fn pod(p: &mut Pod) {
+/// Pods (decoded with only what the status mapping reads, [`crate::watched`]) are kept as
+/// [`SitePod`]s, with their site id label only for pods the operator created (the
+/// operator_bound annotation): what [`crate::controller::index::pod_keys`] reads.
+pub fn pod(p: &Pod) -> SitePod {
     let bound = p
         .metadata
         .annotations
         .as_ref()
         .is_some_and(|a| a.contains_key(OPERATOR_BOUND_ANNOTATION));
-    metadata(p);
-    p.metadata.annotations = None;
-    match p.metadata.labels.as_mut() {
-        Some(labels) if bound => labels.retain(|k, _| k == ID_LABEL),
-        _ => p.metadata.labels = None,
+    let mut kept = SitePod::of(p);
+    if !bound {
+        kept.site = None;
     }
+    kept
 }
 
 /// Volumes (decoded with only their claim reference and status, [`crate::watched`]) keep the
@@ -409,6 +409,7 @@ pub fn volume(v: &mut Volume) {
 mod tests {
     use super::*;
     use crate::controller::apply;
+    use crate::crd::ID_LABEL;
     use crate::fixtures;
     use crate::render::{self, Inputs, SiteTokens};
     use kube::ResourceExt;
@@ -663,28 +664,21 @@ mod tests {
                 "status": status,
             }))
             .unwrap();
-            let full = p.clone();
-            pod(&mut p);
-            assert_eq!(
-                crate::controller::status::resolve_pod(&p),
-                crate::controller::status::resolve_pod(&full)
-            );
-            assert_eq!(
-                crate::controller::status::pod_ready(&p),
-                crate::controller::status::pod_ready(&full)
-            );
-            assert_eq!(crate::controller::index::pod_keys(&p), ["s"]);
-            assert_eq!(p.metadata.annotations, None);
+            let kept = pod(&p);
+            assert_eq!(kept.status, crate::controller::status::resolve_pod(&p));
+            assert_eq!(kept.ready, crate::controller::status::pod_ready(&p));
+            assert_eq!(&*kept.name, "s-0");
+            assert!(!kept.terminating);
+            assert_eq!(crate::controller::index::pod_keys(&kept), ["s"]);
             // A pod the operator did not create (no operator_bound annotation) is not indexed.
-            let mut foreign = full.clone();
-            foreign.metadata.annotations = None;
-            pod(&mut foreign);
-            assert!(crate::controller::index::pod_keys(&foreign).is_empty());
-            let (slim, full) = (
-                serde_json::to_vec(&p).unwrap(),
-                serde_json::to_vec(&full).unwrap(),
-            );
-            assert!(slim.len() < full.len(), "{} -> {}", full.len(), slim.len());
+            p.metadata.annotations = None;
+            assert!(crate::controller::index::pod_keys(&pod(&p)).is_empty());
+            // Being deleted.
+            p.metadata.deletion_timestamp =
+                Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    "2026-11-29T10:00:00Z".parse().unwrap(),
+                ));
+            assert!(pod(&p).terminating);
         }
 
         let mut v: Volume = serde_json::from_value(json!({

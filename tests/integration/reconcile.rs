@@ -1502,10 +1502,7 @@ async fn a_relist_after_410_queues_only_what_changed_in_the_gap() {
     s.spec.name = "relist-c".into();
     sites(&c).create(&PostParams::default(), &s).await.unwrap();
     eventually("relist-c cached", WAIT, || async {
-        op.caches()
-            .sites
-            .get(&kube::runtime::reflector::ObjectRef::new("relist-c").within(NS))
-            .map(|_| ())
+        op.caches().sites.get("relist-c").map(|_| ())
     })
     .await;
     assert_eq!(

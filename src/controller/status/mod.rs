@@ -29,6 +29,40 @@ pub struct PodStatus {
     pub all_steps_started: bool,
 }
 
+/// A site pod as the operator's cache keeps it: its name, its site, and what the status
+/// mapping reads, resolved when the watch delivers the pod (a few dozen bytes instead of the
+/// pod's metadata and status; an event that leaves them equal queues nothing).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SitePod {
+    pub name: Box<str>,
+    /// The site id label (the cache keeps it only for pods the operator created:
+    /// [`crate::controller::slim::pod`]).
+    pub site: Option<Box<str>>,
+    /// Being deleted.
+    pub terminating: bool,
+    /// [`pod_ready`].
+    pub ready: bool,
+    /// [`resolve_pod`].
+    pub status: PodStatus,
+}
+
+impl SitePod {
+    pub fn of(pod: &Pod) -> SitePod {
+        SitePod {
+            name: pod.metadata.name.as_deref().unwrap_or_default().into(),
+            site: pod
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(crate::crd::ID_LABEL))
+                .map(|id| id.as_str().into()),
+            terminating: pod.metadata.deletion_timestamp.is_some(),
+            ready: pod_ready(pod),
+            status: resolve_pod(pod),
+        }
+    }
+}
+
 fn phase_of(pod: &Pod) -> Phase {
     match pod.status.as_ref().and_then(|s| s.phase.as_deref()) {
         Some("Running") => Phase::Running,
@@ -102,14 +136,9 @@ pub fn pod_ready(pod: &Pod) -> bool {
             .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
-/// Whether the pod is being deleted.
-pub fn terminating(pod: &Pod) -> bool {
-    pod.metadata.deletion_timestamp.is_some()
-}
-
 /// Phase, problems and `all_steps_started` of the site over its (non-terminating) pods;
 /// `enabled`: whether the site runs as deployed ([`deployed_enabled`]).
-pub fn aggregate(enabled: bool, pods: &[&Pod]) -> PodStatus {
+pub fn aggregate(enabled: bool, pods: &[&SitePod]) -> PodStatus {
     if !enabled {
         return PodStatus {
             phase: Phase::Disabled,
@@ -117,8 +146,8 @@ pub fn aggregate(enabled: bool, pods: &[&Pod]) -> PodStatus {
             all_steps_started: false,
         };
     }
-    let mut pods: Vec<&&Pod> = pods.iter().filter(|p| !terminating(p)).collect();
-    pods.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    let mut pods: Vec<&&SitePod> = pods.iter().filter(|p| !p.terminating).collect();
+    pods.sort_by(|a, b| a.name.cmp(&b.name));
     if pods.is_empty() {
         return PodStatus {
             phase: Phase::Pending,
@@ -126,7 +155,7 @@ pub fn aggregate(enabled: bool, pods: &[&Pod]) -> PodStatus {
             all_steps_started: false,
         };
     }
-    let resolved: Vec<PodStatus> = pods.iter().map(|p| resolve_pod(p)).collect();
+    let resolved: Vec<&PodStatus> = pods.iter().map(|p| &p.status).collect();
     let phase = if resolved.iter().any(|r| r.phase == Phase::Failed) {
         Phase::Failed
     } else if resolved.iter().any(|r| r.phase == Phase::Pending) {
@@ -196,7 +225,7 @@ fn condition(
 /// status does not change, so recomputing an unchanged state gives an equal value (and no write).
 pub fn site_status(
     site: &Site,
-    pods: &[&Pod],
+    pods: &[&SitePod],
     stopped: Option<&Error>,
     enabled: bool,
     previous: Option<&SiteStatus>,
@@ -205,8 +234,7 @@ pub fn site_status(
     let generation = site.metadata.generation;
     let c = &site.spec.configuration;
     let pod_status = aggregate(enabled, pods);
-    let live: Vec<&&Pod> = pods.iter().filter(|p| !terminating(p)).collect();
-    let ready = live.iter().filter(|p| pod_ready(p)).count();
+    let ready = pods.iter().filter(|p| !p.terminating && p.ready).count();
     let want = usize::try_from(c.settings.replicas).unwrap_or(0);
     let ensured = stopped.is_none();
 

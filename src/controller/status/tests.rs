@@ -4,12 +4,15 @@ use super::*;
 use crate::fixtures::SiteBuilder;
 use crate::validation::FieldError;
 
-fn pod(name: &str, phase: &str, conditions: Value, containers: Value) -> Pod {
-    serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "status": {"phase": phase, "conditions": conditions, "containerStatuses": containers}
-    }))
-    .unwrap()
+/// A pod as the cache keeps it ([`SitePod::of`], which resolves its status).
+fn pod(name: &str, phase: &str, conditions: Value, containers: Value) -> SitePod {
+    SitePod::of(
+        &serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "status": {"phase": phase, "conditions": conditions, "containerStatuses": containers}
+        }))
+        .unwrap(),
+    )
 }
 
 fn cond(type_: &str, status: &str, at: &str) -> Value {
@@ -167,7 +170,7 @@ fn resolve_pod_status_cases() {
         ),
         (
             "no status yet",
-            serde_json::from_value(json!({"metadata": {"name": "p"}})).unwrap(),
+            SitePod::of(&serde_json::from_value(json!({"metadata": {"name": "p"}})).unwrap()),
             Phase::Pending,
             vec![],
             false,
@@ -193,7 +196,7 @@ fn resolve_pod_status_cases() {
         ),
     ];
     for (case, p, phase, problems, started) in cases {
-        let got = resolve_pod(&p);
+        let got = &p.status;
         assert_eq!(got.phase, phase, "{case}");
         assert_eq!(got.problems, problems, "{case}");
         assert_eq!(got.all_steps_started, started, "{case}");
@@ -262,7 +265,7 @@ fn conditions_follow_the_outcome_and_the_pods() {
     );
     // (case, replicas, pods, outcome, Available, reason, Progressing, reason)
     type Expect<'a> = (&'a str, &'a str, &'a str, &'a str);
-    type Case<'a> = (&'a str, i32, Vec<&'a Pod>, Option<Error>, Expect<'a>);
+    type Case<'a> = (&'a str, i32, Vec<&'a SitePod>, Option<Error>, Expect<'a>);
     let cases: Vec<Case> = vec![
         (
             "all ready",
@@ -422,8 +425,8 @@ fn pods_aggregate_to_the_worst_phase_and_the_union_of_problems() {
     assert!(!agg.all_steps_started);
     let failed = pod("p-3", "Failed", json!([]), json!([]));
     assert_eq!(aggregate(true, &[&ready, &failed]).phase, Phase::Failed);
-    let mut going: Pod = crash.clone();
-    going.metadata.deletion_timestamp = Some(time("2026-11-29T10:00:00Z"));
+    let mut going = crash.clone();
+    going.terminating = true;
     let agg = aggregate(true, &[&ready, &going]);
     assert_eq!(
         (agg.phase, agg.all_steps_started),
