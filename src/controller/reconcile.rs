@@ -28,7 +28,7 @@ use crate::config::{PlatformConfig, RoutingMode};
 use crate::controller::apply::{self, Written};
 use crate::controller::context::Context;
 use crate::controller::records::Records;
-use crate::controller::slim::{Keep, Kept};
+use crate::controller::slim::{Keep, Kept, Pairs};
 use crate::controller::status::SitePod;
 use crate::controller::{status, volumes};
 use crate::crd::Site;
@@ -142,12 +142,14 @@ async fn converge(
     let valid = validation::site::validate(site, config).map_err(Error::InvalidSite)?;
     let gathered = gather(ctx, config, site).await?;
     let decision = decide(ctx, config, site, gathered.statefulset.clone()).await?;
+    // The renderer reads the claim as the API has it; the record keeps what it reads.
+    let existing_claim = gathered.claim.as_deref().map(|c| c.body.claim());
     let inputs = Inputs {
         platform_namespace: &ctx.namespace,
         public_host: gathered.host.as_deref(),
         session_key: &gathered.session_key,
         tokens: &gathered.tokens,
-        existing_claim: gathered.claim.as_deref().map(|c| c.body.as_ref()),
+        existing_claim: existing_claim.as_ref(),
         retained_volume: gathered
             .retained
             .as_ref()
@@ -193,7 +195,7 @@ async fn gather(ctx: &Context, config: &PlatformConfig, site: &Site) -> Result<G
     let (secret, own_data) = match c.secrets.get(&id) {
         Some(s) if s.facts.managed() => {
             let data = (s.control(site) == Control::ThisSite)
-                .then(|| s.body.clone())
+                .then(|| s.body.as_ref().map(Pairs::to_map))
                 .flatten();
             (Some(s), data)
         }
@@ -244,7 +246,7 @@ async fn decide(
     let template = |s: &Option<Arc<Kept<StatefulSet>>>| {
         s.as_deref()
             .and_then(|s| s.body.annotations.as_ref())
-            .cloned()
+            .map(Pairs::to_map)
     };
     let mut decision = restart::decide(
         render::recorded_state(template(&stored).as_ref()).as_ref(),
@@ -301,14 +303,8 @@ async fn apply_in_order(
         });
     }
     let (_, claim) = write_owned(ctx, site, writes, gathered.claim.clone(), rendered.pvc).await?;
-    let cached_claim = c.pvcs.get(&id);
-    volumes::label_later(
-        ctx,
-        &id,
-        claim
-            .as_ref()
-            .or(cached_claim.as_deref().map(|c| c.body.as_ref())),
-    );
+    let cached_claim = c.pvcs.get(&id).map(|c| c.body.claim());
+    volumes::label_later(ctx, &id, claim.as_ref().or(cached_claim.as_ref()));
     let stored_template = c.statefulsets.get(&id).map(|s| s.body.fingerprint);
     let (sts_written, sts) = step(ctx, site, writes, &c.statefulsets, rendered.statefulset).await?;
     writes.workload_current = true;

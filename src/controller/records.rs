@@ -5,7 +5,7 @@
 //! as the key). The operator watches these kinds in its own namespace only, so the name is
 //! the key. [`Cache`] is what the watches and the indexes need of either kind of cache.
 
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::hash::Hash;
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -118,7 +118,32 @@ pub struct Table<V> {
 /// The records of one owned kind.
 pub type Records<K> = Table<Kept<K>>;
 
-type Map<V> = HashMap<Box<str>, Arc<V>>;
+/// The values by name: a set of entries hashed and compared by the value's name, so that the
+/// name is not kept a second time as a key.
+type Map<V> = HashSet<Entry<V>>;
+
+struct Entry<V>(Arc<V>);
+
+impl<V: Named> Hash for Entry<V> {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        // As `str` hashes: lookups by `&str` go through `Borrow<str>`.
+        self.0.name().hash(state)
+    }
+}
+
+impl<V: Named> PartialEq for Entry<V> {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.name() == other.0.name()
+    }
+}
+
+impl<V: Named> Eq for Entry<V> {}
+
+impl<V: Named> std::borrow::Borrow<str> for Entry<V> {
+    fn borrow(&self) -> &str {
+        self.0.name()
+    }
+}
 
 struct Inner<V> {
     values: RwLock<Map<V>>,
@@ -151,12 +176,12 @@ impl<V> Default for Table<V> {
 impl<V: Named> Table<V> {
     /// The value named `name`.
     pub fn get(&self, name: &str) -> Option<Arc<V>> {
-        self.read().get(name).cloned()
+        self.read().get(name).map(|e| e.0.clone())
     }
 
     /// Every value.
     pub fn state(&self) -> Vec<Arc<V>> {
-        self.read().values().cloned().collect()
+        self.read().iter().map(|e| e.0.clone()).collect()
     }
 
     pub fn len(&self) -> usize {
@@ -178,8 +203,7 @@ impl<V: Named> Table<V> {
         let relist = || self.inner.relist.lock().unwrap_or_else(|e| e.into_inner());
         match event {
             watcher::Event::Apply(obj) => {
-                self.write()
-                    .insert(obj.name().into(), Arc::new(obj.clone()));
+                self.write().replace(Entry(Arc::new(obj.clone())));
             }
             watcher::Event::Delete(obj) => {
                 self.write().remove(obj.name());
@@ -187,7 +211,7 @@ impl<V: Named> Table<V> {
             watcher::Event::Init => *relist() = Some(Map::default()),
             watcher::Event::InitApply(obj) => {
                 if let Some(map) = relist().as_mut() {
-                    map.insert(obj.name().into(), Arc::new(obj.clone()));
+                    map.replace(Entry(Arc::new(obj.clone())));
                 }
             }
             watcher::Event::InitDone => {

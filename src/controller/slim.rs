@@ -14,8 +14,12 @@ use std::collections::BTreeMap;
 use gateway_api::apis::standard::httproutes::HttpRoute;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret, Service};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, PersistentVolumeClaim, PersistentVolumeClaimSpec, Secret, Service,
+    VolumeResourceRequirements,
+};
 use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Resource;
 
@@ -117,12 +121,18 @@ pub fn owners_print(owners: &[OwnerReference]) -> u64 {
     hashed(&each)
 }
 
-/// The controller owner reference as [`Facts`] keep it.
+/// The kind of a Site, as [`Controller`] leaves it out.
+const SITE_KIND: &str = "Site";
+
+/// The controller owner reference as [`Facts`] keep it. The usual controller, the Site the
+/// object is labelled for, costs no string: its kind and name are those of the site id label.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Controller {
     site: bool,
-    kind: Box<str>,
-    name: Box<str>,
+    /// None: `Site`.
+    kind: Option<Box<str>>,
+    /// None: the site id label.
+    name: Option<Box<str>>,
     uid: u64,
 }
 
@@ -152,8 +162,8 @@ impl Facts {
         Facts {
             controller: ownership.controller.map(|c| Controller {
                 site: c.site,
-                kind: c.kind.into(),
-                name: c.name.into(),
+                kind: (c.kind != SITE_KIND).then(|| c.kind.into()),
+                name: (Some(c.name) != ownership.site_id).then(|| c.name.into()),
                 uid: c.uid,
             }),
             managed: ownership.managed,
@@ -170,8 +180,12 @@ impl Facts {
         Ownership {
             controller: self.controller.as_ref().map(|c| ControllerRef {
                 site: c.site,
-                kind: &c.kind,
-                name: &c.name,
+                kind: c.kind.as_deref().unwrap_or(SITE_KIND),
+                name: c
+                    .name
+                    .as_deref()
+                    .or(self.site_id.as_deref())
+                    .unwrap_or_default(),
                 uid: c.uid,
             }),
             managed: self.managed,
@@ -227,12 +241,35 @@ pub trait Keep: Resource<DynamicType = ()> + Managed + Sized {
     fn body(self, managed: bool) -> Self::Body;
 }
 
-/// The operator's Secrets keep their data: the site tokens are read back from the site Secret.
-/// Other Secrets of the namespace keep none.
+/// A map's entries in key order, without the map: a `BTreeMap` allocates a node with room for
+/// eleven entries, the records keep two or three.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Pairs<V>(Box<[(Box<str>, V)]>);
+
+impl<V: Clone> Pairs<V> {
+    pub fn of(map: BTreeMap<String, V>) -> Pairs<V> {
+        Pairs(map.into_iter().map(|(k, v)| (k.into(), v)).collect())
+    }
+
+    /// The entries as a map again (what the renderer reads).
+    pub fn to_map(&self) -> BTreeMap<String, V> {
+        self.0
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect()
+    }
+}
+
+/// The operator's Secrets keep the site tokens of their data (read back from the site Secret:
+/// [`crate::render::SiteTokens::keep_or_generate`]); no other value, and nothing of other
+/// Secrets of the namespace.
 impl Keep for Secret {
-    type Body = Option<BTreeMap<String, ByteString>>;
+    type Body = Option<Pairs<ByteString>>;
     fn body(self, managed: bool) -> Self::Body {
-        self.data.filter(|_| managed)
+        use crate::render::secret::{API_TOKEN_KEY, SECRET_KEY_KEY};
+        let mut data = self.data.filter(|_| managed)?;
+        data.retain(|k, _| k == API_TOKEN_KEY || k == SECRET_KEY_KEY);
+        Some(Pairs::of(data))
     }
 }
 
@@ -256,26 +293,69 @@ impl Keep for HttpRoute {
     fn body(self, _: bool) -> Self::Body {}
 }
 
-/// A claim keeps its spec (class, size and bound volume are read back) and the volume the
-/// operator pinned it to ([`crate::render::workload::PINNED_VOLUME_ANNOTATION`]).
-impl Keep for PersistentVolumeClaim {
-    type Body = Box<PersistentVolumeClaim>;
-    fn body(self, _: bool) -> Self::Body {
-        let pinned = crate::render::workload::PINNED_VOLUME_ANNOTATION;
-        let annotations = self
-            .metadata
-            .annotations
-            .and_then(|mut a| a.remove_entry(pinned))
-            .map(|entry| BTreeMap::from([entry]));
-        Box::new(PersistentVolumeClaim {
+/// What the reconciler reads back of a claim: its storage request, class and bound volume, and
+/// the volume the operator pinned it to ([`crate::render::workload::PINNED_VOLUME_ANNOTATION`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Claim {
+    name: Option<Box<str>>,
+    request: Option<Box<str>>,
+    class: Option<Box<str>>,
+    volume: Option<Box<str>>,
+    pinned: Option<Box<str>>,
+}
+
+impl Claim {
+    /// The claim with what the record keeps (the renderer's and the volume labeller's input).
+    pub fn claim(&self) -> PersistentVolumeClaim {
+        let text = |v: &Option<Box<str>>| v.as_deref().map(str::to_string);
+        PersistentVolumeClaim {
             metadata: ObjectMeta {
-                name: self.metadata.name,
-                annotations,
+                name: text(&self.name),
+                annotations: self.pinned.as_deref().map(|v| {
+                    BTreeMap::from([(
+                        crate::render::workload::PINNED_VOLUME_ANNOTATION.to_string(),
+                        v.to_string(),
+                    )])
+                }),
                 ..ObjectMeta::default()
             },
-            spec: self.spec,
+            spec: Some(PersistentVolumeClaimSpec {
+                storage_class_name: text(&self.class),
+                volume_name: text(&self.volume),
+                resources: self.request.as_deref().map(|r| VolumeResourceRequirements {
+                    requests: Some(BTreeMap::from([(
+                        "storage".to_string(),
+                        Quantity(r.to_string()),
+                    )])),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
             status: None,
-        })
+        }
+    }
+}
+
+impl Keep for PersistentVolumeClaim {
+    type Body = Claim;
+    fn body(self, _: bool) -> Self::Body {
+        let text = |v: Option<String>| v.map(String::into_boxed_str);
+        let spec = self.spec.unwrap_or_default();
+        Claim {
+            name: text(self.metadata.name),
+            request: spec
+                .resources
+                .and_then(|r| r.requests)
+                .and_then(|mut r| r.remove("storage"))
+                .map(|q| q.0.into()),
+            class: text(spec.storage_class_name),
+            volume: text(spec.volume_name),
+            pinned: self
+                .metadata
+                .annotations
+                .and_then(|mut a| a.remove(crate::render::workload::PINNED_VOLUME_ANNOTATION))
+                .map(Into::into),
+        }
     }
 }
 
@@ -283,7 +363,7 @@ impl Keep for PersistentVolumeClaim {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Template {
     /// The template's annotations: the qualifying-change state and `restartedAt` are read back.
-    pub annotations: Option<BTreeMap<String, String>>,
+    pub annotations: Option<Pairs<String>>,
     /// [`template_fingerprint`]: whether a write changed the template.
     pub fingerprint: u64,
 }
@@ -293,7 +373,10 @@ impl Keep for StatefulSet {
     fn body(self, _: bool) -> Self::Body {
         let fingerprint = template_fingerprint(&self);
         Template {
-            annotations: self.spec.and_then(|s| s.template.metadata?.annotations),
+            annotations: self
+                .spec
+                .and_then(|s| s.template.metadata?.annotations)
+                .map(Pairs::of),
             fingerprint,
         }
     }
@@ -483,18 +566,28 @@ mod tests {
     fn kept_records_give_the_reconciler_the_same_answers() {
         let (site, r) = rendered();
         let sts = same_decision(&site, &r.statefulset);
+        let annotations = sts.body.annotations.as_ref().map(Pairs::to_map);
         assert_eq!(
-            render::recorded_state(sts.body.annotations.as_ref()),
-            render::recorded_state(render::template_annotations(&r.statefulset))
+            annotations.as_ref(),
+            render::template_annotations(&r.statefulset)
         );
-        assert!(render::recorded_state(sts.body.annotations.as_ref()).is_some());
+        assert!(render::recorded_state(annotations.as_ref()).is_some());
         assert_eq!(sts.body.fingerprint, template_fingerprint(&r.statefulset));
 
         let secret = same_decision(&site, &r.secret);
+        let tokens = |data: Option<BTreeMap<String, ByteString>>| {
+            use crate::render::secret::{API_TOKEN_KEY, SECRET_KEY_KEY};
+            data.map(|mut d| {
+                d.retain(|k, _| k == API_TOKEN_KEY || k == SECRET_KEY_KEY);
+                d
+            })
+        };
         assert_eq!(
-            secret.body, r.secret.data,
-            "tokens are read back from the Secret"
+            secret.body.as_ref().map(Pairs::to_map),
+            tokens(r.secret.data.clone()),
+            "tokens are read back from the Secret, and nothing else"
         );
+        assert_eq!(secret.body.as_ref().map(|p| p.to_map().len()), Some(2));
         same_decision(&site, &r.oauth2_secret);
         same_decision(&site, &r.env_configmap);
         same_decision(&site, &r.files_configmap);
@@ -504,10 +597,23 @@ mod tests {
             crate::render::workload::PINNED_VOLUME_ANNOTATION.into(),
             "pv-1".into(),
         );
+        pinned.spec.get_or_insert_default().volume_name = Some("pv-1".into());
+        pinned.spec.get_or_insert_default().storage_class_name = Some("standard".into());
         let claim = same_decision(&site, &pinned);
-        assert_eq!(claim.body.spec, r.pvc.spec, "class and size are read back");
+        // The renderer and the volume labeller read the same from the record as from the object:
+        // class, size, bound volume and the pinned volume.
+        let read = claim.body.claim();
+        let cfg = fixtures::config();
         assert_eq!(
-            claim.body.metadata.annotations,
+            crate::render::workload::pvc(&site, &cfg, None, Some(&read)).unwrap(),
+            crate::render::workload::pvc(&site, &cfg, None, Some(&pinned)).unwrap(),
+        );
+        let spec = read.spec.as_ref().unwrap();
+        assert_eq!(spec.volume_name.as_deref(), Some("pv-1"));
+        assert_eq!(spec.storage_class_name.as_deref(), Some("standard"));
+        assert_eq!(spec.resources, r.pvc.spec.as_ref().unwrap().resources);
+        assert_eq!(
+            read.metadata.annotations,
             Some(BTreeMap::from([(
                 crate::render::workload::PINNED_VOLUME_ANNOTATION.to_string(),
                 "pv-1".to_string()
@@ -575,10 +681,16 @@ mod tests {
             let mut obj = stored.clone();
             edit(&mut obj);
             let expected = crate::labels::control(obj.meta(), &site);
-            assert_eq!(Kept::new(obj).control(&site), expected, "{case}");
+            let view = format!("{:?}", Ownership::of(obj.meta()));
+            let kept = Kept::new(obj);
+            // The record's view is the object's, strings included (the record leaves out the
+            // controller's kind and name when they are the Site's and its site id label).
+            assert_eq!(format!("{:?}", kept.facts.ownership()), view, "{case}");
+            assert_eq!(kept.control(&site), expected, "{case}");
             seen.insert(format!("{expected:?}"));
         }
         assert_eq!(seen.len(), 5, "every answer was tried: {seen:?}");
+        assert_eq!(SITE_KIND, Site::kind(&()));
     }
 
     #[test]
