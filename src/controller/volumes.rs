@@ -7,7 +7,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashSet};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
@@ -49,16 +49,18 @@ pub fn still_bound(ctx: &Context, id: &str) -> Option<String> {
     .map(|pv| pv.name_any())
 }
 
-/// The delayed volume label patches: the volumes already handled by this process, and the
-/// queue of one background task serving every site.
+/// The delayed volume label patches: the volumes with a patch scheduled and not yet made, and
+/// the queue of one background task serving every site.
 #[derive(Default)]
 pub(crate) struct Labeller {
-    done: Mutex<HashSet<String>>,
+    pending: Arc<Mutex<HashSet<String>>>,
     queue: Mutex<Option<mpsc::UnboundedSender<Labelling>>>,
 }
 
-/// Labels the claim's bound volume with the site labels, after a jittered delay, once per volume
-/// per process (the patch is skipped when the labels are already there).
+/// Labels the claim's bound volume with the site labels, after a jittered delay, unless the
+/// cached volume already carries them or a patch is already scheduled. A label removed by hand
+/// comes back on the reconcile its removal queues; a patch that failed is tried again on the
+/// next reconcile.
 pub fn label_later(ctx: &Context, id: &str, claim: Option<&PersistentVolumeClaim>) {
     let Some(volume) = claim
         .and_then(|c| c.spec.as_ref())
@@ -67,20 +69,20 @@ pub fn label_later(ctx: &Context, id: &str, claim: Option<&PersistentVolumeClaim
     else {
         return;
     };
-    let labeller = &ctx.labeller;
-    if !labeller
-        .done
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(volume.clone())
-    {
-        return;
-    }
     // Already labelled (the usual case after a restart): nothing to do, no API call.
     let cached = ctx.caches.volumes.get(&ObjectRef::new(&volume));
     if cached
         .as_deref()
         .is_some_and(|pv| pv.labels().get(ID_LABEL).map(String::as_str) == Some(id))
+    {
+        return;
+    }
+    let labeller = &ctx.labeller;
+    if !labeller
+        .pending
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(volume.clone())
     {
         return;
     }
@@ -97,7 +99,11 @@ pub fn label_later(ctx: &Context, id: &str, claim: Option<&PersistentVolumeClaim
     let mut queue = labeller.queue.lock().unwrap_or_else(|e| e.into_inner());
     let tx = queue.get_or_insert_with(|| {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(label_when_due(ctx.client.clone(), rx));
+        tokio::spawn(label_when_due(
+            ctx.client.clone(),
+            labeller.pending.clone(),
+            rx,
+        ));
         tx
     });
     let _ = tx.send(Labelling {
@@ -118,7 +124,11 @@ struct Labelling {
 /// Applies volume label patches when they are due, one at a time, until the context is gone.
 /// One task and a heap of small entries, not a sleeping task per site: at 10,000 new Sites the
 /// tasks alone took tens of MiB.
-async fn label_when_due(client: kube::Client, mut rx: mpsc::UnboundedReceiver<Labelling>) {
+async fn label_when_due(
+    client: kube::Client,
+    pending: Arc<Mutex<HashSet<String>>>,
+    mut rx: mpsc::UnboundedReceiver<Labelling>,
+) {
     let mut waiting: BinaryHeap<Reverse<Labelling>> = BinaryHeap::new();
     loop {
         let next = waiting.peek().map(|Reverse(l)| l.due);
@@ -130,6 +140,7 @@ async fn label_when_due(client: kube::Client, mut rx: mpsc::UnboundedReceiver<La
             _ = tokio::time::sleep_until(next.unwrap_or_else(tokio::time::Instant::now)), if next.is_some() => {
                 if let Some(Reverse(l)) = waiting.pop() {
                     apply::label_volume(&client, &l.volume, &l.id).await;
+                    pending.lock().unwrap_or_else(|e| e.into_inner()).remove(&l.volume);
                 }
             }
         }

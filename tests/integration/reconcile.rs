@@ -490,6 +490,20 @@ async fn deleting_a_site_cascades_and_recreating_it_rebinds_its_volume() {
     pvs.delete("marker", &DeleteParams::default())
         .await
         .unwrap();
+    // Removed by hand and left so, the site labels come back: the reconcile the removal queues
+    // schedules the patch again, although this process labelled the volume before.
+    pvs.patch(
+        &volume,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": unlabel}})),
+    )
+    .await
+    .unwrap();
+    eventually("volume labelled again", WAIT, || async {
+        let pv = pvs.get(&volume).await.ok()?;
+        (pv.metadata.labels?.get("sites.ecmwf.int/id")? == "docs-handbook").then_some(())
+    })
+    .await;
 
     sites(&c)
         .delete("docs-handbook", &DeleteParams::default())
