@@ -467,16 +467,26 @@ pub fn site(s: &mut Site) {
 }
 
 /// Pods (decoded with only what the status mapping reads, [`crate::watched`]) are kept as
-/// [`SitePod`]s, with their site id label only for pods the operator created (the
-/// operator_bound annotation): what [`crate::controller::index::pod_keys`] reads.
+/// [`SitePod`]s, with their site id label only for the site's own pods: the operator's
+/// (operator_bound annotation) and controlled by the site's StatefulSet (named by the site id).
+/// That is what [`crate::controller::index::pod_keys`] reads, so a pod someone else made with
+/// a site's label and annotation counts in no status and is never deleted for the site (LIFE-15).
 pub fn pod(p: &Pod) -> SitePod {
     let bound = p
         .metadata
         .annotations
         .as_ref()
         .is_some_and(|a| a.contains_key(OPERATOR_BOUND_ANNOTATION));
+    let controlled_by = |id: &str| {
+        p.metadata.owner_references.iter().flatten().any(|o| {
+            o.controller == Some(true)
+                && o.kind == "StatefulSet"
+                && o.api_version == "apps/v1"
+                && o.name == id
+        })
+    };
     let mut kept = SitePod::of(p);
-    if !bound {
+    if !bound || !kept.site.as_deref().is_some_and(controlled_by) {
         kept.site = None;
     }
     kept
@@ -771,6 +781,8 @@ mod tests {
             let mut p: Pod = serde_json::from_value(json!({
                 "metadata": {"name": "s-0", "namespace": "sites", "uid": "u",
                              "labels": {ID_LABEL: "s", "controller-revision-hash": "s-1"},
+                             "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet",
+                                                  "name": "s", "uid": "u-s", "controller": true}],
                              "annotations": {"sites.ecmwf.int/operator_bound": "true", "other": "x"}},
                 "spec": {"containers": [{"name": "nginx", "image": "nginx:1"}]},
                 "status": status,
@@ -782,9 +794,36 @@ mod tests {
             assert_eq!(&*kept.name, "s-0");
             assert!(!kept.terminating);
             assert_eq!(crate::controller::index::pod_keys(&kept), ["s"]);
-            // A pod the operator did not create (no operator_bound annotation) is not indexed.
+            // A pod not controlled by the site's StatefulSet, or that the operator did not
+            // create (no operator_bound annotation), is not indexed.
+            for (case, edit) in [
+                ("no owner", json!({"metadata": {"ownerReferences": null}})),
+                (
+                    "another StatefulSet",
+                    json!({"metadata": {"ownerReferences": [{"apiVersion": "apps/v1",
+                        "kind": "StatefulSet", "name": "t", "uid": "u-t", "controller": true}]}}),
+                ),
+                (
+                    "an owner, not the controller",
+                    json!({"metadata": {"ownerReferences": [{"apiVersion": "apps/v1",
+                        "kind": "StatefulSet", "name": "s", "uid": "u-s"}]}}),
+                ),
+                (
+                    "another kind",
+                    json!({"metadata": {"ownerReferences": [{"apiVersion": "batch/v1",
+                        "kind": "Job", "name": "s", "uid": "u-s", "controller": true}]}}),
+                ),
+                ("no annotation", json!({"metadata": {"annotations": null}})),
+            ] {
+                let mut other = serde_json::to_value(&p).unwrap();
+                json_patch::merge(&mut other, &edit);
+                let other: Pod = serde_json::from_value(other).unwrap();
+                assert!(
+                    crate::controller::index::pod_keys(&pod(&other)).is_empty(),
+                    "{case}"
+                );
+            }
             p.metadata.annotations = None;
-            assert!(crate::controller::index::pod_keys(&pod(&p)).is_empty());
             // Being deleted.
             p.metadata.deletion_timestamp =
                 Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(

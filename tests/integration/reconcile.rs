@@ -675,6 +675,21 @@ async fn pod_problems_reach_the_status() {
     assert_eq!(stuck.phase, Some(Phase::Pending));
     assert_eq!(stuck.all_steps_started, Some(false));
 
+    // A pod someone else made with the site's label and the operator's annotation, but not
+    // controlled by the site's StatefulSet: it counts in no status, and the rollout below does
+    // not delete it although it is never ready.
+    let impostor: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "research-dashboard-impostor", "namespace": NS,
+                     "labels": {"sites.ecmwf.int/id": "research-dashboard"},
+                     "annotations": {"sites.ecmwf.int/operator_bound": "true"}},
+        "spec": {"containers": [{"name": "dashboard", "image": "ghcr.io/example/dashboard:1.4.2"}]}
+    }))
+    .unwrap();
+    api::<Pod>(&c)
+        .create(&PostParams::default(), &impostor)
+        .await
+        .unwrap();
+
     // LIFE-15: a fixed image rolls out even though the old pod never became ready.
     c.emulator
         .kubelet()
@@ -687,6 +702,14 @@ async fn pod_problems_reach_the_status() {
     merge(&c, "research-dashboard", patch).await;
     let site = wait_available(&c, "research-dashboard").await;
     assert!(site.status.unwrap().problems.is_empty());
+    let impostor = api::<Pod>(&c)
+        .get("research-dashboard-impostor")
+        .await
+        .unwrap();
+    assert!(
+        impostor.metadata.deletion_timestamp.is_none(),
+        "a pod the site does not control is left alone"
+    );
 
     // A crash loop is reported as a waiting container.
     c.emulator
