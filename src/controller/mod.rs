@@ -15,10 +15,11 @@
 //!
 //! Caches are fed by watches of the platform namespace: [`records::Table`]s of Sites, of site
 //! pods as [`status::SitePod`]s (selected by the id label, indexed only with the operator_bound
-//! annotation) and [`records::Records`] of every object of the owned kinds (not only the
-//! operator's: an object of an owned name that the Site does not control must be seen to be
-//! left alone, SPEC 4.6); volumes (cluster-scoped) in a kube-runtime reflector store. Every
-//! event maps to the key of its Site (the id label), which goes into the [`queue::Queue`]; `worker_limit` workers reconcile keys.
+//! annotation and the site's StatefulSet as controller) and [`records::Records`] of every
+//! object of the owned kinds (not only the operator's: an object of an owned name that the Site
+//! does not control must be seen to be left alone, SPEC 4.6); volumes (cluster-scoped) in a
+//! kube-runtime reflector store. Every event maps to the key of its Site (the id label), which
+//! goes into the [`queue::Queue`]; `worker_limit` workers reconcile keys.
 
 pub mod accounting;
 pub mod apply;
