@@ -35,8 +35,8 @@ pub struct PodStatus {
 #[derive(Clone, Debug, PartialEq)]
 pub struct SitePod {
     pub name: Box<str>,
-    /// The site id label (the cache keeps it only for pods the operator created:
-    /// [`crate::controller::slim::pod`]).
+    /// The site id label (the cache keeps it only for the site's own pods: the operator's,
+    /// controlled by the site's StatefulSet, [`crate::controller::slim::pod`]).
     pub site: Option<Box<str>>,
     /// Being deleted.
     pub terminating: bool,
