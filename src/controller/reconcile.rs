@@ -303,8 +303,9 @@ async fn apply_in_order(
         });
     }
     let (_, claim) = write_owned(ctx, site, writes, gathered.claim.clone(), rendered.pvc).await?;
-    let cached_claim = c.pvcs.get(&id).map(|c| c.body.claim());
-    volumes::label_later(ctx, &id, claim.as_ref().or(cached_claim.as_ref()));
+    // The claim as written, or else as cached (rebuilt from its record only then).
+    let claim = claim.or_else(|| c.pvcs.get(&id).map(|c| c.body.claim()));
+    volumes::label_later(ctx, &id, claim.as_ref());
     let stored_template = c.statefulsets.get(&id).map(|s| s.body.fingerprint);
     let (sts_written, sts) = step(ctx, site, writes, &c.statefulsets, rendered.statefulset).await?;
     writes.workload_current = true;

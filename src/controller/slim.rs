@@ -297,7 +297,6 @@ impl Keep for HttpRoute {
 /// the volume the operator pinned it to ([`crate::render::workload::PINNED_VOLUME_ANNOTATION`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Claim {
-    name: Option<Box<str>>,
     request: Option<Box<str>>,
     class: Option<Box<str>>,
     volume: Option<Box<str>>,
@@ -310,7 +309,6 @@ impl Claim {
         let text = |v: &Option<Box<str>>| v.as_deref().map(str::to_string);
         PersistentVolumeClaim {
             metadata: ObjectMeta {
-                name: text(&self.name),
                 annotations: self.pinned.as_deref().map(|v| {
                     BTreeMap::from([(
                         crate::render::workload::PINNED_VOLUME_ANNOTATION.to_string(),
@@ -342,7 +340,6 @@ impl Keep for PersistentVolumeClaim {
         let text = |v: Option<String>| v.map(String::into_boxed_str);
         let spec = self.spec.unwrap_or_default();
         Claim {
-            name: text(self.metadata.name),
             request: spec
                 .resources
                 .and_then(|r| r.requests)
