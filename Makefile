@@ -3,6 +3,11 @@
 
 CARGO ?= cargo
 PYTHON ?= python3
+# Every build of the test run compiles the same dependency graph (the workspace with its dev
+# dependencies: cargo unifies features over the packages and targets it is asked for, so `cargo run`
+# of one package would build the whole graph a second time).
+BUILD := $(CARGO) build --locked --workspace --all-targets
+OPERATOR := $(or $(CARGO_TARGET_DIR),target)/debug/sites-operator
 TOOLS := .tools
 VENV := $(TOOLS)/venv
 KUBERNETES_VALIDATE_VERSION := 1.37.0
@@ -39,7 +44,7 @@ clippy:
 
 ## unit: all Rust tests (cargo-nextest when installed, else cargo test).
 unit: prometheus-tools
-	$(CARGO) build --locked --workspace --bins
+	$(BUILD)
 	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
 		$(CARGO) nextest run --locked --workspace --no-fail-fast; \
 	else \
@@ -48,11 +53,13 @@ unit: prometheus-tools
 
 ## crd: regenerate manifests/base/crd.yaml from the Rust types.
 crd:
-	$(CARGO) run --locked --quiet -- crd > manifests/base/crd.yaml
+	$(BUILD) --quiet
+	$(OPERATOR) crd > manifests/base/crd.yaml
 
 ## crd-check: fail when manifests/base/crd.yaml differs from the generated CRD.
 crd-check:
-	@$(CARGO) run --locked --quiet -- crd | diff -u manifests/base/crd.yaml - \
+	@$(BUILD) --quiet
+	@$(OPERATOR) crd | diff -u manifests/base/crd.yaml - \
 		|| { echo "manifests/base/crd.yaml is out of date: run 'make crd'"; exit 1; }
 
 ## validate-manifests: validate the manifests against the Kubernetes API schemas.

@@ -9,13 +9,14 @@ use std::time::Duration;
 use crate::support::{eventually_every, repo_file};
 
 /// The directory of the operator binary, with an up-to-date `sites-emulator` beside it (an older
-/// build may lack the hook the script maps the webhook Service with; cargo does nothing when it
-/// is current).
+/// build may lack the hook the script maps the webhook Service with). The build is the one
+/// `cargo test --workspace` makes, so cargo does nothing when the tests run from the workspace; a
+/// narrower selection (`-p sites-emulator`) would compile every dependency again with other features.
 fn bin_dir() -> PathBuf {
     let operator = PathBuf::from(env!("CARGO_BIN_EXE_sites-operator"));
     let dir = operator.parent().unwrap().to_path_buf();
     let built = Command::new(env!("CARGO"))
-        .args(["build", "--locked", "-p", "sites-emulator"])
+        .args(["test", "--no-run", "--locked", "--workspace"])
         .status()
         .unwrap();
     assert!(built.success(), "building sites-emulator");
