@@ -22,7 +22,7 @@ use crate::controller::records::{Records, Table};
 use crate::controller::slim::{Keep, Kept};
 use crate::controller::status::SitePod;
 use crate::controller::volumes::Labeller;
-use crate::crd::Site;
+use crate::crd::{Site, SiteStatus};
 use crate::watched::Volume;
 use crate::{Error, Result, Target};
 
@@ -127,6 +127,50 @@ impl Recorders {
     }
 }
 
+/// The last two statuses the operator wrote to each Site, hashed. A Site update that changes only
+/// the status is the operator's own write (nothing to do) when the new status is one of them, and
+/// someone else's edit otherwise: the Site is queued, and its reconcile writes back what the status
+/// mapping says. Two, because the event of one write may arrive after the next write was sent.
+#[derive(Default)]
+pub struct WrittenStatuses(Mutex<std::collections::HashMap<Box<str>, [u64; 2]>>);
+
+impl WrittenStatuses {
+    fn digest(status: &SiteStatus) -> u64 {
+        crate::labels::hashed(&serde_json::to_vec(status).unwrap_or_default())
+    }
+
+    /// Records `status` as written to `site` (before the write is sent: its watch event may come
+    /// before the write's response).
+    pub fn record(&self, site: &str, status: &SiteStatus) {
+        let digest = Self::digest(status);
+        let mut written = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        match written.get_mut(site) {
+            Some(last) => *last = [digest, last[0]],
+            None => {
+                written.insert(site.into(), [digest, digest]);
+            }
+        }
+    }
+
+    /// Whether `status` is one the operator wrote to `site` (the last or the one before it).
+    pub fn is_ours(&self, site: &str, status: Option<&SiteStatus>) -> bool {
+        let Some(status) = status else {
+            return false;
+        };
+        let digest = Self::digest(status);
+        let written = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        written.get(site).is_some_and(|last| last.contains(&digest))
+    }
+
+    /// Forgets a deleted Site.
+    pub fn forget(&self, site: &str) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(site);
+    }
+}
+
 /// Everything a reconcile needs.
 pub struct Context {
     pub client: kube::Client,
@@ -142,6 +186,8 @@ pub struct Context {
     pub(crate) labeller: Labeller,
     /// What the operator last wrote of each owned object (drift detection).
     pub(crate) fingerprints: Arc<crate::controller::apply::Fingerprints>,
+    /// The statuses the operator last wrote (a status edited by someone else is repaired).
+    pub(crate) statuses: Arc<WrittenStatuses>,
     /// Where the clock comes from (tests may pin it).
     pub now: fn() -> Time,
 }
@@ -170,6 +216,7 @@ impl Context {
             master_host: Mutex::new(None),
             labeller: Labeller::default(),
             fingerprints: Default::default(),
+            statuses: Default::default(),
             now: system_now,
         }
     }
@@ -293,5 +340,35 @@ mod tests {
         assert_eq!(per_shard.len(), Recorders::SHARDS);
         let most = per_shard.values().max().copied().unwrap_or_default();
         assert!(most < 3 * names.len() / Recorders::SHARDS, "{most}");
+    }
+
+    #[test]
+    fn a_status_is_ours_when_it_is_one_of_the_last_two_written() {
+        use crate::crd::Phase;
+        let status = |phase| SiteStatus {
+            phase: Some(phase),
+            ..Default::default()
+        };
+        let (pending, running, failed) = (
+            status(Phase::Pending),
+            status(Phase::Running),
+            status(Phase::Failed),
+        );
+        let written = WrittenStatuses::default();
+        // Nothing written yet (a new process): every status is someone else's.
+        assert!(!written.is_ours("a", Some(&pending)));
+        written.record("a", &pending);
+        assert!(written.is_ours("a", Some(&pending)));
+        assert!(!written.is_ours("b", Some(&pending)), "per Site");
+        assert!(!written.is_ours("a", None), "a removed status");
+        assert!(!written.is_ours("a", Some(&failed)), "an edit");
+        // The event of the first write may come after the second was sent.
+        written.record("a", &running);
+        assert!(written.is_ours("a", Some(&pending)));
+        assert!(written.is_ours("a", Some(&running)));
+        written.record("a", &failed);
+        assert!(!written.is_ours("a", Some(&pending)), "only the last two");
+        written.forget("a");
+        assert!(!written.is_ours("a", Some(&failed)));
     }
 }

@@ -57,7 +57,7 @@ use crate::config::PlatformConfig;
 use crate::config::live::{Follower, Live};
 use crate::crd::{ID_LABEL, Phase, Site};
 use crate::watched::{Pod, Volume};
-use context::{Caches, Context, Tunables};
+use context::{Caches, Context, Tunables, WrittenStatuses};
 use index::Index;
 use queue::{Backoff, Queue, QueueMetrics};
 use reconcile::Next;
@@ -442,6 +442,8 @@ impl Controller {
         let sharers = (sites_by_path.clone(), queue.clone());
         let sites = Table::<Site>::default();
         let writer = sites.clone();
+        let statuses = Arc::new(WrittenStatuses::default());
+        let written = statuses.clone();
         watch_kind_observed(
             Api::<Site>::namespaced(api(&client), &ns),
             list_config(),
@@ -474,6 +476,12 @@ impl Controller {
                 let relevant = match (event, &old) {
                     (watcher::Event::Apply(new) | watcher::Event::InitApply(new), Some(old)) => {
                         changes::site_changed(old, new)
+                            || (old.status != new.status
+                                && !written.is_ours(&new.name_any(), new.status.as_ref()))
+                    }
+                    (watcher::Event::Delete(gone), _) => {
+                        written.forget(&gone.name_any());
+                        true
                     }
                     _ => true,
                 };
@@ -636,6 +644,7 @@ impl Controller {
             options.tunables.clone(),
         );
         context.fingerprints = prints;
+        context.statuses = statuses;
         let context = Arc::new(context);
 
         let workers = Workers {

@@ -573,6 +573,7 @@ async fn write_status(
     if previous == Some(&new) {
         return Ok(());
     }
+    ctx.statuses.record(&site.name_any(), &new);
     apply::patch_status(ctx, site, &new).await?;
     if previous.and_then(|s| s.phase) != new.phase {
         tracing::info!(site = %site.name_any(), phase = ?new.phase, problems = new.problems.len(), "status changed");

@@ -908,6 +908,62 @@ async fn hand_edits_are_repaired() {
         Some(1),
         "one write for the repair"
     );
+
+    // The status is the operator's too: a status edited by hand (`kubectl patch
+    // --subresource=status`) is written back, in one write.
+    op.settled().await;
+    let wanted = sites(&c)
+        .get("docs-handbook")
+        .await
+        .unwrap()
+        .status
+        .unwrap();
+    let summary = |s: &sites_operator::crd::SiteStatus| {
+        let conditions: Vec<_> = s
+            .conditions
+            .iter()
+            .map(|c| (c.type_.clone(), c.status.clone(), c.reason.clone()))
+            .collect();
+        (s.phase, conditions)
+    };
+    let before = op.writes_by_resource();
+    let edited = c.kubectl_ok(&[
+        "patch",
+        "site",
+        "docs-handbook",
+        "-n",
+        NS,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status": {"phase": "Failed", "conditions": []}}"#,
+        "-o",
+        "json",
+    ]);
+    let edited: sites_operator::crd::Site = serde_json::from_str(&edited).unwrap();
+    assert_ne!(
+        summary(&edited.status.unwrap()),
+        summary(&wanted),
+        "the edit took"
+    );
+    eventually(
+        "the status written back",
+        Duration::from_secs(5),
+        || async {
+            let status = sites(&c).get("docs-handbook").await.ok()?.status?;
+            (summary(&status) == summary(&wanted)).then_some(())
+        },
+    )
+    .await;
+    op.settled().await;
+    let writes = op.writes_since(&before);
+    assert_eq!(writes.len(), 1, "{writes:?}");
+    assert!(
+        writes
+            .iter()
+            .all(|(r, n)| r.ends_with("/status") && *n == 1),
+        "{writes:?}"
+    );
     op.stop().await;
 }
 
