@@ -805,10 +805,12 @@ async fn worker(
         metrics.active_workers.dec();
         let result = match next {
             Next::Terminal(after) => {
+                // Counted in both totals, as controller-runtime counts a TerminalError.
                 metrics
                     .terminal_errors
                     .with_label_values(&[] as &[&str])
                     .inc();
+                metrics.errors.with_label_values(&[] as &[&str]).inc();
                 queue.forget(&key);
                 if let Some(delay) = after {
                     queue.add_after(key.clone(), delay);

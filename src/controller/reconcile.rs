@@ -48,7 +48,8 @@ pub enum Next {
     After(Duration),
     /// A terminal error (the Site or the cluster has to change): not retried with backoff;
     /// retried after the delay when there is one (a forbidden request, RBAC is not watched).
-    /// Counted in `controller_runtime_terminal_reconcile_errors_total`.
+    /// Counted in `controller_runtime_terminal_reconcile_errors_total` and, like every error,
+    /// in `controller_runtime_reconcile_errors_total`.
     Terminal(Option<Duration>),
 }
 
