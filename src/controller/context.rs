@@ -42,8 +42,8 @@ pub struct Caches {
     pub statefulsets: Records<StatefulSet>,
     pub services: Records<Service>,
     pub ingresses: Records<Ingress>,
-    /// None when the cluster does not serve the Gateway API.
-    pub httproutes: Option<Records<HttpRoute>>,
+    /// Watched once the cluster serves the Gateway API ([`HttpRoutes`]).
+    pub httproutes: HttpRoutes,
     /// Site pods, as [`SitePod`]s.
     pub pods: Table<SitePod>,
     /// PersistentVolumes (cluster-scoped): retained-volume lookup and the label check.
@@ -78,17 +78,105 @@ impl crate::admission::SiteDirectory for Caches {
     }
 }
 
+/// The HTTPRoute records: watched from the start when the cluster serves the Gateway API's
+/// HTTPRoute, else from the first reconcile that needs them once it does (the Gateway API CRDs
+/// installed after the operator started, then gateway mode configured: no restart needed).
+#[derive(Clone)]
+pub struct HttpRoutes {
+    records: Arc<std::sync::OnceLock<Records<HttpRoute>>>,
+    /// Starts the watch (records not yet synced).
+    start: Arc<dyn Fn() -> Records<HttpRoute> + Send + Sync>,
+    probe: Arc<tokio::sync::Mutex<Probe>>,
+}
+
+/// When the cluster was last asked whether it serves HTTPRoutes, and the records of a watch
+/// started but not synced yet.
+type Probe = (Option<Instant>, Option<Records<HttpRoute>>);
+
+impl HttpRoutes {
+    /// How long a started watch may take to list the routes before the reconcile gives up (and
+    /// is retried).
+    const SYNC: Duration = Duration::from_secs(10);
+
+    pub fn new(start: Arc<dyn Fn() -> Records<HttpRoute> + Send + Sync>) -> HttpRoutes {
+        HttpRoutes {
+            records: Default::default(),
+            start,
+            probe: Default::default(),
+        }
+    }
+
+    /// Starts the watch now (the cluster serves HTTPRoutes); [`Self::synced`] waits for it.
+    pub fn start(&self) {
+        let _ = self.records.set((self.start)());
+    }
+
+    /// The records; None while the cluster is not known to serve HTTPRoutes.
+    pub fn get(&self) -> Option<&Records<HttpRoute>> {
+        self.records.get()
+    }
+
+    /// Waits until a started watch has listed the routes.
+    pub async fn synced(&self) {
+        if let Some(records) = self.get() {
+            records.wait_until_ready().await;
+        }
+    }
+
+    /// The records, for a reconcile that needs them: when the watch has not started, asks the
+    /// cluster (at most once per `every`) whether it serves HTTPRoutes now, and if so starts the
+    /// watch and waits for its first list. Records are handed out only once synced, so a route
+    /// of another owner is never mistaken for a missing one.
+    pub async fn serve(
+        &self,
+        client: &kube::Client,
+        namespace: &str,
+        every: Duration,
+    ) -> Option<&Records<HttpRoute>> {
+        if let Some(records) = self.get() {
+            return Some(records);
+        }
+        let mut probe = self.probe.lock().await;
+        if self.get().is_none() && probe.1.is_none() {
+            if probe.0.is_some_and(|at| at.elapsed() < every) {
+                return None;
+            }
+            probe.0 = Some(Instant::now());
+            if !crate::controller::serves_http_routes(client, namespace).await {
+                return None;
+            }
+            tracing::info!("the cluster serves HTTPRoutes now: watching them");
+            probe.1 = Some((self.start)());
+        }
+        if let Some(started) = probe.1.clone() {
+            if tokio::time::timeout(Self::SYNC, started.wait_until_ready())
+                .await
+                .is_err()
+            {
+                return None;
+            }
+            let _ = self.records.set(started);
+            probe.1 = None;
+        }
+        self.get()
+    }
+}
+
 /// Tunables of the reconciler (tests shorten the delays).
 #[derive(Clone, Debug)]
 pub struct Tunables {
     /// Jitter range of the delayed PV label patch.
     pub pv_label_delay: (Duration, Duration),
+    /// How often a reconcile in gateway mode may ask a cluster that did not serve HTTPRoutes
+    /// whether it does now.
+    pub gateway_probe: Duration,
 }
 
 impl Default for Tunables {
     fn default() -> Self {
         Tunables {
             pv_label_delay: (Duration::from_secs(20), Duration::from_secs(40)),
+            gateway_probe: Duration::from_secs(10),
         }
     }
 }

@@ -57,7 +57,7 @@ use crate::config::PlatformConfig;
 use crate::config::live::{Follower, Live};
 use crate::crd::{ID_LABEL, Phase, Site};
 use crate::watched::{Pod, Volume};
-use context::{Caches, Context, Tunables, WrittenStatuses};
+use context::{Caches, Context, HttpRoutes, Tunables, WrittenStatuses};
 use index::Index;
 use queue::{Backoff, Queue, QueueMetrics};
 use reconcile::Next;
@@ -188,6 +188,7 @@ fn list_config() -> watcher::Config {
 }
 
 /// Where watch events go: the queue, and the count of keys queued per kind of object.
+#[derive(Clone)]
 struct Feed {
     queue: Queue<String>,
     triggers: IntCounterVec,
@@ -547,17 +548,23 @@ impl Controller {
             route_key,
             prints.clone(),
         );
-        let httproutes = if serves_http_routes(&client, &ns).await {
-            Some(watch_owned(
-                Api::<HttpRoute>::namespaced(api(&client), &ns),
-                &feed,
-                route_key,
-                prints.clone(),
-            ))
+        let httproutes = HttpRoutes::new(Arc::new({
+            let (client, ns, feed, prints) =
+                (client.clone(), ns.clone(), feed.clone(), prints.clone());
+            move || {
+                watch_owned(
+                    Api::<HttpRoute>::namespaced(api(&client), &ns),
+                    &feed,
+                    route_key,
+                    prints.clone(),
+                )
+            }
+        }));
+        if serves_http_routes(&client, &ns).await {
+            httproutes.start();
         } else {
             tracing::info!("the cluster does not serve gateway.networking.k8s.io/v1 HTTPRoutes");
-            None
-        };
+        }
         let pods_by_site = Index::new(index::pod_keys);
         let index = pods_by_site.clone();
         let pods = Table::<SitePod>::default();
@@ -767,9 +774,7 @@ async fn wait_synced(c: &Caches) {
     let _ = c.statefulsets.wait_until_ready().await;
     let _ = c.services.wait_until_ready().await;
     let _ = c.ingresses.wait_until_ready().await;
-    if let Some(h) = &c.httproutes {
-        let _ = h.wait_until_ready().await;
-    }
+    c.httproutes.synced().await;
     let _ = c.pods.wait_until_ready().await;
     let _ = c.volumes.wait_until_ready().await;
 }

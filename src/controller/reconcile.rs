@@ -448,12 +448,16 @@ async fn routes(
     let (active, pruned) = match mode {
         RoutingMode::Ingress => (
             active_route(ctx, writes, Some(&c.ingresses), ingress, id).await,
-            prune_route::<HttpRoute>(ctx, c.httproutes.as_ref(), id).await,
+            prune_route::<HttpRoute>(ctx, c.httproutes.get(), id).await,
         ),
-        RoutingMode::Gateway => (
-            active_route(ctx, writes, c.httproutes.as_ref(), http_route, id).await,
-            prune_route::<Ingress>(ctx, Some(&c.ingresses), id).await,
-        ),
+        RoutingMode::Gateway => {
+            let every = ctx.tunables.gateway_probe;
+            let store = c.httproutes.serve(&ctx.client, &ctx.namespace, every).await;
+            (
+                active_route(ctx, writes, store, http_route, id).await,
+                prune_route::<Ingress>(ctx, Some(&c.ingresses), id).await,
+            )
+        }
     };
     active.and(pruned)
 }

@@ -22,8 +22,8 @@ use sites_operator::metrics;
 
 use crate::support::operator::{
     NS, SeenErrors, WAIT, api, condition, config, count_panics, edit_and_settle, elected_operator,
-    example, merge, operator, prepare, restarted_at, sites, wait_available, wait_condition,
-    writes_after,
+    example, install_http_routes, merge, operator, prepare, prepare_platform, restarted_at, sites,
+    wait_available, wait_condition, writes_after,
 };
 use crate::support::{Cluster, eventually, eventually_every};
 
@@ -964,6 +964,28 @@ async fn hand_edits_are_repaired() {
             .all(|(r, n)| r.ends_with("/status") && *n == 1),
         "{writes:?}"
     );
+    op.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_api_installed_after_the_start_is_used_without_a_restart() {
+    let c = Cluster::start(false).await;
+    prepare_platform(&c).await;
+    let op = operator(&c, config(RoutingMode::Gateway)).await;
+    sites(&c)
+        .create(&PostParams::default(), &example("site.yaml"))
+        .await
+        .unwrap();
+    let site = wait_condition(&c, "docs-handbook", "Progressing", "True", "TransientError").await;
+    let message = condition(&site, "Progressing").unwrap().2;
+    assert!(message.contains("does not serve HTTPRoutes"), "{message}");
+    // The platform installs the Gateway API: the same process watches and writes HTTPRoutes.
+    install_http_routes(&c).await;
+    eventually("the HTTPRoute created", WAIT, || async {
+        api::<HttpRoute>(&c).get_opt("docs-handbook").await.ok()?
+    })
+    .await;
+    wait_available(&c, "docs-handbook").await;
     op.stop().await;
 }
 

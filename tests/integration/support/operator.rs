@@ -153,6 +153,23 @@ impl Operator {
 
 /// Namespace, Retain storage class, session key Secret and the HTTPRoute CRD.
 pub async fn prepare(c: &Cluster) {
+    prepare_platform(c).await;
+    install_http_routes(c).await;
+}
+
+/// The Gateway API's HTTPRoute CRD.
+pub async fn install_http_routes(c: &Cluster) {
+    let _ = Api::<CustomResourceDefinition>::all(c.client.clone())
+        .create(
+            &PostParams::default(),
+            &sites_operator::crd::http_route_crd(),
+        )
+        .await;
+}
+
+/// What [`prepare`] makes but the HTTPRoute CRD: the namespace, the storage class, the session
+/// key.
+pub async fn prepare_platform(c: &Cluster) {
     let client = c.client.clone();
     let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NS}})).unwrap();
     let _ = Api::<Namespace>::all(client.clone())
@@ -173,12 +190,6 @@ pub async fn prepare(c: &Cluster) {
     .unwrap();
     let _ = Api::<Secret>::namespaced(client.clone(), NS)
         .create(&PostParams::default(), &secret)
-        .await;
-    let _ = Api::<CustomResourceDefinition>::all(client)
-        .create(
-            &PostParams::default(),
-            &sites_operator::crd::http_route_crd(),
-        )
         .await;
 }
 
@@ -268,6 +279,7 @@ pub async fn start_following(
         config_map: config_map.map(String::from),
         tunables: Tunables {
             pv_label_delay: (Duration::from_millis(10), Duration::from_millis(50)),
+            gateway_probe: Duration::from_millis(100),
         },
         instance: Some("test".into()),
         drain: Duration::from_secs(10),
