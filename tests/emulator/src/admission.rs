@@ -76,7 +76,7 @@ pub struct Attempt<'a> {
     pub namespace: &'a str,
     pub name: &'a str,
     pub subresource: Option<&'a str>,
-    pub object: Option<Value>,
+    pub object: Option<&'a Value>,
     pub old: Option<&'a Value>,
     pub dry_run: bool,
     pub field_manager: Option<&'a str>,
@@ -168,7 +168,7 @@ fn webhook_matches(app: &App, w: &Value, a: &Attempt<'_>) -> Result<bool, String
     let ns_sel = &w["namespaceSelector"];
     if !ns_sel.is_null() {
         if a.r.is_builtin() && a.r.kind == "Namespace" {
-            let own = a.object.as_ref().or(a.old).cloned().unwrap_or(Value::Null);
+            let own = a.object.or(a.old).cloned().unwrap_or(Value::Null);
             if !selector_matches(ns_sel, &[&own])? {
                 return Ok(false);
             }
@@ -186,7 +186,7 @@ fn webhook_matches(app: &App, w: &Value, a: &Attempt<'_>) -> Result<bool, String
         }
     }
     let mut subjects: Vec<&Value> = Vec::new();
-    if let Some(o) = &a.object {
+    if let Some(o) = a.object {
         subjects.push(o);
     }
     if let Some(o) = a.old {
@@ -533,9 +533,7 @@ fn conditions_match(w: &Value, a: &Attempt<'_>, object: Option<&Value>) -> Resul
 /// Whether a webhook is called for the attempt: rules, selectors and matchConditions (an
 /// evaluation error follows the failurePolicy), and dryRun only for side-effect-free webhooks.
 fn selected(app: &App, w: &Value, a: &Attempt<'_>, name: &str) -> Result<bool, ApiError> {
-    match webhook_matches(app, w, a)
-        .and_then(|m| Ok(m && conditions_match(w, a, a.object.as_ref())?))
-    {
+    match webhook_matches(app, w, a).and_then(|m| Ok(m && conditions_match(w, a, a.object)?)) {
         Ok(false) => return Ok(false),
         Ok(true) => {}
         Err(e) if fails_closed(w) => {
@@ -551,12 +549,14 @@ fn selected(app: &App, w: &Value, a: &Attempt<'_>, name: &str) -> Result<bool, A
     Ok(true)
 }
 
-/// Runs mutating webhooks; returns the (possibly patched) object and warnings.
+/// Runs mutating webhooks on `object` (the attempt's own `object` is not read); returns the
+/// (possibly patched) object and warnings.
 pub async fn mutate(
     app: &App,
     a: &Attempt<'_>,
+    object: Option<Value>,
 ) -> Result<(Option<Value>, bool, Vec<String>), ApiError> {
-    let mut object = a.object.clone();
+    let mut object = object;
     let mut changed = false;
     let mut warnings = Vec::new();
     let mut list = hooks(app, true);
@@ -564,14 +564,18 @@ pub async fn mutate(
     for hook in list {
         let w = &hook.webhook;
         let name = w["name"].as_str().unwrap_or_default().to_string();
-        let current = Attempt {
-            object: object.clone(),
-            ..*a
+        let called = {
+            // Each webhook sees the object as the ones before it left it.
+            let current = Attempt {
+                object: object.as_ref(),
+                ..*a
+            };
+            if !selected(app, w, &current, &name)? {
+                continue;
+            }
+            call(app, &hook, &current, object.as_ref()).await
         };
-        if !selected(app, w, &current, &name)? {
-            continue;
-        }
-        match call(app, &hook, &current, object.as_ref()).await {
+        match called {
             Ok(Called::Allowed(patch, w_warnings)) => {
                 warnings.extend(w_warnings);
                 if let (Some(patch), Some(obj)) = (patch, object.as_mut()) {
@@ -602,7 +606,7 @@ pub async fn validate(app: &App, a: &Attempt<'_>) -> Result<Vec<String>, ApiErro
             chosen.push(hook);
         }
     }
-    let calls = chosen.iter().map(|h| call(app, h, a, a.object.as_ref()));
+    let calls = chosen.iter().map(|h| call(app, h, a, a.object));
     let results = futures::future::join_all(calls).await;
     let mut warnings = Vec::new();
     for (hook, result) in chosen.iter().zip(results) {

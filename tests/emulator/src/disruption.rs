@@ -242,10 +242,12 @@ pub fn sync_namespace(app: &App, ns: &str) {
     };
     let (budgets, pods) = {
         let st = app.store.lock();
-        (
-            st.objects_of(&pdb_r.key(), Some(ns)),
-            st.objects_of("pods", Some(ns)),
-        )
+        let budgets = st.objects_of(&pdb_r.key(), Some(ns));
+        if budgets.is_empty() {
+            // Most namespaces have no budget: their pods are not collected at each pod event.
+            return;
+        }
+        (budgets, st.objects_of("pods", Some(ns)))
     };
     for pdb in budgets {
         if pdb["metadata"]["deletionTimestamp"].is_string() {

@@ -236,7 +236,7 @@ fn patch_value(current: &Value, ct: &str, body: &Bytes) -> Result<Value, ApiErro
             })?;
         }
         "application/apply-patch+yaml" | "application/apply-patch+json" => {
-            let doc: Value = serde_yaml_ng::from_slice(body)
+            let doc: Value = crate::server::from_yaml(body)
                 .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
             if !doc.is_object() {
                 return Err(ApiError::bad_request("apply patch must be an object"));
