@@ -354,17 +354,21 @@ impl Presentation {
         crate::events::from_core(&v)
     }
 
-    /// One watch event (`{type, object}`) as negotiated; `first` is true for the first
+    /// One watch event (type and object) as negotiated; `first` is true for the first
     /// object-carrying event (a Table watch sends the column definitions only then). `None`
     /// when the object cannot be transformed: the API server then ends the watch.
-    pub fn watch_event(&self, mut ev: Value, first: &mut bool) -> Option<Value> {
-        if self.is_identity() || ev["type"] == "ERROR" {
-            return Some(ev);
+    pub fn watch_event(
+        &self,
+        kind: &'static str,
+        object: Arc<Value>,
+        first: &mut bool,
+    ) -> Option<crate::server::Event> {
+        if self.is_identity() || kind == "ERROR" {
+            return Some((kind, object));
         }
-        let object = ev["object"].take();
-        let bookmark = ev["type"] == "BOOKMARK";
+        let bookmark = kind == "BOOKMARK";
         let meta_av = format!("meta.k8s.io/{}", self.output.meta_version);
-        ev["object"] = match self.output.transform {
+        let transformed = match self.output.transform {
             Transform::Table if !bookmark => {
                 let rv = object["metadata"]["resourceVersion"]
                     .as_str()
@@ -372,7 +376,7 @@ impl Presentation {
                     .unwrap_or(0);
                 let mut t = crate::table::to_table(
                     &self.stored,
-                    &[Arc::new(object)],
+                    std::slice::from_ref(&object),
                     rv,
                     &self.include_object,
                 );
@@ -388,9 +392,11 @@ impl Presentation {
             }
             Transform::Metadata => partial(&object, &meta_av),
             Transform::MetadataList => return None,
-            Transform::None | Transform::Discovery(_) => self.convert(object, false),
+            Transform::None | Transform::Discovery(_) => {
+                self.convert(Arc::unwrap_or_clone(object), false)
+            }
         };
-        Some(ev)
+        Some((kind, Arc::new(transformed)))
     }
 }
 

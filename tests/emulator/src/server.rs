@@ -1253,12 +1253,12 @@ fn watch(
         let st = app.store.lock();
         let rx = app.store.subscribe();
         let current = st.resource_version();
-        let initial: Vec<Value> = match &start_rv {
+        let initial: Vec<Event> = match &start_rv {
             None => {
                 let objs = st.objects_of(&key, ns.as_deref());
                 objs.into_iter()
                     .filter(|o| labels.matches_object(o) && fields.matches(&|f| field_value(o, f)))
-                    .map(|o| json!({"type": "ADDED", "object": &*o}))
+                    .map(|o| ("ADDED", o))
                     .collect()
             }
             Some(rv) => {
@@ -1274,20 +1274,20 @@ fn watch(
                     Ok(events) => events
                         .iter()
                         .filter(|e| ns.as_deref().is_none_or(|n| e.namespace == n))
-                        .filter_map(|e| event_json(e, &labels, &fields))
+                        .filter_map(|e| selected_event(e, &labels, &fields))
                         .collect(),
                     Err(oldest) => {
                         let status =
                             ApiError::gone(format!("too old resource version: {rv} ({oldest})"))
                                 .to_status();
-                        vec![json!({"type": "ERROR", "object": status})]
+                        vec![("ERROR", Arc::new(status))]
                     }
                 }
             }
         };
         (initial, rx, current)
     };
-    let expired = initial.iter().any(|e| e["type"] == "ERROR");
+    let expired = initial.iter().any(|(kind, _)| *kind == "ERROR");
     let stream = async_stream(move |tx| async move {
         for e in initial {
             if tx.send(e).await.is_err() {
@@ -1304,10 +1304,10 @@ fn watch(
             tokio::select! {
                 _ = tokio::time::sleep_until(deadline) => return,
                 _ = bookmark_tick.tick(), if bookmarks => {
-                    let bm = json!({"type": "BOOKMARK", "object": {
+                    let bm = ("BOOKMARK", Arc::new(json!({
                         "kind": r.kind, "apiVersion": r.api_version(),
                         "metadata": {"resourceVersion": last_rv.to_string()}
-                    }});
+                    })));
                     if tx.send(bm).await.is_err() { return; }
                 }
                 ev = rx.recv() => match ev {
@@ -1316,7 +1316,7 @@ fn watch(
                         if ev.resource != key || ns.as_deref().is_some_and(|n| ev.namespace != n) {
                             continue;
                         }
-                        if let Some(j) = event_json(&ev, &labels, &fields)
+                        if let Some(j) = selected_event(&ev, &labels, &fields)
                             && tx.send(j).await.is_err()
                         {
                             return;
@@ -1334,10 +1334,12 @@ fn watch(
     let mut first = true;
     let body = Body::from_stream(
         stream
-            .map(move |v| presentation.watch_event(v, &mut first))
+            .map(move |(kind, object)| presentation.watch_event(kind, object, &mut first))
             .take_while(|v| futures::future::ready(v.is_some()))
             .map(|v| {
-                let mut line = crate::wire::to_vec(&v.unwrap_or_default());
+                let mut line = v
+                    .map(|(kind, object)| crate::wire::event_to_vec(kind, &object))
+                    .unwrap_or_default();
                 line.push(b'\n');
                 Ok::<_, std::convert::Infallible>(Bytes::from(line))
             }),
@@ -1350,9 +1352,13 @@ fn watch(
         .unwrap_or_else(|_| error_response(&ApiError::internal("watch response"))))
 }
 
-/// A watch event as JSON for a selector-filtered watcher: objects moving into the selection are
-/// ADDED, moving out are DELETED (as the API server's watch cache does).
-fn event_json(e: &WatchEvent, labels: &LabelSelector, fields: &FieldSelector) -> Option<Value> {
+/// A watch event on the wire: its type and object (shared with the store and the other watchers:
+/// it is encoded once per watcher, never copied).
+pub(crate) type Event = (&'static str, Arc<Value>);
+
+/// A watch event for a selector-filtered watcher: objects moving into the selection are ADDED,
+/// moving out are DELETED (as the API server's watch cache does).
+fn selected_event(e: &WatchEvent, labels: &LabelSelector, fields: &FieldSelector) -> Option<Event> {
     let matches = |o: &Value| labels.matches_object(o) && fields.matches(&|f| field_value(o, f));
     let now = matches(&e.object);
     let before = e.old.as_deref().is_some_and(matches);
@@ -1364,13 +1370,14 @@ fn event_json(e: &WatchEvent, labels: &LabelSelector, fields: &FieldSelector) ->
         EventType::Deleted if before || now => "DELETED",
         _ => return None,
     };
-    Some(json!({"type": kind, "object": &*e.object}))
+    Some((kind, e.object.clone()))
 }
 
 /// A stream fed by a spawned task through a channel.
-fn async_stream<F, Fut>(f: F) -> impl futures::Stream<Item = Value>
+fn async_stream<T, F, Fut>(f: F) -> impl futures::Stream<Item = T>
 where
-    F: FnOnce(tokio::sync::mpsc::Sender<Value>) -> Fut,
+    T: Send + 'static,
+    F: FnOnce(tokio::sync::mpsc::Sender<T>) -> Fut,
     Fut: std::future::Future<Output = ()> + Send + 'static,
 {
     let (tx, rx) = tokio::sync::mpsc::channel(256);
@@ -1378,8 +1385,6 @@ where
     tokio_stream_from(rx)
 }
 
-fn tokio_stream_from(
-    mut rx: tokio::sync::mpsc::Receiver<Value>,
-) -> impl futures::Stream<Item = Value> {
+fn tokio_stream_from<T>(mut rx: tokio::sync::mpsc::Receiver<T>) -> impl futures::Stream<Item = T> {
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }

@@ -12,6 +12,21 @@ pub fn to_vec(v: &Value) -> Vec<u8> {
     serde_json::to_vec(&Object(v)).unwrap_or_default()
 }
 
+/// A watch event line: `{"type": .., "object": ..}`, the object's fields in object order (as
+/// [`to_vec`] writes an event built as a value).
+pub fn event_to_vec(kind: &str, object: &Value) -> Vec<u8> {
+    struct Event<'a>(&'a str, &'a Value);
+    impl Serialize for Event<'_> {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            let mut out = s.serialize_map(Some(2))?;
+            out.serialize_entry("type", self.0)?;
+            out.serialize_entry("object", &Object(self.1))?;
+            out.end()
+        }
+    }
+    serde_json::to_vec(&Event(kind, object)).unwrap_or_default()
+}
+
 /// A value at an object position.
 struct Object<'a>(&'a Value);
 /// An array of objects (`items`).
@@ -96,6 +111,18 @@ impl Serialize for Row<'_> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn an_event_is_written_as_the_event_value_would_be() {
+        let object = json!({"apiVersion": "v1", "data": {"a": "b"}, "kind": "ConfigMap", "metadata": {"name": "x"}});
+        let text = String::from_utf8(event_to_vec("MODIFIED", &object)).unwrap();
+        assert_eq!(
+            text,
+            r#"{"type":"MODIFIED","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"x"},"data":{"a":"b"}}}"#
+        );
+        let event = json!({"type": "MODIFIED", "object": object});
+        assert_eq!(text.as_bytes(), to_vec(&event));
+    }
 
     #[test]
     fn type_meta_then_metadata_first() {
