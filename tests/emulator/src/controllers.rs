@@ -311,12 +311,24 @@ fn now() -> String {
 // ---------------------------------------------------------------- StatefulSet
 
 fn revision_hash(template: &Value) -> String {
-    // FNV-1a over the canonical JSON, rendered in the alphabet Kubernetes uses for hashes.
-    let mut h: u32 = 0x811c9dc5;
-    for b in template.to_string().bytes() {
-        h ^= b as u32;
-        h = h.wrapping_mul(0x01000193);
+    // FNV-1a over the canonical JSON (hashed as it is written, not built as a string), rendered
+    // in the alphabet Kubernetes uses for hashes.
+    struct Fnv(u32);
+    impl std::io::Write for Fnv {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            for b in buf {
+                self.0 ^= *b as u32;
+                self.0 = self.0.wrapping_mul(0x01000193);
+            }
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
     }
+    let mut fnv = Fnv(0x811c9dc5);
+    let _ = serde_json::to_writer(&mut fnv, template);
+    let h = fnv.0;
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
     let mut s = String::new();
     let mut n = h as u64;
@@ -979,4 +991,27 @@ pub fn check_claim_resize(
         name,
         "only dynamically provisioned pvc can be resized and the storageclass that provisions the pvc must support resize",
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_revision_hash_is_fnv_of_the_compact_json() {
+        let template = json!({"metadata": {"labels": {"app": "x"}}, "spec": {"containers": [{"name": "c", "image": "nginx:1.27"}]}});
+        let mut h: u32 = 0x811c9dc5;
+        for b in template.to_string().bytes() {
+            h ^= b as u32;
+            h = h.wrapping_mul(0x01000193);
+        }
+        let (alphabet, mut n, mut want) = (b"bcdfghjklmnpqrstvwxz2456789", h as u64, String::new());
+        for _ in 0..10 {
+            want.push(alphabet[(n % 27) as usize] as char);
+            n /= 27;
+        }
+        assert_eq!(revision_hash(&template), want);
+        let other = json!({"spec": {"containers": [{"name": "c", "image": "nginx:1.28"}]}});
+        assert_ne!(revision_hash(&other), want);
+    }
 }
