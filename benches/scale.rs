@@ -38,26 +38,6 @@ use sites_operator::crd::{Site, SiteStatus};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// mimalloc gives freed pages back to the system after 10 ms, and the emulator's bursts of
-/// short-lived JSON trees fault them in again: a quarter of its CPU went to the kernel zeroing
-/// pages. A second keeps them. mimalloc reads the setting when the process starts, so the bench
-/// starts itself again with it set; the operator it runs keeps its own default.
-const PURGE_DELAY: &str = "MIMALLOC_PURGE_DELAY";
-const PURGE_DELAY_BY_BENCH: &str = "SCALE_PURGE_DELAY_SET";
-
-fn with_emulator_purge_delay() {
-    if std::env::var_os(PURGE_DELAY).is_some() {
-        return;
-    }
-    let status = Command::new(std::env::current_exe().expect("the bench's own path"))
-        .args(std::env::args_os().skip(1))
-        .env(PURGE_DELAY, "1000")
-        .env(PURGE_DELAY_BY_BENCH, "1")
-        .status()
-        .expect("the bench starts again");
-    std::process::exit(status.code().unwrap_or(1));
-}
-
 const NS: &str = "sites";
 
 /// The operator binary. It picks its own ports and reports them in a file (`--listen-report`):
@@ -83,11 +63,6 @@ impl Operator {
             }
             _ => Command::new(binary),
         };
-        if std::env::var_os(PURGE_DELAY_BY_BENCH).is_some() {
-            command
-                .env_remove(PURGE_DELAY)
-                .env_remove(PURGE_DELAY_BY_BENCH);
-        }
         let child = command
             .args([
                 "run",
@@ -206,9 +181,14 @@ impl Operator {
         self.status_mib("VmHWM:")
     }
 
-    /// The resident set now (the peak also holds what creation needed only for a while).
-    fn rss_mib(&self) -> f64 {
-        self.status_mib("VmRSS:")
+    /// The resident set now (the peak also holds what creation needed only for a while), and
+    /// how much of it is the binary's own mapped pages (the rest is heap and stacks).
+    fn rss_now(&self) -> String {
+        format!(
+            "resident now: {:.0} MiB, of it {:.0} MiB mapped from files",
+            self.status_mib("VmRSS:"),
+            self.status_mib("RssFile:")
+        )
     }
 
     fn status_mib(&self, field: &str) -> f64 {
@@ -312,7 +292,6 @@ fn print_writes(stats: &serde_json::Value, n: usize) {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    with_emulator_purge_delay();
     let n: usize = std::env::var("SCALE_SITES")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -449,8 +428,8 @@ async fn main() {
     );
     let rss_converged = op.peak_rss_mib();
     println!(
-        "operator peak RSS after creation: {rss_converged:.0} MiB (resident now: {:.0} MiB)",
-        op.rss_mib()
+        "operator peak RSS after creation: {rss_converged:.0} MiB ({})",
+        op.rss_now()
     );
     op.stop();
 
@@ -550,9 +529,9 @@ async fn main() {
 
     if !steps.contains("changes") {
         println!(
-            "operator peak RSS: {:.0} MiB (resident now: {:.0} MiB)",
+            "operator peak RSS: {:.0} MiB ({})",
             op.peak_rss_mib(),
-            op.rss_mib()
+            op.rss_now()
         );
         op.stop();
         let _ = std::fs::remove_dir_all(&dir);
@@ -601,9 +580,9 @@ async fn main() {
     )
     .await;
     println!(
-        "operator peak RSS: {:.0} MiB (resident now: {:.0} MiB)",
+        "operator peak RSS: {:.0} MiB ({})",
         op.peak_rss_mib(),
-        op.rss_mib()
+        op.rss_now()
     );
     op.stop();
     let _ = std::fs::remove_dir_all(&dir);

@@ -11,7 +11,7 @@ use sites_operator::telemetry::{self, LogFormat};
 
 // mimalloc: at 10,000 Sites the operator's resident memory under the system allocator was about
 // three times its live heap (many small, long-lived cache objects), and every webhook request
-// allocates; see BENCHMARKS.md.
+// allocates. Built without transparent huge pages (Cargo.toml); see BENCHMARKS.md.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
