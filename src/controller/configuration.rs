@@ -4,11 +4,11 @@
 //! is refused and the last valid one stays. Every replica follows (its webhooks answer with the
 //! configuration in force); the leader records the Events on the ConfigMap.
 
+use crate::controller::events::{Event, EventType, Recorder};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
 use kube::Resource;
 use kube::api::Api;
-use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::{WatchStreamExt, watcher};
 use prometheus::{IntGauge, Registry};
 use tokio::sync::watch;

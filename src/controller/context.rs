@@ -12,11 +12,11 @@ use k8s_openapi::api::networking::v1::Ingress;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Resource;
 use kube::api::Api;
-use kube::runtime::events::Recorder;
 use kube::runtime::reflector::Store;
 
 use crate::config::live::Live;
 use crate::config::{Routing, RoutingMode, SecretKeyRef};
+use crate::controller::events::Recorder;
 use crate::controller::index::Index;
 use crate::controller::records::{Records, Table};
 use crate::controller::slim::{Keep, Kept};
@@ -184,37 +184,6 @@ impl Default for Tunables {
 /// A value read from the cluster, when, and for which reference.
 type Cached<R, T> = Mutex<Option<(Instant, R, T)>>;
 
-/// kube's Event [`Recorder`], sharded by object name. A Recorder keeps the Events of the last
-/// six minutes (to count repeats as a series) and sweeps that whole cache on every publish, so
-/// with one Recorder for every Site, publishing cost grew with the number of Sites created in
-/// the last minutes (a tenth of the operator's CPU while 20,000 new Sites were created). An
-/// object's Events always go through the same shard, so its repeats still become a series.
-#[derive(Clone)]
-pub struct Recorders {
-    shards: Arc<[Recorder]>,
-}
-
-impl Recorders {
-    /// Enough that a shard's cache stays small at 50,000 new Sites (about 200 Events each).
-    pub const SHARDS: usize = 256;
-
-    pub fn new(client: &kube::Client, reporter: &kube::runtime::events::Reporter) -> Recorders {
-        Recorders {
-            shards: (0..Self::SHARDS)
-                .map(|_| Recorder::new(client.clone(), reporter.clone()))
-                .collect(),
-        }
-    }
-
-    /// The Recorder of the object named `name` (the same one every time).
-    pub fn of(&self, name: &str) -> &Recorder {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::hash::DefaultHasher::new();
-        name.hash(&mut h);
-        &self.shards[(h.finish() % self.shards.len() as u64) as usize]
-    }
-}
-
 /// The last two statuses the operator wrote to each Site, hashed. A Site update that changes only
 /// the status is the operator's own write (nothing to do) when the new status is one of them, and
 /// someone else's edit otherwise: the Site is queued, and its reconcile writes back what the status
@@ -266,7 +235,7 @@ pub struct Context {
     pub config: Live,
     pub namespace: String,
     pub caches: Caches,
-    pub recorder: Option<Recorders>,
+    pub recorder: Option<Recorder>,
     pub tunables: Tunables,
     session_key: Cached<SecretKeyRef, Vec<u8>>,
     master_host: Cached<(), Option<String>>,
@@ -290,7 +259,7 @@ impl Context {
         config: Live,
         namespace: String,
         caches: Caches,
-        recorder: Option<Recorders>,
+        recorder: Option<Recorder>,
         tunables: Tunables,
     ) -> Context {
         Context {
@@ -407,28 +376,6 @@ fn remember<R, T>(cell: &Cached<R, T>, reference: R, value: T) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[tokio::test]
-    async fn an_objects_events_always_use_the_same_recorder_and_objects_spread_over_all() {
-        let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
-        let client = kube::Client::try_from(config).unwrap();
-        let reporter = kube::runtime::events::Reporter {
-            controller: "test".into(),
-            instance: None,
-        };
-        let recorders = Recorders::new(&client, &reporter);
-        assert!(std::ptr::eq(recorders.of("site-1"), recorders.of("site-1")));
-        let names: Vec<String> = (0..10_000).map(|i| format!("site-{i}")).collect();
-        let mut per_shard = std::collections::HashMap::new();
-        for name in &names {
-            *per_shard
-                .entry(recorders.of(name) as *const Recorder)
-                .or_insert(0usize) += 1;
-        }
-        assert_eq!(per_shard.len(), Recorders::SHARDS);
-        let most = per_shard.values().max().copied().unwrap_or_default();
-        assert!(most < 3 * names.len() / Recorders::SHARDS, "{most}");
-    }
 
     #[test]
     fn a_status_is_ours_when_it_is_one_of_the_last_two_written() {

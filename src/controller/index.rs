@@ -89,6 +89,9 @@ fn insert<K, C: Cache<K>>(entries: &mut Entries<K, C>, keys: Vec<String>, obj: &
     for key in keys {
         let ids = entries.entry(key).or_default();
         if !ids.contains(&id) {
+            // Room for this one only: a first push would make room for four (a volume's
+            // reference is about a hundred bytes, and most keys name one object).
+            ids.reserve_exact(1);
             ids.push(id.clone());
         }
     }

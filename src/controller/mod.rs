@@ -3,6 +3,7 @@
 //!
 //! - [`context`]: what every reconcile shares (client, configuration, caches, recorder, cached
 //!   lookups of the session key and the master Ingress host);
+//! - [`events`]: the Event recorder (repeats counted as a series);
 //! - [`index`]: secondary indexes over the caches and their key functions;
 //! - [`slim`]: what the caches keep of each object;
 //! - [`queue`]: the work queue (client-go semantics);
@@ -26,6 +27,7 @@ pub mod apply;
 pub mod changes;
 pub mod configuration;
 pub mod context;
+pub mod events;
 pub mod index;
 pub mod leader;
 pub mod queue;
@@ -39,13 +41,13 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::controller::events::Reporter;
 use futures::{FutureExt, StreamExt, TryStreamExt};
 use gateway_api::apis::standard::httproutes::HttpRoute;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret, Service};
 use k8s_openapi::api::networking::v1::Ingress;
 use kube::api::{Api, ListParams};
-use kube::runtime::events::Reporter;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
@@ -627,7 +629,7 @@ impl Controller {
             controller: "sites-operator".into(),
             instance: options.instance.clone(),
         };
-        let recorders = context::Recorders::new(&client, &reporter);
+        let recorder = events::Recorder::new(client.clone(), reporter);
         let valid = configuration::register_valid(registry)?;
         let mut background = Vec::new();
         if let Some(name) = &options.config_map {
@@ -636,7 +638,7 @@ impl Controller {
                 namespace: ns.clone(),
                 name: name.clone(),
                 valid,
-                recorder: Some(recorders.of(name).clone()),
+                recorder: Some(recorder.clone()),
                 leading: leading.clone(),
             };
             let follower = Follower::new(config.clone(), ns.clone());
@@ -647,7 +649,7 @@ impl Controller {
             config,
             ns,
             caches,
-            Some(recorders),
+            Some(recorder),
             options.tunables.clone(),
         );
         context.fingerprints = prints;

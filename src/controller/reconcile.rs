@@ -17,11 +17,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::controller::events::EventType;
 use gateway_api::apis::standard::httproutes::HttpRoute;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
 use k8s_openapi::api::networking::v1::Ingress;
-use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 
 use crate::config::{PlatformConfig, RoutingMode};

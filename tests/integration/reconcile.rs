@@ -1688,3 +1688,73 @@ async fn an_object_deleted_while_its_watch_was_down_is_recreated_after_the_relis
         "the watch resumed through a re-list"
     );
 }
+
+/// Events as `kubectl describe` shows them: a repeat within six minutes counts up the series of
+/// the first Event (no second Event), another reason is an Event of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_event_is_counted_in_the_series_of_the_first() {
+    use k8s_openapi::api::core::v1::ObjectReference;
+    use k8s_openapi::api::events::v1::Event as K8sEvent;
+    use sites_operator::controller::events::{Event, EventType, Recorder, Reporter};
+
+    let c = Cluster::start(false).await;
+    prepare(&c).await;
+    let recorder = Recorder::new(
+        c.client.clone(),
+        Reporter {
+            controller: "sites-operator".into(),
+            instance: None,
+        },
+    );
+    let regarding = ObjectReference {
+        api_version: Some("sites.ecmwf.int/v1".into()),
+        kind: Some("Site".into()),
+        name: Some("docs-handbook".into()),
+        namespace: Some(NS.into()),
+        uid: Some("uid-1".into()),
+        ..Default::default()
+    };
+    let event = |reason: &str, note: &str| Event {
+        type_: EventType::Warning,
+        reason: reason.into(),
+        note: Some(note.into()),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    for note in ["first", "second", "third"] {
+        recorder
+            .publish(&event("Failed", note), &regarding)
+            .await
+            .unwrap();
+    }
+    recorder
+        .publish(&event("Recovered", "fine"), &regarding)
+        .await
+        .unwrap();
+
+    let mut events = api::<K8sEvent>(&c)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    events.sort_by_key(|e| e.reason.clone());
+    assert_eq!(events.len(), 2, "{events:?}");
+    let (failed, recovered) = (&events[0], &events[1]);
+    assert_eq!(failed.reason.as_deref(), Some("Failed"));
+    assert_eq!(
+        failed.note.as_deref(),
+        Some("first"),
+        "the first Event is kept"
+    );
+    let series = failed.series.as_ref().expect("repeats counted");
+    assert_eq!(series.count, 3);
+    assert!(series.last_observed_time.0 >= failed.event_time.as_ref().unwrap().0);
+    assert_eq!(failed.type_.as_deref(), Some("Warning"));
+    assert_eq!(
+        failed.reporting_controller.as_deref(),
+        Some("sites-operator")
+    );
+    assert_eq!(failed.regarding.as_ref(), Some(&regarding));
+    assert_eq!(recovered.reason.as_deref(), Some("Recovered"));
+    assert!(recovered.series.is_none(), "{recovered:?}");
+}
