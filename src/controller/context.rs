@@ -209,6 +209,18 @@ impl WrittenStatuses {
         }
     }
 
+    /// Whether `status` is the last one the operator wrote to `site` (None: it wrote none since
+    /// it started or since the Site was forgotten).
+    pub fn last_is(&self, site: &str, status: &SiteStatus) -> Option<bool> {
+        let last = self
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(site)
+            .map(|last| last[0])?;
+        Some(last == Self::digest(status))
+    }
+
     /// Whether `status` is one the operator wrote to `site` (the last or the one before it).
     pub fn is_ours(&self, site: &str, status: Option<&SiteStatus>) -> bool {
         let Some(status) = status else {
@@ -376,6 +388,24 @@ fn remember<R, T>(cell: &Cached<R, T>, reference: R, value: T) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_last_written_status_is_known_per_site() {
+        use crate::crd::Phase;
+        let status = |phase| SiteStatus {
+            phase: Some(phase),
+            ..Default::default()
+        };
+        let written = WrittenStatuses::default();
+        assert_eq!(written.last_is("a", &status(Phase::Running)), None);
+        written.record("a", &status(Phase::Pending));
+        written.record("a", &status(Phase::Running));
+        assert_eq!(written.last_is("a", &status(Phase::Running)), Some(true));
+        assert_eq!(written.last_is("a", &status(Phase::Pending)), Some(false));
+        assert_eq!(written.last_is("b", &status(Phase::Running)), None);
+        written.forget("a");
+        assert_eq!(written.last_is("a", &status(Phase::Running)), None);
+    }
 
     #[test]
     fn a_status_is_ours_when_it_is_one_of_the_last_two_written() {

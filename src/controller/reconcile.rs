@@ -31,7 +31,7 @@ use crate::controller::records::Records;
 use crate::controller::slim::{Keep, Kept, Pairs};
 use crate::controller::status::SitePod;
 use crate::controller::{status, volumes};
-use crate::crd::Site;
+use crate::crd::{Site, SiteStatus};
 use crate::labels::{self, Control};
 use crate::render::{self, Inputs, PodTemplateInputs, Rendered, Route, SiteTokens};
 use crate::watched::Volume;
@@ -575,7 +575,8 @@ async fn write_status(
     let previous = site.status.as_ref();
     let enabled = status::deployed_enabled(site, previous, workload_current);
     let new = status::site_status(site, &pods, stopped, enabled, previous, &(ctx.now)());
-    if previous == Some(&new) {
+    let last_written = ctx.statuses.last_is(&site.name_any(), &new);
+    if status_up_to_date(previous, &new, last_written) {
         return Ok(());
     }
     ctx.statuses.record(&site.name_any(), &new);
@@ -584,6 +585,20 @@ async fn write_status(
         tracing::info!(site = %site.name_any(), phase = ?new.phase, problems = new.problems.len(), "status changed");
     }
     Ok(())
+}
+
+/// Whether the Site already shows `new`: its cached status is `new`, and the last status the
+/// operator wrote to it, if any since the start, is `new` too (`last_written`: whether it is).
+/// The cached Site may not show the operator's last write yet: a pod that turns ready just after
+/// a "not ready" status was written maps back to the status the cache still shows, and that
+/// status must be written again. Nothing else would queue the Site: the watch event of the
+/// operator's own write queues nothing.
+fn status_up_to_date(
+    cached: Option<&SiteStatus>,
+    new: &SiteStatus,
+    last_written: Option<bool>,
+) -> bool {
+    cached == Some(new) && last_written != Some(false)
 }
 
 /// 48 hex digits from the system's random source (site tokens).
@@ -595,4 +610,35 @@ fn random_token() -> String {
         return uuid::Uuid::new_v4().simple().to_string();
     }
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::Phase;
+
+    #[test]
+    fn a_status_is_up_to_date_only_when_the_cache_and_the_last_write_both_show_it() {
+        let status = |phase| SiteStatus {
+            phase: Some(phase),
+            ..Default::default()
+        };
+        let (running, pending) = (status(Phase::Running), status(Phase::Pending));
+        let cases = [
+            // (cached, last written is `new`, up to date)
+            (Some(&running), None, true), // after a restart: nothing written yet
+            (Some(&running), Some(true), true),
+            // The cache still shows the status before the last write ("pending"): write again.
+            (Some(&running), Some(false), false),
+            (Some(&pending), Some(true), false),
+            (None, None, false),
+        ];
+        for (cached, last_written, want) in cases {
+            assert_eq!(
+                status_up_to_date(cached, &running, last_written),
+                want,
+                "cached {cached:?}, last written {last_written:?}"
+            );
+        }
+    }
 }
