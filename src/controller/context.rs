@@ -12,7 +12,6 @@ use k8s_openapi::api::networking::v1::Ingress;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Resource;
 use kube::api::Api;
-use kube::runtime::reflector::Store;
 
 use crate::config::live::Live;
 use crate::config::{Routing, RoutingMode, SecretKeyRef};
@@ -31,7 +30,7 @@ pub const MASTER_INGRESS: &str = "sites-ingress-master";
 /// How long the session key and the master Ingress host are cached.
 const LOOKUP_TTL: Duration = Duration::from_secs(60);
 
-/// The cluster state the reconciler reads (reflector stores and records, kept warm by watches).
+/// The cluster state the reconciler reads (tables of records, kept warm by watches).
 /// Objects of the owned kinds are kept as [`Kept`] records.
 #[derive(Clone)]
 pub struct Caches {
@@ -47,11 +46,11 @@ pub struct Caches {
     /// Site pods, as [`SitePod`]s.
     pub pods: Table<SitePod>,
     /// PersistentVolumes (cluster-scoped): retained-volume lookup and the label check.
-    pub volumes: Store<Volume>,
+    pub volumes: Table<Volume>,
     /// Site pods by site id ([`crate::controller::index::pod_keys`]).
     pub pods_by_site: Index<SitePod, Table<SitePod>>,
     /// Volumes by site label and claim reference ([`crate::controller::index::volume_keys`]).
-    pub volumes_by_site: Index<Volume, Store<Volume>>,
+    pub volumes_by_site: Index<Volume, Table<Volume>>,
     /// Sites by public path ([`crate::controller::index::path_key`]).
     pub sites_by_path: Index<Site, Table<Site>>,
 }

@@ -18,8 +18,8 @@
 //! pods as [`status::SitePod`]s (selected by the id label, indexed only with the operator_bound
 //! annotation and the site's StatefulSet as controller) and [`records::Records`] of every
 //! object of the owned kinds (not only the operator's: an object of an owned name that the Site
-//! does not control must be seen to be left alone, SPEC 4.6); volumes (cluster-scoped) in a
-//! kube-runtime reflector store. Every event maps to the key of its Site (the id label), which
+//! does not control must be seen to be left alone, SPEC 4.6); and a table of volumes
+//! (cluster-scoped, unique by name). Every event maps to the key of its Site (the id label), which
 //! goes into the [`queue::Queue`]; `worker_limit` workers reconcile keys.
 
 pub mod accounting;
@@ -48,7 +48,6 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret, Service};
 use k8s_openapi::api::networking::v1::Ingress;
 use kube::api::{Api, ListParams};
-use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use prometheus::{Histogram, HistogramOpts, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
@@ -584,7 +583,8 @@ impl Controller {
         );
         let volumes_by_site = Index::new(index::volume_keys);
         let index = volumes_by_site.clone();
-        let (volumes, mut writer) = reflector::store();
+        let volumes = Table::<Volume>::default();
+        let writer = volumes.clone();
         watch_kind_observed(
             Api::<Volume>::all(api(&client)),
             list_config(),
@@ -594,7 +594,7 @@ impl Controller {
                 v
             },
             volumes.clone(),
-            move |event| writer.apply_watcher_event(event),
+            move |event| writer.apply(event),
             // A volume event matters to the site it is labelled or claimed for.
             |pv: &Volume| {
                 key_of(pv).or_else(|| {
@@ -602,7 +602,7 @@ impl Controller {
                     claim.name.clone()
                 })
             },
-            |store: &Store<Volume>, event: &watcher::Event<Volume>| {
+            |store: &Table<Volume>, event: &watcher::Event<Volume>| {
                 changed_by(store, event, changes::volume_changed)
             },
             move |event: &watcher::Event<Volume>| index.observe(event),

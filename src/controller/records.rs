@@ -1,9 +1,9 @@
-//! The operator's caches. Sites, owned objects as [`Kept`] records and site pods as
-//! [`SitePod`]s are kept by name in a [`Table`] filled from a watch as kube's reflector store is (a
+//! The operator's caches. Sites, owned objects as [`Kept`] records, site pods as [`SitePod`]s
+//! and volumes are kept by name in a [`Table`] filled from a watch as kube's reflector store is (a
 //! re-list is collected and replaces the table when it is complete), without what a reflector
 //! store keeps besides each object (its `ObjectMeta` and an object reference with four strings
-//! as the key). The operator watches these kinds in its own namespace only, so the name is
-//! the key. [`Cache`] is what the watches and the indexes need of either kind of cache.
+//! as the key). The operator watches these kinds in its own namespace only (volumes are
+//! cluster-scoped), so the name is the key. [`Cache`] is what the watches and the indexes need of either kind of cache.
 
 use std::collections::HashSet;
 use std::hash::Hash;
@@ -17,7 +17,8 @@ use crate::controller::slim::{Keep, Kept};
 use crate::controller::status::SitePod;
 use crate::crd::Site;
 
-/// Where a watch keeps its objects: kube's reflector store (volumes) or a [`Table`].
+/// Where a watch keeps its objects: a [`Table`], or kube's reflector store (in tests, to show
+/// that a table answers as the store does).
 pub trait Cache<K>: Clone + Send + Sync + 'static {
     /// What identifies an object in the cache (and across a re-list).
     type Id: Eq + Hash + Clone + Send + Sync + 'static;
@@ -75,6 +76,13 @@ impl<K: Keep> Named for Kept<K> {
 
 /// Sites: the operator watches one namespace.
 impl Named for Site {
+    fn name(&self) -> &str {
+        self.metadata.name.as_deref().unwrap_or_default()
+    }
+}
+
+/// Volumes: cluster-scoped, so their name is unique.
+impl Named for crate::watched::Volume {
     fn name(&self) -> &str {
         self.metadata.name.as_deref().unwrap_or_default()
     }

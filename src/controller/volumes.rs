@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::ResourceExt;
-use kube::runtime::reflector::ObjectRef;
 use tokio::sync::mpsc;
 
 use crate::controller::apply;
@@ -70,7 +69,7 @@ pub fn label_later(ctx: &Context, id: &str, claim: Option<&PersistentVolumeClaim
         return;
     };
     // Already labelled (the usual case after a restart): nothing to do, no API call.
-    let cached = ctx.caches.volumes.get(&ObjectRef::new(&volume));
+    let cached = ctx.caches.volumes.get(&volume);
     if cached
         .as_deref()
         .is_some_and(|pv| pv.labels().get(ID_LABEL).map(String::as_str) == Some(id))

@@ -476,10 +476,7 @@ async fn deleting_a_site_cascades_and_recreating_it_rebinds_its_volume() {
     .await
     .unwrap();
     eventually("the marker volume cached", WAIT, || async {
-        op.caches()
-            .volumes
-            .get(&kube::runtime::reflector::ObjectRef::new("marker"))
-            .map(|_| ())
+        op.caches().volumes.get("marker").map(|_| ())
     })
     .await;
     assert_eq!(
