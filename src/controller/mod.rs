@@ -290,7 +290,8 @@ fn changed_by<K>(
 /// An object deleted during a watch gap leaves no Delete event: the re-list that follows just
 /// leaves it out. When the re-list is done, every cached object it did not deliver is judged as
 /// deleted (`before` with a Delete event) and its key queued, so what was deleted in the gap is
-/// repaired.
+/// repaired. The keys of a re-list are queued once the cache holds it, as client-go's informers
+/// replace their store before they notify.
 #[allow(clippy::too_many_arguments)]
 fn watch_kind_observed<S, K, C>(
     api: Api<S>,
@@ -311,74 +312,58 @@ fn watch_kind_observed<S, K, C>(
     let kind = S::kind(&S::DynamicType::default()).into_owned();
     let triggered = feed.triggers.with_label_values(&[&kind]);
     let queue = feed.queue.clone();
-    // Queues the object's Site, counted by kind.
-    let enqueue = Arc::new(move |obj: &K| {
-        if let Some(k) = key(obj) {
-            triggered.inc();
-            queue.add(k);
-        }
-    });
-    let enqueue_gone = enqueue.clone();
-    // The objects a re-list delivered so far (None outside a re-list).
-    let relisted: std::sync::Mutex<Option<HashSet<C::Id>>> = Default::default();
-    let previous = cache;
-    // Set by `before` for the event whose object comes out of the stream next (the stream
-    // passes one event through every stage before it pulls the next).
-    let quiet = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let hush = quiet.clone();
     let stream = watcher(api, config)
         .default_backoff()
-        .map_ok(move |event| kept_event(event, &mut keep))
-        .map(move |event| {
-            if let Ok(event) = &event {
-                let relevant = before(&previous, event);
-                hush.store(!relevant, std::sync::atomic::Ordering::Relaxed);
-                let seen = || relisted.lock().unwrap_or_else(|p| p.into_inner());
-                match event {
-                    watcher::Event::Init => *seen() = Some(HashSet::new()),
-                    watcher::Event::InitApply(obj) => {
-                        if let Some(seen) = seen().as_mut() {
-                            seen.insert(C::id(obj));
-                        }
-                    }
-                    watcher::Event::InitDone => {
-                        let delivered = seen().take().unwrap_or_default();
-                        for obj in previous.all() {
-                            if delivered.contains(&C::id(&obj)) {
-                                continue;
-                            }
-                            let gone = watcher::Event::Delete(obj.as_ref().clone());
-                            if before(&previous, &gone) {
-                                enqueue_gone(&obj);
-                            }
-                        }
-                    }
-                    _ => {}
-                }
-            }
-            event
-        })
-        .map(move |event| {
-            if let Ok(event) = &event {
-                store(event);
-                after(event);
-            }
-            event
-        })
-        .touched_objects();
+        .map_ok(move |event| kept_event(event, &mut keep));
     tokio::spawn(async move {
         futures::pin_mut!(stream);
+        // During a re-list (Init .. InitDone): the objects it delivered so far, and the keys to
+        // queue once the cache holds the re-listed objects (a reconcile before that would read
+        // the copies from before the re-list, and nothing would queue the key again).
+        let mut relist: Option<(HashSet<C::Id>, Vec<String>)> = None;
         while let Some(item) = stream.next().await {
-            match item {
-                Ok(obj) => {
-                    if quiet.swap(false, std::sync::atomic::Ordering::Relaxed) {
-                        continue;
-                    }
-                    enqueue(&obj);
-                }
+            let event = match item {
+                Ok(event) => event,
                 Err(e) => {
-                    tracing::warn!(%kind, error = %e, "watch error; retrying")
+                    tracing::warn!(%kind, error = %e, "watch error; retrying");
+                    continue;
                 }
+            };
+            let relevant = before(&cache, &event);
+            let mut keys = Vec::new();
+            match &event {
+                watcher::Event::Init => relist = Some((HashSet::new(), Vec::new())),
+                watcher::Event::InitApply(obj) => {
+                    let (seen, later) = relist.get_or_insert_default();
+                    seen.insert(C::id(obj));
+                    if relevant {
+                        later.extend(key(obj));
+                    }
+                }
+                watcher::Event::InitDone => {
+                    let (seen, later) = relist.take().unwrap_or_default();
+                    keys = later;
+                    for obj in cache.all() {
+                        if seen.contains(&C::id(&obj)) {
+                            continue;
+                        }
+                        let gone = watcher::Event::Delete(obj.as_ref().clone());
+                        if before(&cache, &gone) {
+                            keys.extend(key(&obj));
+                        }
+                    }
+                }
+                watcher::Event::Apply(obj) | watcher::Event::Delete(obj) => {
+                    if relevant {
+                        keys.extend(key(obj));
+                    }
+                }
+            }
+            store(&event);
+            after(&event);
+            for k in keys {
+                triggered.inc();
+                queue.add(k);
             }
         }
     });
