@@ -142,19 +142,35 @@ impl Recorder {
                 let series = serde_json::json!({
                     "series": {"count": count, "lastObservedTime": MicroTime(now)}
                 });
-                events
+                match events
                     .patch(&name, &PatchParams::default(), &Patch::Merge(&series))
-                    .await?;
-                (name, count)
+                    .await
+                {
+                    Ok(_) => (name, count),
+                    // The first Event is gone (deleted by hand, or expired): this one starts anew.
+                    Err(kube::Error::Api(s)) if s.code == 404 => {
+                        self.create(&events, ev, regarding, now).await?
+                    }
+                    Err(e) => return Err(e),
+                }
             }
-            Write::Create => {
-                let event = self.event(ev, regarding, now);
-                let created = events.create(&PostParams::default(), &event).await?;
-                (created.metadata.name.unwrap_or_default().into(), 1)
-            }
+            Write::Create => self.create(&events, ev, regarding, now).await?,
         };
         self.recent().written(key, name, count, Instant::now());
         Ok(())
+    }
+
+    /// Creates a new Event; returns its name and count (1).
+    async fn create(
+        &self,
+        events: &Api<K8sEvent>,
+        ev: &Event,
+        regarding: &ObjectReference,
+        now: Timestamp,
+    ) -> Result<(Box<str>, i32), kube::Error> {
+        let event = self.event(ev, regarding, now);
+        let created = events.create(&PostParams::default(), &event).await?;
+        Ok((created.metadata.name.unwrap_or_default().into(), 1))
     }
 
     /// A new Event, as kube's Recorder writes it.

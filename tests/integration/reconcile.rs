@@ -1754,4 +1754,27 @@ async fn a_repeated_event_is_counted_in_the_series_of_the_first() {
     assert_eq!(failed.regarding.as_ref(), Some(&regarding));
     assert_eq!(recovered.reason.as_deref(), Some("Recovered"));
     assert!(recovered.series.is_none(), "{recovered:?}");
+
+    // The first Event deleted (`kubectl delete events`): the next repeat is a new Event.
+    let first = failed.metadata.name.clone().unwrap();
+    api::<K8sEvent>(&c)
+        .delete(&first, &DeleteParams::default())
+        .await
+        .unwrap();
+    recorder
+        .publish(&event("Failed", "fourth"), &regarding)
+        .await
+        .expect("a repeat of a deleted Event is recorded anew");
+    let failed: Vec<K8sEvent> = api::<K8sEvent>(&c)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("Failed"))
+        .collect();
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert_eq!(failed[0].note.as_deref(), Some("fourth"));
+    assert!(failed[0].series.is_none(), "{failed:?}");
+    assert_ne!(failed[0].metadata.name.as_deref(), Some(first.as_str()));
 }
