@@ -357,14 +357,17 @@ async fn eviction_honours_the_disruption_budget() {
         (s.disruptions_allowed == 1 && s.observed_generation == Some(2)).then_some(())
     })
     .await;
+    let evicted = pods.get("web-1").await.unwrap().metadata.uid;
     let status = pods.evict("web-1", &EvictParams::default()).await.unwrap();
     assert_eq!(
         status.status,
         Some(kube::core::response::StatusSummary::Success)
     );
+    // Terminating, gone, or already replaced by the StatefulSet (a new uid under the same name).
     eventually("web-1 terminating or gone", WAIT, || async {
         match pods.get_opt("web-1").await.ok()? {
             None => Some(()),
+            Some(p) if p.metadata.uid != evicted => Some(()),
             Some(p) => p.metadata.deletion_timestamp.map(|_| ()),
         }
     })
