@@ -41,7 +41,6 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::controller::events::Reporter;
 use futures::{FutureExt, StreamExt, TryStreamExt};
 use gateway_api::apis::standard::httproutes::HttpRoute;
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -56,6 +55,7 @@ use tracing::Instrument;
 
 use crate::config::PlatformConfig;
 use crate::config::live::{Follower, Live};
+use crate::controller::events::Reporter;
 use crate::crd::{ID_LABEL, Phase, Site};
 use crate::watched::{Pod, Volume};
 use context::{Caches, Context, HttpRoutes, Tunables, WrittenStatuses};
