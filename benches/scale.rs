@@ -12,6 +12,7 @@
 //! Run: `cargo bench --bench scale` (N=1000; override with `SCALE_SITES`; `SCALE_STEPS=none`
 //! skips steps 3 and 4).
 
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -86,6 +87,8 @@ impl Operator {
             .arg(dir.join("certs"))
             .args(["--log-level", "warn"])
             .env("KUBECONFIG", kubeconfig)
+            // A process group of its own, stopped whole (see `signal`).
+            .process_group(0)
             .stdout(Stdio::null())
             // SCALE_OPERATOR_LOG appends the operator's log (warnings and errors) to a file.
             .stderr(match std::env::var("SCALE_OPERATOR_LOG") {
@@ -203,10 +206,17 @@ impl Operator {
     }
 
     fn stop(mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
+        self.signal("-TERM");
         let _ = self.child.wait();
+    }
+
+    /// Signals the operator's process group: the operator and, under `SCALE_WRAP`, the wrapper
+    /// and everything it started (a profiler's child left running would go on reconciling
+    /// beside the next operator).
+    fn signal(&self, signal: &str) {
+        let _ = Command::new("kill")
+            .args([signal, "--", &format!("-{}", self.child.id())])
+            .status();
     }
 }
 
@@ -232,7 +242,7 @@ impl Drop for Operator {
     /// A bench that fails (a timeout) must not leave the operator running.
     fn drop(&mut self) {
         if matches!(self.child.try_wait(), Ok(None)) {
-            let _ = self.child.kill();
+            self.signal("-KILL");
             let _ = self.child.wait();
         }
     }
@@ -452,6 +462,8 @@ async fn main() {
         requests,
         emulator.stats().writes()
     );
+    // A restart after a complete creation has nothing to write: show what it wrote, if anything.
+    print_writes(&stats, n);
 
     // 3. Pod-event storm: every site pod changes five times in ways the Site status does not
     // show (an annotation), then becomes not ready and ready again (two distinct changes).

@@ -17,7 +17,7 @@ use crate::config::live::Live;
 use crate::config::{Routing, RoutingMode, SecretKeyRef};
 use crate::controller::events::Recorder;
 use crate::controller::index::Index;
-use crate::controller::records::{Records, Table};
+use crate::controller::records::{Records, Sites, Table, Volumes};
 use crate::controller::slim::{Keep, Kept};
 use crate::controller::status::SitePod;
 use crate::controller::volumes::Labeller;
@@ -34,7 +34,7 @@ const LOOKUP_TTL: Duration = Duration::from_secs(60);
 /// Objects of the owned kinds are kept as [`Kept`] records.
 #[derive(Clone)]
 pub struct Caches {
-    pub sites: Table<Site>,
+    pub sites: Sites,
     pub secrets: Records<Secret>,
     pub configmaps: Records<ConfigMap>,
     pub pvcs: Records<PersistentVolumeClaim>,
@@ -46,23 +46,26 @@ pub struct Caches {
     /// Site pods, as [`SitePod`]s.
     pub pods: Table<SitePod>,
     /// PersistentVolumes (cluster-scoped): retained-volume lookup and the label check.
-    pub volumes: Table<Volume>,
+    pub volumes: Volumes,
     /// Site pods by site id ([`crate::controller::index::pod_keys`]).
     pub pods_by_site: Index<SitePod, Table<SitePod>>,
     /// Volumes by site label and claim reference ([`crate::controller::index::volume_keys`]).
-    pub volumes_by_site: Index<Volume, Table<Volume>>,
+    pub volumes_by_site: Index<Volume, Volumes>,
     /// Sites by public path ([`crate::controller::index::path_key`]).
-    pub sites_by_path: Index<Site, Table<Site>>,
+    pub sites_by_path: Index<Site, Sites>,
 }
 
 impl Caches {
     /// The other Sites (not being deleted) whose public path is `site`'s.
     pub fn sharing_path(&self, site: &Site) -> Vec<Arc<Site>> {
-        let name = site.metadata.name.as_deref();
+        let this = <Sites as crate::controller::records::Cache<Site>>::id(site);
         self.sites_by_path
-            .get(&self.sites, &crate::controller::index::path_key(site))
+            .get_except(
+                &self.sites,
+                &crate::controller::index::path_key(site),
+                Some(&this),
+            )
             .into_iter()
-            .filter(|other| other.metadata.name.as_deref() != name)
             .filter(|other| other.metadata.deletion_timestamp.is_none())
             .collect()
     }

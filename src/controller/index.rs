@@ -156,17 +156,28 @@ impl<K, C: Cache<K>> Index<K, C> {
 
     /// The objects of `cache` that have `key`, sorted by name.
     pub fn get(&self, cache: &C, key: &str) -> Vec<Arc<K>> {
+        self.get_except(cache, key, None)
+    }
+
+    /// [`Index::get`] without the object `except` (not even read from the cache, which may
+    /// decode what it returns).
+    pub fn get_except(&self, cache: &C, key: &str, except: Option<&C::Id>) -> Vec<Arc<K>> {
         let mut entries = self.lock();
         let Some(ids) = entries.get_mut(key) else {
             return Vec::new();
         };
         let mut found = Vec::with_capacity(ids.len());
-        ids.retain(|id| match cache.get_id(id) {
-            Some(obj) if (self.keys)(&obj).iter().any(|k| k == key) => {
-                found.push(obj);
-                true
+        ids.retain(|id| {
+            if except == Some(id) {
+                return true;
             }
-            _ => false,
+            match cache.get_id(id) {
+                Some(obj) if (self.keys)(&obj).iter().any(|k| k == key) => {
+                    found.push(obj);
+                    true
+                }
+                _ => false,
+            }
         });
         if ids.is_empty() {
             entries.remove(key);
@@ -245,6 +256,10 @@ mod tests {
         // Relabelled: the pod moves from one key to the other.
         feed(&index, &mut writer, Event::Apply(pod("a-1", Some("b"))));
         assert_eq!(names(&index.get(&store, "a")), ["a-0"]);
+        assert_eq!(names(&index.get(&store, "b")), ["a-1", "b-0"]);
+        // Without one of them (which stays indexed).
+        let b0 = <reflector::Store<Pod> as Cache<Pod>>::id(&pod("b-0", Some("b")));
+        assert_eq!(names(&index.get_except(&store, "b", Some(&b0))), ["a-1"]);
         assert_eq!(names(&index.get(&store, "b")), ["a-1", "b-0"]);
 
         // Deleted with an event.

@@ -62,7 +62,7 @@ use context::{Caches, Context, HttpRoutes, Tunables, WrittenStatuses};
 use index::Index;
 use queue::{Backoff, Queue, QueueMetrics};
 use reconcile::Next;
-use records::{Cache, Records, Table};
+use records::{Cache, Records, Sites, Table, Volumes};
 use slim::{Keep, Kept};
 use status::SitePod;
 
@@ -184,6 +184,13 @@ pub struct Options {
 /// operator's peak memory at 1,000 Sites.
 const LIST_PAGE: u32 = 100;
 
+/// Watches making their first list at once. A restarted operator lists every kind it watches;
+/// all at once, the pages in flight (decoded whole) and what the allocator keeps of them made
+/// its peak memory at 10,000 Sites about a fifth above the first operator's; one at a time,
+/// the restart took twice as long (each list waits for the API server's answer with nothing
+/// else to do). Two: most of the memory, little of the time (BENCHMARKS.md).
+const LISTS_AT_ONCE: usize = 2;
+
 fn list_config() -> watcher::Config {
     watcher::Config::default().page_size(LIST_PAGE)
 }
@@ -193,6 +200,8 @@ fn list_config() -> watcher::Config {
 struct Feed {
     queue: Queue<String>,
     triggers: IntCounterVec,
+    /// Turns to list: a watch takes one for its first list (see [`LISTS_AT_ONCE`]).
+    lists: Arc<tokio::sync::Semaphore>,
 }
 
 /// The key (Site name) an owned object or pod belongs to.
@@ -312,11 +321,16 @@ fn watch_kind_observed<S, K, C>(
     let kind = S::kind(&S::DynamicType::default()).into_owned();
     let triggered = feed.triggers.with_label_values(&[&kind]);
     let queue = feed.queue.clone();
+    let lists = feed.lists.clone();
     let stream = watcher(api, config)
         .default_backoff()
         .map_ok(move |event| kept_event(event, &mut keep));
     tokio::spawn(async move {
         futures::pin_mut!(stream);
+        // The first list waits for its turn, which ends with the list or with the first error
+        // (a kind the operator may not list must not hold the others back). Re-lists after a
+        // watch gap take no turn.
+        let mut turn = lists.acquire_owned().await.ok();
         // During a re-list (Init .. InitDone): the objects it delivered so far, and the keys to
         // queue once the cache holds the re-listed objects (a reconcile before that would read
         // the copies from before the re-list, and nothing would queue the key again).
@@ -325,6 +339,7 @@ fn watch_kind_observed<S, K, C>(
             let event = match item {
                 Ok(event) => event,
                 Err(e) => {
+                    turn.take();
                     tracing::warn!(%kind, error = %e, "watch error; retrying");
                     continue;
                 }
@@ -341,12 +356,17 @@ fn watch_kind_observed<S, K, C>(
                     }
                 }
                 watcher::Event::InitDone => {
+                    turn.take();
                     let (seen, later) = relist.take().unwrap_or_default();
                     keys = later;
-                    for obj in cache.all() {
-                        if seen.contains(&C::id(&obj)) {
+                    // One object at a time: a packed cache decodes each one it returns.
+                    for id in cache.ids() {
+                        if seen.contains(&id) {
                             continue;
                         }
+                        let Some(obj) = cache.get_id(&id) else {
+                            continue;
+                        };
                         let gone = watcher::Event::Delete(obj.as_ref().clone());
                         if before(&cache, &gone) {
                             keys.extend(key(&obj));
@@ -422,12 +442,13 @@ impl Controller {
         let feed = Feed {
             queue: queue.clone(),
             triggers,
+            lists: Arc::new(tokio::sync::Semaphore::new(LISTS_AT_ONCE)),
         };
         let api = |c: &kube::Client| c.clone();
         let sites_by_path = Index::new(index::site_path_keys);
         let path_index = sites_by_path.clone();
         let sharers = (sites_by_path.clone(), queue.clone());
-        let sites = Table::<Site>::default();
+        let sites = Sites::default();
         let writer = sites.clone();
         let statuses = Arc::new(WrittenStatuses::default());
         let written = statuses.clone();
@@ -442,7 +463,7 @@ impl Controller {
             sites.clone(),
             move |event| writer.apply(event),
             |s: &Site| s.metadata.name.clone(),
-            move |before: &Table<Site>, event: &watcher::Event<Site>| {
+            move |before: &Sites, event: &watcher::Event<Site>| {
                 // A re-list (after a watch gap) delivers every Site again as InitApply while
                 // the store still holds the previous copies: judged like an update, so only
                 // what changed in the gap is queued.
@@ -568,7 +589,7 @@ impl Controller {
         );
         let volumes_by_site = Index::new(index::volume_keys);
         let index = volumes_by_site.clone();
-        let volumes = Table::<Volume>::default();
+        let volumes = Volumes::default();
         let writer = volumes.clone();
         watch_kind_observed(
             Api::<Volume>::all(api(&client)),
@@ -587,7 +608,7 @@ impl Controller {
                     claim.name.clone()
                 })
             },
-            |store: &Table<Volume>, event: &watcher::Event<Volume>| {
+            |store: &Volumes, event: &watcher::Event<Volume>| {
                 changed_by(store, event, changes::volume_changed)
             },
             move |event: &watcher::Event<Volume>| index.observe(event),
@@ -747,8 +768,8 @@ async fn on_config_change(
     while changes.changed().await.is_ok() {
         let config = changes.borrow_and_update().clone();
         workers.staff(limit(&config));
-        for site in ctx.caches.sites.state() {
-            queue.add(site.name_any());
+        for site in ctx.caches.sites.names() {
+            queue.add(site);
         }
     }
 }
@@ -869,23 +890,32 @@ async fn retention_loop(ctx: Arc<Context>, every: Duration, leading: watch::Rece
         let config = ctx.config.get();
         let retention = &config.sites.retention;
         let today = crate::retention::today();
-        // The cached Sites: listing every Site from the API server each time would hold them
-        // all at once, decoded whole.
+        // The cached Sites, a page at a time (the cache holds them packed): listing every Site
+        // from the API server each time would hold them all at once, decoded whole.
         let api = ctx.api::<Site>();
-        let sites = ctx.caches.sites.state();
-        match crate::retention::apply_to(&api, &sites, retention, today, false, |_| {}).await {
-            Ok(acted) if !acted.is_empty() => {
-                for (site, action) in &acted {
-                    tracing::info!(%site, ?action, "retention policy applied");
+        let names = ctx.caches.sites.names();
+        for page in names.chunks(RETENTION_PAGE) {
+            let sites: Vec<_> = page
+                .iter()
+                .filter_map(|name| ctx.caches.sites.get(name))
+                .collect();
+            match crate::retention::apply_to(&api, &sites, retention, today, false, |_| {}).await {
+                Ok(acted) => {
+                    for (site, action) in &acted {
+                        tracing::info!(%site, ?action, "retention policy applied");
+                    }
                 }
-            }
-            Ok(_) => {}
-            Err(e) => {
-                tracing::warn!(error = %e, "retention policy run failed; next run in {every:?}")
+                Err(e) => {
+                    tracing::warn!(error = %e, "retention policy run failed; next run in {every:?}");
+                    break;
+                }
             }
         }
     }
 }
+
+/// Sites decoded at once by a run of the retention policy.
+const RETENTION_PAGE: usize = 100;
 
 /// Periodic gauges: in-progress work and Sites by phase.
 async fn observe(ctx: Arc<Context>, queue: Queue<String>, metrics: ReconcileMetrics) {
@@ -894,8 +924,8 @@ async fn observe(ctx: Arc<Context>, queue: Queue<String>, metrics: ReconcileMetr
         tick.tick().await;
         queue.observe_in_progress();
         let mut counts = [0i64; 4];
-        for s in ctx.caches.sites.state() {
-            let i = match s.status.as_ref().and_then(|st| st.phase) {
+        for phase in ctx.caches.sites.summaries() {
+            let i = match phase {
                 Some(Phase::Running) => 1,
                 Some(Phase::Disabled) => 2,
                 Some(Phase::Failed) => 3,

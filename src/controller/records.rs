@@ -2,7 +2,7 @@
 //! and volumes are kept by name in a [`Table`] filled from a watch as kube's reflector store is (a
 //! re-list is collected and replaces the table when it is complete), without what a reflector
 //! store keeps besides each object (its `ObjectMeta` and an object reference with four strings
-//! as the key). The operator watches these kinds in its own namespace only (volumes are
+//! as the key). Sites and volumes are held [`Packed`]: as their JSON text, decoded on each read. The operator watches these kinds in its own namespace only (volumes are
 //! cluster-scoped), so the name is the key. [`Cache`] is what the watches and the indexes need of either kind of cache.
 
 use std::collections::HashSet;
@@ -29,6 +29,10 @@ pub trait Cache<K>: Clone + Send + Sync + 'static {
     fn get_id(&self, id: &Self::Id) -> Option<Arc<K>>;
     /// Every cached object.
     fn all(&self) -> Vec<Arc<K>>;
+    /// The id of every cached object.
+    fn ids(&self) -> Vec<Self::Id> {
+        self.all().iter().map(|o| Self::id(o)).collect()
+    }
     /// The cached copy of the object an event is about.
     fn cached(&self, obj: &K) -> Option<Arc<K>> {
         self.get_id(&Self::id(obj))
@@ -94,7 +98,11 @@ impl Named for SitePod {
     }
 }
 
-impl<V: Named + Send + Sync + 'static> Cache<V> for Table<V> {
+impl<V, H> Cache<V> for Table<V, H>
+where
+    V: Named + Send + Sync + 'static,
+    H: Hold<V>,
+{
     type Id = Box<str>;
 
     fn id(obj: &V) -> Box<str> {
@@ -113,63 +121,166 @@ impl<V: Named + Send + Sync + 'static> Cache<V> for Table<V> {
         self.state()
     }
 
+    fn ids(&self) -> Vec<Box<str>> {
+        self.read().iter().map(|e| e.0.name().into()).collect()
+    }
+
     fn cached(&self, obj: &V) -> Option<Arc<V>> {
         self.get(obj.name())
     }
 }
 
-/// Values of one kind by name.
-pub struct Table<V> {
-    inner: Arc<Inner<V>>,
+/// How a [`Table`] holds a value: shared as it came (`Arc<V>`), or [`Packed`].
+pub trait Hold<V>: Held {
+    fn hold(value: &V) -> Self;
+    /// The value held.
+    fn value(&self) -> Arc<V>;
+}
+
+/// A held value's name (what the table's entries are hashed and compared by).
+pub trait Held: Send + Sync + 'static {
+    fn name(&self) -> &str;
+}
+
+impl<V: Named + Send + Sync + 'static> Held for Arc<V> {
+    fn name(&self) -> &str {
+        self.as_ref().name()
+    }
+}
+
+impl<V: Named + Send + Sync + 'static> Hold<V> for Arc<V> {
+    fn hold(value: &V) -> Self {
+        Arc::new(value.clone())
+    }
+
+    fn value(&self) -> Arc<V> {
+        self.clone()
+    }
+}
+
+/// What a [`Packed`] table keeps of each value besides its text: a summary that can be counted
+/// without decoding the values.
+pub trait Pack:
+    Named + serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static
+{
+    type Summary: Copy + Send + Sync + 'static;
+    fn summary(&self) -> Self::Summary;
+}
+
+/// Sites are counted by phase (the `sites_by_phase` gauge).
+impl Pack for Site {
+    type Summary = Option<crate::crd::Phase>;
+    fn summary(&self) -> Self::Summary {
+        self.status.as_ref().and_then(|s| s.phase)
+    }
+}
+
+/// Volumes are only read.
+impl Pack for crate::watched::Volume {
+    type Summary = ();
+    fn summary(&self) {}
+}
+
+/// A value held as its JSON text and decoded again on every read: a third of the memory of a
+/// Site kept as the struct (a struct with a dozen optional fields in its metadata, a string
+/// and a map node for each of its few values), for a kind the operator reads a few times per
+/// reconcile but keeps for every object of the namespace.
+pub struct Packed<V: Pack> {
+    name: Box<str>,
+    json: Box<[u8]>,
+    summary: V::Summary,
+}
+
+impl<V: Pack> Held for Packed<V> {
+    fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl<V: Pack> Hold<V> for Packed<V> {
+    fn hold(value: &V) -> Self {
+        Packed {
+            name: value.name().into(),
+            // Serialising a value of a derived `Serialize` into memory cannot fail (no maps
+            // with other keys than strings).
+            json: serde_json::to_vec(value).unwrap_or_default().into(),
+            summary: value.summary(),
+        }
+    }
+
+    fn value(&self) -> Arc<V> {
+        // The text is the table's own encoding of a value of this type (tested).
+        Arc::new(serde_json::from_slice(&self.json).expect("a packed value decodes"))
+    }
+}
+
+impl<V: Pack> Table<V, Packed<V>> {
+    /// The summary of every value.
+    pub fn summaries(&self) -> Vec<V::Summary> {
+        self.read().iter().map(|e| e.0.summary).collect()
+    }
+}
+
+/// Values of one kind by name, held as `H` holds them.
+pub struct Table<V, H = Arc<V>> {
+    inner: Arc<Inner<H>>,
+    kind: std::marker::PhantomData<fn() -> V>,
 }
 
 /// The records of one owned kind.
 pub type Records<K> = Table<Kept<K>>;
 
+/// The Sites, packed.
+pub type Sites = Table<Site, Packed<Site>>;
+
+/// The volumes, packed.
+pub type Volumes = Table<crate::watched::Volume, Packed<crate::watched::Volume>>;
+
 /// The values by name: a set of entries hashed and compared by the value's name, so that the
 /// name is not kept a second time as a key.
-type Map<V> = HashSet<Entry<V>>;
+type Map<H> = HashSet<Entry<H>>;
 
-struct Entry<V>(Arc<V>);
+struct Entry<H>(H);
 
-impl<V: Named> Hash for Entry<V> {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+impl<H: Held> Hash for Entry<H> {
+    fn hash<S: std::hash::Hasher>(&self, state: &mut S) {
         // As `str` hashes: lookups by `&str` go through `Borrow<str>`.
         self.0.name().hash(state)
     }
 }
 
-impl<V: Named> PartialEq for Entry<V> {
+impl<H: Held> PartialEq for Entry<H> {
     fn eq(&self, other: &Self) -> bool {
         self.0.name() == other.0.name()
     }
 }
 
-impl<V: Named> Eq for Entry<V> {}
+impl<H: Held> Eq for Entry<H> {}
 
-impl<V: Named> std::borrow::Borrow<str> for Entry<V> {
+impl<H: Held> std::borrow::Borrow<str> for Entry<H> {
     fn borrow(&self) -> &str {
         self.0.name()
     }
 }
 
-struct Inner<V> {
-    values: RwLock<Map<V>>,
+struct Inner<H> {
+    values: RwLock<Map<H>>,
     /// The values of a re-list in progress.
-    relist: Mutex<Option<Map<V>>>,
+    relist: Mutex<Option<Map<H>>>,
     /// True once the first list is complete.
     ready: tokio::sync::watch::Sender<bool>,
 }
 
-impl<V> Clone for Table<V> {
+impl<V, H> Clone for Table<V, H> {
     fn clone(&self) -> Self {
         Table {
             inner: self.inner.clone(),
+            kind: std::marker::PhantomData,
         }
     }
 }
 
-impl<V> Default for Table<V> {
+impl<V, H> Default for Table<V, H> {
     fn default() -> Self {
         Table {
             inner: Arc::new(Inner {
@@ -177,19 +288,25 @@ impl<V> Default for Table<V> {
                 relist: Mutex::default(),
                 ready: tokio::sync::watch::channel(false).0,
             }),
+            kind: std::marker::PhantomData,
         }
     }
 }
 
-impl<V: Named> Table<V> {
+impl<V: Named, H: Hold<V>> Table<V, H> {
     /// The value named `name`.
     pub fn get(&self, name: &str) -> Option<Arc<V>> {
-        self.read().get(name).map(|e| e.0.clone())
+        self.read().get(name).map(|e| e.0.value())
     }
 
     /// Every value.
     pub fn state(&self) -> Vec<Arc<V>> {
-        self.read().iter().map(|e| e.0.clone()).collect()
+        self.read().iter().map(|e| e.0.value()).collect()
+    }
+
+    /// The name of every value.
+    pub fn names(&self) -> Vec<String> {
+        self.read().iter().map(|e| e.0.name().to_string()).collect()
     }
 
     pub fn len(&self) -> usize {
@@ -211,7 +328,7 @@ impl<V: Named> Table<V> {
         let relist = || self.inner.relist.lock().unwrap_or_else(|e| e.into_inner());
         match event {
             watcher::Event::Apply(obj) => {
-                self.write().replace(Entry(Arc::new(obj.clone())));
+                self.write().replace(Entry(H::hold(obj)));
             }
             watcher::Event::Delete(obj) => {
                 self.write().remove(obj.name());
@@ -219,7 +336,7 @@ impl<V: Named> Table<V> {
             watcher::Event::Init => *relist() = Some(Map::default()),
             watcher::Event::InitApply(obj) => {
                 if let Some(map) = relist().as_mut() {
-                    map.replace(Entry(Arc::new(obj.clone())));
+                    map.replace(Entry(H::hold(obj)));
                 }
             }
             watcher::Event::InitDone => {
@@ -230,11 +347,11 @@ impl<V: Named> Table<V> {
         }
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, Map<V>> {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Map<H>> {
         self.inner.values.read().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Map<V>> {
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Map<H>> {
         self.inner.values.write().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -314,5 +431,108 @@ mod tests {
             .expect("ready after the first list")
             .unwrap();
         assert!(records.get("b").is_none() && records.get("c").is_none());
+    }
+
+    /// A packed table answers the Sites it was given, field for field (what the reconciler and
+    /// the watch's change tests compare).
+    #[test]
+    fn packed_sites_read_back_as_they_were_kept() {
+        let rich: Site = serde_json::from_value(serde_json::json!({
+            "apiVersion": "sites.ecmwf.int/v1",
+            "kind": "Site",
+            "metadata": {
+                "name": "docs-handbook", "namespace": "sites", "uid": "u-1",
+                "resourceVersion": "42", "generation": 3,
+                "creationTimestamp": "2026-12-01T10:00:00Z",
+                "deletionTimestamp": "2026-12-02T10:00:00Z",
+                "deletionGracePeriodSeconds": 0,
+                "finalizers": ["sites.ecmwf.int/cleanup"],
+                "labels": {"team": "docs", "empty": ""},
+                "annotations": {"sites.ecmwf.int/upgrade-request": "u-2", "note": "a \"quoted\" é"},
+                "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "u-3"}]
+            },
+            "spec": {
+                "name": "handbook", "owner": "jdoe", "type": "static",
+                "description": "Team handbook", "created_by": "jdoe", "updated_by": "jroe",
+                "created_at": "2026-01-01", "updated_at": "2026-02-01",
+                "configuration": {
+                    "space": "docs", "enabled": false,
+                    "applications": [
+                        {"name": "static"},
+                        {"name": "app", "image": "r/app:1", "port": 8080,
+                         "env": {"A": "1"}, "annotations": {"x": "y"},
+                         "paths": [{"path": "/api", "pathType": "Prefix"}]}
+                    ],
+                    "headers": {"X-Frame-Options": "SAMEORIGIN"},
+                    "quota": "2Gi", "retention_date": "2027-12-31",
+                    "share": {"administrator_users": ["jdoe"], "users": ["u"], "groups": ["g"]},
+                    "settings": {"replicas": 2, "monitored": true, "error_handling": "strict",
+                                 "resource_limits": {"cpu": "500m", "memory": "256Mi"},
+                                 "routing": {"weight": 1}},
+                    "routing": {"host": "h", "tls": {"on": true}}
+                }
+            },
+            "status": {
+                "phase": "Running", "path": "/docs/handbook/", "all_steps_started": true,
+                "observedGeneration": 3,
+                "problems": [{"name": "web", "kind": "Pod", "reason": "r", "message": "m"}],
+                "conditions": [{"type": "Available", "status": "True", "reason": "Ready",
+                                "message": "ok", "lastTransitionTime": "2026-12-01T10:01:00Z",
+                                "observedGeneration": 3}]
+            }
+        }))
+        .expect("a Site");
+        let status = rich.status.as_ref().expect("status");
+        assert!(status.problems.len() == 1 && status.conditions.len() == 1);
+        assert!(status.all_steps_started.is_some() && rich.spec.configuration.routing.is_some());
+        assert!(rich.spec.configuration.settings.resource_limits.is_some());
+        let bare: Site = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "bare"},
+            "spec": {"name": "bare", "owner": "o", "type": "static", "configuration": {"space": "s"}}
+        }))
+        .expect("a Site");
+        let sites = Sites::default();
+        for site in [&rich, &bare] {
+            sites.apply(&Event::Apply(site.clone()));
+            let read = sites.get(Named::name(site)).expect("held");
+            assert_eq!(&*read, site);
+            assert_eq!(
+                serde_json::to_value(&*read).unwrap(),
+                serde_json::to_value(site).unwrap()
+            );
+        }
+        assert_eq!(sites.len(), 2);
+        assert_eq!(sites.names().len(), 2);
+        assert_eq!(
+            sites.summaries().iter().flatten().count(),
+            1,
+            "one Site has a phase"
+        );
+        sites.apply(&Event::Delete(bare.clone()));
+        assert!(sites.get("bare").is_none());
+        assert_eq!(sites.state().len(), 1);
+    }
+
+    /// Volumes too.
+    #[test]
+    fn packed_volumes_read_back_as_they_were_kept() {
+        let volume: crate::watched::Volume = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "pv-1", "labels": {"sites.ecmwf.int/id": "docs-handbook"},
+                         "annotations": {"sites.ecmwf.int/x": "y"}},
+            "spec": {"claimRef": {"kind": "PersistentVolumeClaim", "namespace": "sites",
+                                  "name": "data-docs-handbook-0", "uid": "u-9"}},
+            "status": {"phase": "Released"}
+        }))
+        .expect("a volume");
+        assert!(
+            volume
+                .spec
+                .as_ref()
+                .and_then(|s| s.claim_ref.as_ref())
+                .is_some()
+        );
+        let volumes = Volumes::default();
+        volumes.apply(&Event::Apply(volume.clone()));
+        assert_eq!(volumes.get("pv-1").as_deref(), Some(&volume));
     }
 }
