@@ -2,8 +2,10 @@
 //! and volumes are kept by name in a [`Table`] filled from a watch as kube's reflector store is (a
 //! re-list is collected and replaces the table when it is complete), without what a reflector
 //! store keeps besides each object (its `ObjectMeta` and an object reference with four strings
-//! as the key). Sites and volumes are held [`Packed`]: as their JSON text, decoded on each read. The operator watches these kinds in its own namespace only (volumes are
-//! cluster-scoped), so the name is the key. [`Cache`] is what the watches and the indexes need of either kind of cache.
+//! as the key). Sites and volumes are held [`Packed`]: as their JSON text, decoded on each read.
+//! The operator watches these kinds in its own namespace only (volumes are cluster-scoped), so
+//! the name is the key. [`Cache`] is what the watches and the indexes need of either kind of
+//! cache.
 
 use std::collections::HashSet;
 use std::hash::Hash;
@@ -181,7 +183,7 @@ impl Pack for crate::watched::Volume {
     fn summary(&self) {}
 }
 
-/// A value held as its JSON text and decoded again on every read: a third of the memory of a
+/// A value held as its JSON text and decoded again on every read: under half the memory of a
 /// Site kept as the struct (a struct with a dozen optional fields in its metadata, a string
 /// and a map node for each of its few values), for a kind the operator reads a few times per
 /// reconcile but keeps for every object of the namespace.
