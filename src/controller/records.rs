@@ -134,9 +134,12 @@ where
 
 /// How a [`Table`] holds a value: shared as it came (`Arc<V>`), or [`Packed`].
 pub trait Hold<V>: Held {
+    /// What a read takes of the held value under the table's lock: cheap to take, opened into
+    /// the value (decoded, for a packed one) once the lock is released.
+    type Handle;
     fn hold(value: &V) -> Self;
-    /// The value held.
-    fn value(&self) -> Arc<V>;
+    fn handle(&self) -> Self::Handle;
+    fn open(handle: Self::Handle) -> Arc<V>;
 }
 
 /// A held value's name (what the table's entries are hashed and compared by).
@@ -151,12 +154,18 @@ impl<V: Named + Send + Sync + 'static> Held for Arc<V> {
 }
 
 impl<V: Named + Send + Sync + 'static> Hold<V> for Arc<V> {
+    type Handle = Arc<V>;
+
     fn hold(value: &V) -> Self {
         Arc::new(value.clone())
     }
 
-    fn value(&self) -> Arc<V> {
+    fn handle(&self) -> Arc<V> {
         self.clone()
+    }
+
+    fn open(handle: Arc<V>) -> Arc<V> {
+        handle
     }
 }
 
@@ -189,7 +198,7 @@ impl Pack for crate::watched::Volume {
 /// reconcile but keeps for every object of the namespace.
 pub struct Packed<V: Pack> {
     name: Box<str>,
-    json: Box<[u8]>,
+    json: Arc<[u8]>,
     summary: V::Summary,
 }
 
@@ -200,6 +209,8 @@ impl<V: Pack> Held for Packed<V> {
 }
 
 impl<V: Pack> Hold<V> for Packed<V> {
+    type Handle = Arc<[u8]>;
+
     fn hold(value: &V) -> Self {
         Packed {
             name: value.name().into(),
@@ -210,9 +221,13 @@ impl<V: Pack> Hold<V> for Packed<V> {
         }
     }
 
-    fn value(&self) -> Arc<V> {
+    fn handle(&self) -> Arc<[u8]> {
+        self.json.clone()
+    }
+
+    fn open(json: Arc<[u8]>) -> Arc<V> {
         // The text is the table's own encoding of a value of this type (tested).
-        Arc::new(serde_json::from_slice(&self.json).expect("a packed value decodes"))
+        Arc::new(serde_json::from_slice(&json).expect("a packed value decodes"))
     }
 }
 
@@ -298,12 +313,14 @@ impl<V, H> Default for Table<V, H> {
 impl<V: Named, H: Hold<V>> Table<V, H> {
     /// The value named `name`.
     pub fn get(&self, name: &str) -> Option<Arc<V>> {
-        self.read().get(name).map(|e| e.0.value())
+        let handle = self.read().get(name).map(|e| e.0.handle())?;
+        Some(H::open(handle))
     }
 
     /// Every value.
     pub fn state(&self) -> Vec<Arc<V>> {
-        self.read().iter().map(|e| e.0.value()).collect()
+        let handles: Vec<H::Handle> = self.read().iter().map(|e| e.0.handle()).collect();
+        handles.into_iter().map(H::open).collect()
     }
 
     /// The name of every value.
