@@ -4,14 +4,18 @@
 //! and the server's CPU time per 1,000 requests (from the server threads' scheduler statistics).
 //!
 //! The server also answers `/fixed-allowed` with fixed bytes after reading the body, without
-//! decoding it: comparing it with
-//! `/validate-sites` in the same run gives the cost of the rules (decode → validate → encode).
+//! decoding it, through the same layers (body limit, request metrics) as the webhooks:
+//! comparing it with `/validate-sites` in the same run gives the cost of the handler (decode →
+//! validate → encode). `/fixed-bare` is the same answer without the layers (run by the
+//! quick bench, and in the full matrix when `WEBHOOK_PATH` selects it).
 //!
 //! Run: `cargo bench --bench webhook` (full matrix, 5 s per case; `WEBHOOK_SECONDS=N` changes
 //! the duration, `WEBHOOK_QUICK=1` runs only the typical Site at 16 connections over http/1.1,
-//! validate and fixed, as `make bench` does; `WEBHOOK_BODY=typical|large` and
-//! `WEBHOOK_PROTO=http/1.1|h2` and `WEBHOOK_PATH=/validate-sites|/mutate-sites|/fixed-allowed`
-//! select cases).
+//! validate, fixed and bare, as `make bench` does; `WEBHOOK_BODY=typical|large` and
+//! `WEBHOOK_PROTO=http/1.1|h2` and
+//! `WEBHOOK_PATH=/validate-sites|/mutate-sites|/fixed-allowed|/fixed-bare` and
+//! `WEBHOOK_CONNS=1|16|64|1x16` select cases; `1x16` is h2's one connection with 16 streams in
+//! flight, the way the API server multiplexes its calls).
 
 #[path = "common/bodies.rs"]
 mod bodies;
@@ -37,6 +41,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const SERVER_THREAD: &str = "webhook-server";
 const FIXED: &str = "/fixed-allowed";
+const FIXED_BARE: &str = "/fixed-bare";
 const ALLOWED: &[u8] = b"\"allowed\":true";
 /// What the server answers for an allowed review, as fixed bytes (the baseline handler).
 const FIXED_ALLOWED: &str = r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"6e2b1f0c-0000-4000-8000-000000000001","allowed":true}}"#;
@@ -61,6 +66,9 @@ struct Case {
     path: &'static str,
     proto: Proto,
     connections: usize,
+    /// Requests in flight on each connection: 1, or more over h2 (streams on one connection, as
+    /// the API server multiplexes its calls to a webhook).
+    streams: usize,
 }
 
 struct Outcome {
@@ -203,6 +211,12 @@ async fn run_case(
     let started = Instant::now();
     let deadline = started + duration;
     let mut tasks = Vec::new();
+    let senders = senders.into_iter().flat_map(|s| match s {
+        Sender::H2(h2) => (0..case.streams)
+            .map(|_| Sender::H2(h2.clone()))
+            .collect::<Vec<_>>(),
+        http1 => vec![http1],
+    });
     for mut sender in senders {
         let body = body.clone();
         let path = case.path;
@@ -251,6 +265,7 @@ fn percentile(sorted: &[u64], p: f64) -> f64 {
 }
 
 fn main() {
+    sites_operator::allocator::tune();
     let seconds: f64 = std::env::var("WEBHOOK_SECONDS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -276,14 +291,19 @@ fn main() {
         metrics: WebhookMetrics::register(&registry).expect("metrics"),
         platform: Default::default(),
     };
-    let app = server::router(state).route(
-        FIXED,
-        // Reads the body, as the webhooks do, without decoding it.
+    // The fixed answer goes through the server's layers (the body limit, the request metrics)
+    // as the webhooks do, so the difference is the handler's alone; `/fixed-bare` skips them.
+    fn fixed<S: Clone + Send + Sync + 'static>() -> axum::routing::MethodRouter<S> {
         post(|body: Bytes| async move {
+            // Reads the body, as the webhooks do, without decoding it.
             std::hint::black_box(body);
             ([(header::CONTENT_TYPE, "application/json")], FIXED_ALLOWED)
-        }),
-    );
+        })
+    }
+    let mut observed = server::WEBHOOKS.to_vec();
+    observed.push(FIXED);
+    let app = server::with_layers(server::routes().route(FIXED, fixed()), &observed, state)
+        .route(FIXED_BARE, fixed());
 
     // The server gets its own runtime with two workers, as the operator has on a 2-core node.
     let server_rt = tokio::runtime::Builder::new_multi_thread()
@@ -324,20 +344,46 @@ fn main() {
         &["typical", "large"]
     };
     let paths: &[&str] = if quick {
-        &[server::VALIDATE_SITES, FIXED]
+        &[server::VALIDATE_SITES, FIXED, FIXED_BARE]
     } else {
-        &[server::VALIDATE_SITES, server::MUTATE_SITES, FIXED]
+        &[
+            server::VALIDATE_SITES,
+            server::MUTATE_SITES,
+            FIXED,
+            FIXED_BARE,
+        ]
     };
     let only = |var: &str, value: &str| std::env::var(var).map_or(true, |v| v == value);
+    // The bare answer runs in the quick bench and when selected.
+    let bare_selected = std::env::var("WEBHOOK_PATH").is_ok_and(|p| p == FIXED_BARE);
+    let paths: Vec<&str> = paths
+        .iter()
+        .copied()
+        .filter(|&p| p != FIXED_BARE || quick || bare_selected)
+        .collect();
     for &body in sizes.iter().filter(|b| only("WEBHOOK_BODY", b)) {
         for &proto in protos.iter().filter(|p| only("WEBHOOK_PROTO", p.name())) {
-            for &connections in conns {
+            // Over h2 also one connection with 16 streams in flight.
+            let shapes = conns
+                .iter()
+                .map(|&c| (c, 1))
+                .chain((proto == Proto::H2 && !quick).then_some((1, 16)));
+            for (connections, streams) in shapes {
+                let shape = if streams > 1 {
+                    format!("{connections}x{streams}")
+                } else {
+                    connections.to_string()
+                };
+                if !only("WEBHOOK_CONNS", &shape) {
+                    continue;
+                }
                 for &path in paths.iter().filter(|p| only("WEBHOOK_PATH", p)) {
                     cases.push(Case {
                         body,
                         path,
                         proto,
                         connections,
+                        streams,
                     });
                 }
             }
@@ -366,7 +412,11 @@ fn main() {
             "| {} | {} | {} | {} | {:.0} | {:.3} | {:.3} | {:.3} | {} | {:.1} |",
             case.body,
             case.proto.name(),
-            case.connections,
+            if case.streams > 1 {
+                format!("{}×{} streams", case.connections, case.streams)
+            } else {
+                case.connections.to_string()
+            },
             case.path,
             ok as f64 / o.elapsed.as_secs_f64(),
             percentile(&o.latencies, 0.50),

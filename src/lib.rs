@@ -11,9 +11,10 @@
 //! - the reconciler: caches, queue, reconcile recipe and every write to the cluster
 //!   ([`controller`]);
 //! - the one-shot commands ([`upgrade`], [`retention`]) and process wiring ([`app`], [`metrics`],
-//!   [`telemetry`]).
+//!   [`telemetry`], [`allocator`]).
 
 pub mod admission;
+pub mod allocator;
 pub mod app;
 pub mod certs;
 pub mod config;

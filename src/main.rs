@@ -11,7 +11,8 @@ use sites_operator::telemetry::{self, LogFormat};
 
 // mimalloc: at 10,000 Sites the operator's resident memory under the system allocator was about
 // three times its live heap (many small, long-lived cache objects), and every webhook request
-// allocates. Built without transparent huge pages (Cargo.toml); see BENCHMARKS.md.
+// allocates. Built without transparent huge pages (Cargo.toml), with a short purge delay
+// (`allocator::tune`); see BENCHMARKS.md.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -620,6 +621,7 @@ fn write_certs(
 const EXIT_INVALID: u8 = 2;
 
 fn main() -> ExitCode {
+    sites_operator::allocator::tune();
     let cli = Cli::parse();
     // The client crates' level (`sitesConfig.operator.dependency_log_level`) is set once `run`
     // has read the configuration.

@@ -96,11 +96,7 @@ impl WebhookMetrics {
         registry.register(Box::new(open_connections.clone()))?;
         registry.register(Box::new(connections_refused.clone()))?;
         // Series exist from the start, as controller-runtime does.
-        for webhook in [
-            crate::admission::server::MUTATE_SITES,
-            crate::admission::server::VALIDATE_SITES,
-            crate::admission::server::VALIDATE_CONFIG,
-        ] {
+        for webhook in crate::admission::server::WEBHOOKS {
             in_flight.with_label_values(&[webhook]);
             latency.with_label_values(&[webhook]);
             requests.with_label_values(&[webhook, "200"]);

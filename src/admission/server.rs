@@ -49,42 +49,87 @@ pub struct WebhookState {
     pub platform: Arc<super::Platform>,
 }
 
-/// The webhook routes.
+/// The webhook paths, each a series of the webhook metrics (`webhook` label).
+pub const WEBHOOKS: [&str; 3] = [MUTATE_SITES, VALIDATE_SITES, VALIDATE_CONFIG];
+
+/// The webhook server's application: [`routes`] with the server's layers.
 pub fn router(state: WebhookState) -> Router {
-    // Shared, not copied per request: axum clones the state for every request.
-    let metrics = Arc::new(state.metrics.clone());
-    let state = Arc::new(state);
+    with_layers(routes(), &WEBHOOKS, state)
+}
+
+/// The webhook routes, without the server's layers.
+pub fn routes() -> Router<Arc<WebhookState>> {
     Router::new()
         .route(MUTATE_SITES, post(mutate_sites))
         .route(VALIDATE_SITES, post(validate_sites))
         .route(VALIDATE_CONFIG, post(validate_config))
         .fallback(|| async { (StatusCode::NOT_FOUND, "not found: the webhooks are POST /mutate-sites, /validate-sites, /validate-config\n") })
+}
+
+/// `routes` with the server's layers: the body limit, and the request metrics of the paths in
+/// `observed` (other paths are served uncounted).
+pub fn with_layers(
+    routes: Router<Arc<WebhookState>>,
+    observed: &[&'static str],
+    state: WebhookState,
+) -> Router {
+    let observed = Arc::new(Observed::new(&state.metrics, observed));
+    routes
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
-        .layer(middleware::from_fn_with_state(metrics, observe))
-        .with_state(state)
+        .layer(middleware::from_fn_with_state(observed, observe))
+        .with_state(Arc::new(state))
+}
+
+/// The metrics of each observed path, resolved once: a request does not look its series up.
+struct Observed {
+    paths: Vec<PathMetrics>,
+    requests: prometheus::IntCounterVec,
+}
+
+struct PathMetrics {
+    path: &'static str,
+    in_flight: prometheus::IntGauge,
+    latency: prometheus::Histogram,
+    /// `requests_total{code="200"}`, the common answer.
+    ok: prometheus::IntCounter,
+}
+
+impl Observed {
+    fn new(metrics: &WebhookMetrics, paths: &[&'static str]) -> Observed {
+        Observed {
+            paths: paths
+                .iter()
+                .map(|&path| PathMetrics {
+                    path,
+                    in_flight: metrics.in_flight.with_label_values(&[path]),
+                    latency: metrics.latency.with_label_values(&[path]),
+                    ok: metrics.requests.with_label_values(&[path, "200"]),
+                })
+                .collect(),
+            requests: metrics.requests.clone(),
+        }
+    }
 }
 
 /// Counts requests, in-flight requests and latency per webhook path.
-async fn observe(State(metrics): State<Arc<WebhookMetrics>>, req: Request, next: Next) -> Response {
-    let webhook: &'static str = match req.uri().path() {
-        MUTATE_SITES => MUTATE_SITES,
-        VALIDATE_SITES => VALIDATE_SITES,
-        VALIDATE_CONFIG => VALIDATE_CONFIG,
-        _ => return next.run(req).await,
+async fn observe(State(observed): State<Arc<Observed>>, req: Request, next: Next) -> Response {
+    let path = req.uri().path();
+    let Some(m) = observed.paths.iter().find(|m| m.path == path) else {
+        return next.run(req).await;
     };
-    let in_flight = metrics.in_flight.with_label_values(&[webhook]);
-    in_flight.inc();
+    // Counted down when the request ends, also when its connection closed before the answer.
+    let _in_flight = Counted::new(&m.in_flight);
     let started = Instant::now();
     let response = next.run(req).await;
-    metrics
-        .latency
-        .with_label_values(&[webhook])
-        .observe(started.elapsed().as_secs_f64());
-    metrics
-        .requests
-        .with_label_values(&[webhook, response.status().as_str()])
-        .inc();
-    in_flight.dec();
+    m.latency.observe(started.elapsed().as_secs_f64());
+    if response.status() == StatusCode::OK {
+        m.ok.inc();
+    } else {
+        observed
+            .requests
+            .with_label_values(&[m.path, response.status().as_str()])
+            .inc();
+    }
     response
 }
 
@@ -395,9 +440,7 @@ pub async fn serve_tls_limited(
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!(%peer, error = %e, "cannot set TCP_NODELAY");
         }
-        let open = metrics
-            .as_ref()
-            .map(|m| OpenConnection::new(&m.open_connections));
+        let open = metrics.as_ref().map(|m| Counted::new(&m.open_connections));
         let acceptor = acceptor.clone();
         let builder = builder.clone();
         let service = TowerToHyperService::new(app.clone());
@@ -488,17 +531,18 @@ async fn idle_deadline(activity: &Activity, limits: Limits) {
     }
 }
 
-/// Counts a connection in `sites_webhook_open_connections` while it lives.
-struct OpenConnection(prometheus::IntGauge);
+/// Counts a connection or a request in a gauge (`sites_webhook_open_connections`, the in-flight
+/// requests) while it lives.
+struct Counted(prometheus::IntGauge);
 
-impl OpenConnection {
-    fn new(gauge: &prometheus::IntGauge) -> OpenConnection {
+impl Counted {
+    fn new(gauge: &prometheus::IntGauge) -> Counted {
         gauge.inc();
-        OpenConnection(gauge.clone())
+        Counted(gauge.clone())
     }
 }
 
-impl Drop for OpenConnection {
+impl Drop for Counted {
     fn drop(&mut self) {
         self.0.dec();
     }

@@ -413,11 +413,7 @@ fn valid_review(path: &str) -> String {
     String::from_utf8(body).unwrap()
 }
 
-const WEBHOOKS: [&str; 3] = [
-    server::MUTATE_SITES,
-    server::VALIDATE_SITES,
-    server::VALIDATE_CONFIG,
-];
+const WEBHOOKS: [&str; 3] = server::WEBHOOKS;
 
 /// `n` nested empty arrays.
 fn nested_arrays(n: usize) -> String {
@@ -680,6 +676,47 @@ async fn bodies_at_and_past_the_limit() {
         assert_eq!(status, 413, "{path} streamed past the limit: {text}");
         assert!(text.contains("length limit exceeded"), "{path}: {text}");
     }
+}
+
+/// A request whose client goes away before the answer (its connection closed, the request's
+/// future dropped) leaves `requests_in_flight` as it found it.
+#[tokio::test]
+async fn an_abandoned_request_is_no_longer_in_flight() {
+    use tower::ServiceExt as _;
+    const STUCK: &str = "/stuck";
+    let registry = Registry::new();
+    let metrics = WebhookMetrics::register(&registry).unwrap();
+    let in_flight = metrics.in_flight.with_label_values(&[STUCK]);
+    let state = WebhookState {
+        config: Arc::new(
+            PlatformConfig::load(
+                &repo_file("manifests/base/config.yaml"),
+                &Installation::default(),
+            )
+            .unwrap(),
+        )
+        .into(),
+        metrics,
+        platform: Default::default(),
+    };
+    // A handler that never answers, counted like the webhooks.
+    let routes = server::routes().route(
+        STUCK,
+        axum::routing::post(std::future::pending::<&'static str>),
+    );
+    let app = server::with_layers(routes, &[STUCK], state);
+    let req = http::Request::post(STUCK)
+        .body(axum::body::Body::empty())
+        .unwrap();
+    let request = tokio::spawn(app.oneshot(req));
+    eventually("the request in flight", Duration::from_secs(10), || {
+        let n = in_flight.get();
+        async move { (n == 1).then_some(()) }
+    })
+    .await;
+    request.abort();
+    assert!(request.await.unwrap_err().is_cancelled());
+    assert_eq!(in_flight.get(), 0);
 }
 
 /// A valid review cut at every offset, through the router in process: always a 400 naming the
