@@ -413,8 +413,6 @@ fn valid_review(path: &str) -> String {
     String::from_utf8(body).unwrap()
 }
 
-const WEBHOOKS: [&str; 3] = server::WEBHOOKS;
-
 /// `n` nested empty arrays.
 fn nested_arrays(n: usize) -> String {
     format!("{}{}", "[".repeat(n), "]".repeat(n))
@@ -433,7 +431,7 @@ async fn bad_admission_reviews_get_400_naming_the_problem_on_every_webhook() {
     let s = start(None).await;
     let client = Client::new(&s.bundle.ca_pem);
     let mut counted = std::collections::BTreeMap::<&str, usize>::new();
-    for path in WEBHOOKS {
+    for path in server::WEBHOOKS {
         let valid = valid_review(path);
         let object_field = if path == server::VALIDATE_CONFIG {
             "\"data\":{"
@@ -632,7 +630,7 @@ fn regex_free_remove(text: &str, prefix: &str) -> Vec<u8> {
 async fn bodies_at_and_past_the_limit() {
     let s = start(None).await;
     let client = Client::new(&s.bundle.ca_pem);
-    for path in WEBHOOKS {
+    for path in server::WEBHOOKS {
         let valid = valid_review(path);
         let padded = |len: usize| {
             let mut body = valid.clone().into_bytes();
@@ -735,7 +733,7 @@ async fn a_review_truncated_at_any_offset_is_a_400() {
         platform: Default::default(),
     };
     let app = server::router(state);
-    for path in WEBHOOKS {
+    for path in server::WEBHOOKS {
         let valid = valid_review(path);
         for cut in 0..valid.len() {
             let req = http::Request::builder()
