@@ -95,12 +95,8 @@ impl WebhookMetrics {
         registry.register(Box::new(latency.clone()))?;
         registry.register(Box::new(open_connections.clone()))?;
         registry.register(Box::new(connections_refused.clone()))?;
-        // Series exist from the start, as controller-runtime does.
-        for webhook in crate::admission::server::WEBHOOKS {
-            in_flight.with_label_values(&[webhook]);
-            latency.with_label_values(&[webhook]);
-            requests.with_label_values(&[webhook, "200"]);
-        }
+        // The series of each webhook path are made with the server's router
+        // (`admission::server::with_layers`), so they exist from the start.
         Ok(WebhookMetrics {
             requests,
             in_flight,

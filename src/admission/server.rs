@@ -81,6 +81,7 @@ pub fn with_layers(
 }
 
 /// The metrics of each observed path, resolved once: a request does not look its series up.
+/// Resolving them makes the series, so they exist from the start, as controller-runtime's do.
 struct Observed {
     paths: Vec<PathMetrics>,
     requests: prometheus::IntCounterVec,
