@@ -4,6 +4,8 @@
 //! comment because the comments become the schema descriptions `kubectl explain` shows.
 //! `manifests/base/crd.yaml` is the output of [`crd_yaml`]; a test fails when the two drift.
 
+mod names;
+
 use std::collections::BTreeMap;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
@@ -14,6 +16,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
+
+pub use names::Names;
 
 /// API group of the Site resource.
 pub const GROUP: &str = "sites.ecmwf.int";
@@ -157,14 +161,17 @@ pub struct ApplicationPath {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 pub struct Share {
     /// User names with administrator rights on the site.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub administrator_users: Vec<String>,
+    #[serde(default, skip_serializing_if = "Names::is_empty")]
+    #[schemars(with = "Vec<String>")]
+    pub administrator_users: Names,
     /// User names allowed to use the site.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub users: Vec<String>,
+    #[serde(default, skip_serializing_if = "Names::is_empty")]
+    #[schemars(with = "Vec<String>")]
+    pub users: Names,
     /// Group names allowed to use the site.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub groups: Vec<String>,
+    #[serde(default, skip_serializing_if = "Names::is_empty")]
+    #[schemars(with = "Vec<String>")]
+    pub groups: Names,
 }
 
 /// Runtime settings of the site.

@@ -7,6 +7,7 @@
 //!   field path.
 //! - [`validate_config`]: the platform configuration validator on the `sites-config` ConfigMap.
 
+mod applied;
 pub mod selfsigned;
 pub mod server;
 
@@ -58,7 +59,8 @@ pub fn deny<K: Resource>(
 
 /// A Site as an admission request carries it, decoded straight from the request body (no
 /// generic JSON tree): the webhook server's fast path. `apiVersion` and `kind` are kept so that
-/// an object of another kind is still refused.
+/// an object of another kind is still refused. Metadata and spec are boxed: a request holds two
+/// objects and is moved several times on its way to the handler.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SiteObject {
@@ -67,8 +69,8 @@ pub struct SiteObject {
     #[serde(default)]
     pub kind: Option<String>,
     #[serde(default, deserialize_with = "admission_meta")]
-    pub metadata: ObjectMeta,
-    pub spec: SiteSpec,
+    pub metadata: Box<ObjectMeta>,
+    pub spec: Box<SiteSpec>,
     #[serde(default)]
     pub status: Option<SiteStatus>,
 }
@@ -76,7 +78,7 @@ pub struct SiteObject {
 /// The metadata the admission handlers read: names and this operator's own annotations. The
 /// rest (managed fields, the `kubectl apply` annotation holding a copy of the whole object) is
 /// skipped unread, without allocating.
-fn admission_meta<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
+fn admission_meta<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Box<ObjectMeta>, D::Error> {
     #[derive(Deserialize)]
     #[serde(rename_all = "camelCase")]
     struct Meta {
@@ -92,14 +94,16 @@ fn admission_meta<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ObjectMeta, 
         annotations: Option<std::collections::BTreeMap<String, String>>,
     }
     let meta = Option::<Meta>::deserialize(d)?;
-    Ok(meta.map_or_else(ObjectMeta::default, |m| ObjectMeta {
-        name: m.name,
-        generate_name: m.generate_name,
-        namespace: m.namespace,
-        uid: m.uid,
-        annotations: m.annotations,
-        ..ObjectMeta::default()
-    }))
+    Ok(Box::new(meta.map_or_else(ObjectMeta::default, |m| {
+        ObjectMeta {
+            name: m.name,
+            generate_name: m.generate_name,
+            namespace: m.namespace,
+            uid: m.uid,
+            annotations: m.annotations,
+            ..ObjectMeta::default()
+        }
+    })))
 }
 
 /// A string value read without keeping it (anything else is an error, as for a kept one).
@@ -110,7 +114,10 @@ fn admission_meta<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ObjectMeta, 
 /// escape is parsed fully, so a lone surrogate is refused as the generic path refuses it. Only
 /// serde_json decoding from text or bytes can lend raw values: [`SiteObject`] is decoded with
 /// `serde_json::from_str` (the server) or `from_slice`, never from a reader or a `Value`.
-struct SkippedString;
+struct SkippedString {
+    /// Where the value starts in the decoded text (its opening quote).
+    at: *const u8,
+}
 
 impl<'de> Deserialize<'de> for SkippedString {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -126,11 +133,13 @@ impl<'de> Deserialize<'de> for SkippedString {
         if text.contains("\\u") {
             serde_json::from_str::<String>(text).map_err(D::Error::custom)?;
         }
-        Ok(SkippedString)
+        Ok(SkippedString { at: text.as_ptr() })
     }
 }
 
-/// The `sites.ecmwf.int/` annotations; other values (strings) are skipped.
+/// The `sites.ecmwf.int/` annotations; other values (strings) are skipped. Where the value of
+/// the `kubectl apply` annotation starts is reported to [`applied::met`] (the server may have
+/// cut it out of the body: [`applied::Cut`]).
 fn own_annotations<'de, D: serde::Deserializer<'de>>(
     d: D,
 ) -> Result<Option<std::collections::BTreeMap<String, String>>, D::Error> {
@@ -164,7 +173,10 @@ fn own_annotations<'de, D: serde::Deserializer<'de>>(
                     let value = map.next_value::<String>()?;
                     out.insert(key, value);
                 } else {
-                    map.next_value::<SkippedString>()?;
+                    let skipped = map.next_value::<SkippedString>()?;
+                    if key == applied::ANNOTATION {
+                        applied::met(skipped.at);
+                    }
                 }
             }
             Ok(Some(out))
@@ -209,8 +221,8 @@ impl SiteObject {
             check_site_type(api_version, kind, field)?;
         }
         Ok(Site {
-            metadata: self.metadata,
-            spec: self.spec,
+            metadata: *self.metadata,
+            spec: *self.spec,
             status: self.status,
         })
     }

@@ -193,8 +193,22 @@ struct SiteRequest {
 
 /// Decodes an AdmissionReview of a Site (the Site handlers' path): [`decode_as`] for
 /// [`SiteObject`] without decoding what the handlers never read.
+///
+/// The values of the `kubectl apply` annotation are cut out of the body first when they are
+/// where the API server writes them (see [`super::applied`]): what is left decodes several
+/// times faster, to the same request.
 pub fn decode_site(body: &[u8]) -> Result<AdmissionRequest<SiteObject>, String> {
-    let review: SiteEnvelope = serde_json::from_str(utf8(body)?)
+    let text = utf8(body)?;
+    if let Some(cut) = super::applied::Cut::of(text)
+        && let Some(req) = cut.decode(decode_site_text)
+    {
+        return Ok(req);
+    }
+    decode_site_text(text)
+}
+
+pub(super) fn decode_site_text(text: &str) -> Result<AdmissionRequest<SiteObject>, String> {
+    let review: SiteEnvelope = serde_json::from_str(text)
         .map_err(|e| format!("the body is not an AdmissionReview: {e}"))?;
     let types = envelope_types(review.api_version, review.kind)?;
     let r = review

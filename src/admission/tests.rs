@@ -2033,3 +2033,75 @@ fn lean_site_decoding_agrees_with_the_full_decoding() {
         }
     }
 }
+
+/// The `kubectl apply` annotation is cut out before decoding where the API server writes it
+/// (`applied`), and the request is the one the whole body gives. The same key in a user's map
+/// (route annotations, headers) is not the annotation: such a body is decoded whole, the user's
+/// value kept.
+#[test]
+fn the_apply_annotation_is_cut_from_the_metadata_only() {
+    let review = |object: &Value| {
+        serde_json::to_vec(&json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {
+                "uid": "req-1",
+                "kind": {"group": "sites.ecmwf.int", "version": "v1", "kind": "Site"},
+                "resource": {"group": "sites.ecmwf.int", "version": "v1", "resource": "sites"},
+                "name": "docs-handbook", "namespace": "sites", "operation": "UPDATE",
+                "userInfo": {"username": "jdoe"}, "object": object, "oldObject": object
+            }
+        }))
+        .unwrap()
+    };
+    let mut site = handbook().json();
+    site["metadata"]["annotations"] = json!({
+        applied::ANNOTATION: serde_json::to_string(&site).unwrap(),
+        "sites.ecmwf.int/upgrade-request": "force",
+    });
+    let body = review(&site);
+    let text = std::str::from_utf8(&body).unwrap();
+    let cut = applied::Cut::of(text).expect("the annotation is cut");
+    assert!(
+        cut.decode(server::decode_site_text).is_some(),
+        "the cut body is taken"
+    );
+    let lean = server::decode_site(&body).unwrap();
+    let whole = server::decode_as::<SiteObject>(&body).unwrap();
+    assert_eq!(format!("{:?}", lean.object), format!("{:?}", whole.object));
+    assert_eq!(
+        format!("{:?}", lean.old_object),
+        format!("{:?}", whole.old_object)
+    );
+    let kept = lean.object.unwrap().metadata.annotations.unwrap();
+    assert_eq!(
+        kept,
+        [(
+            "sites.ecmwf.int/upgrade-request".to_string(),
+            "force".to_string()
+        )]
+        .into()
+    );
+
+    for place in ["headers", "applications"] {
+        let mut users = site.clone();
+        let map = json!({applied::ANNOTATION: "the user's value"});
+        users["spec"]["configuration"][place] = if place == "headers" {
+            map
+        } else {
+            json!([{"name": "static", "annotations": map}])
+        };
+        let body = review(&users);
+        let cut = applied::Cut::of(std::str::from_utf8(&body).unwrap()).expect("cut");
+        assert!(
+            cut.decode(server::decode_site_text).is_none(),
+            "{place}: a cut outside the metadata is refused"
+        );
+        let lean = server::decode_site(&body).unwrap();
+        let whole = server::decode_as::<SiteObject>(&body).unwrap();
+        assert_eq!(format!("{:?}", lean.object), format!("{:?}", whole.object));
+        assert!(
+            format!("{:?}", lean.object).contains("the user's value"),
+            "{place}"
+        );
+    }
+}

@@ -1,0 +1,423 @@
+//! The `kubectl apply` annotation, cut out of a review body before the Site is decoded.
+//!
+//! `kubectl.kubernetes.io/last-applied-configuration` holds a copy of the whole object as an
+//! escaped JSON string. The handlers never read it, but a JSON decoder still walks it escape by
+//! escape, one stop per escaped quote: for a Site shared with thousands of users that was the
+//! larger part of the decoding time. [`Cut::of`] finds the annotation's values where the API
+//! server writes them (compact JSON: `{"kubectl…":"` or `,"kubectl…":"`), checks that each is a
+//! valid JSON string with a scan of 64 bytes at a time ([`string_len`]), and writes the body
+//! again with those values empty. [`Cut::decode`] accepts what decodes from the cut body only if
+//! every emptied value was met by the decoder as the annotation's value in the metadata of an
+//! object (see [`met`]).
+//!
+//! Why the result is then the one the whole body gives: the two texts are the same up to the
+//! first cut, so the decoder reaches it in the same state; there it read a value that starts at
+//! the cut and that it skips unread (the annotation); in the original body the value starting
+//! there is the string [`string_len`] checked, which the decoder would have accepted and skipped
+//! the same way (it is valid, and has no `\u` escape, the only kind it would look into); after
+//! that value both texts continue alike, up to the next cut. A body with a cut value anywhere
+//! else (the same key in a user's map, say) is decoded whole.
+
+use std::cell::RefCell;
+use std::sync::LazyLock;
+
+use memchr::memmem::Finder;
+
+/// The key, with the quotes around it and the opening quote of its value, as the API server
+/// writes it.
+const KEY: &str = "\"kubectl.kubernetes.io/last-applied-configuration\":\"";
+
+static FIND_KEY: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(KEY));
+
+/// The annotation's name.
+pub(super) const ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// A review body with the values of the apply annotation emptied.
+#[derive(Debug)]
+pub(super) struct Cut {
+    text: String,
+    /// Where the emptied values start in `text` (their opening quote).
+    cuts: Vec<usize>,
+}
+
+impl Cut {
+    /// `body` with the apply annotation's values emptied, or `None` when there is nothing to cut.
+    pub(super) fn of(body: &str) -> Option<Cut> {
+        let bytes = body.as_bytes();
+        let mut text = String::new();
+        let mut cuts = Vec::new();
+        // `body[copied..]` is still to be copied into `text`.
+        let mut copied = 0;
+        let mut from = 0;
+        while let Some(found) = FIND_KEY.find(&bytes[from..]) {
+            let at = from + found;
+            let value = at + KEY.len();
+            // A quote after `{` or `,` opens a key: inside a string it would have been escaped,
+            // and a closing quote cannot be followed by a letter.
+            let opens_key = at > 0 && matches!(bytes[at - 1], b'{' | b',');
+            match string_len(&bytes[value..]).filter(|_| opens_key) {
+                Some(len) => {
+                    if len > 0 {
+                        if text.is_empty() {
+                            text.reserve(body.len());
+                        }
+                        text.push_str(&body[copied..value]);
+                        cuts.push(text.len() - 1);
+                        copied = value + len;
+                    }
+                    from = value + len + 1;
+                }
+                None => from = at + 1,
+            }
+        }
+        if cuts.is_empty() {
+            return None;
+        }
+        text.push_str(&body[copied..]);
+        Some(Cut { text, cuts })
+    }
+
+    /// What `decode` gives for the cut body, if every cut was met as the apply annotation's
+    /// value; `None` when the cut body does not decode or a cut was elsewhere.
+    pub(super) fn decode<T>(&self, decode: impl FnOnce(&str) -> Result<T, String>) -> Option<T> {
+        let recording = Recording::start();
+        let decoded = decode(&self.text).ok()?;
+        let met = recording.finish();
+        let base = self.text.as_ptr() as usize;
+        self.cuts
+            .iter()
+            .all(|cut| met.contains(&(base + cut)))
+            .then_some(decoded)
+    }
+
+    #[cfg(test)]
+    pub(super) fn text(&self) -> &str {
+        &self.text
+    }
+}
+
+thread_local! {
+    /// While a cut body is decoded: where the apply annotation's values met by the decoder
+    /// start (addresses in the decoded text). serde gives a visitor no context of its own; the
+    /// decoding runs on one thread, from start to end, within [`Cut::decode`].
+    static MET: RefCell<Option<Vec<usize>>> = const { RefCell::new(None) };
+}
+
+/// Records that the decoder met the apply annotation's value starting at `value` (its opening
+/// quote), when a cut body is being decoded.
+pub(super) fn met(value: *const u8) {
+    MET.with_borrow_mut(|met| {
+        if let Some(met) = met {
+            met.push(value as usize);
+        }
+    });
+}
+
+/// Records [`met`] values until finished or dropped (also on a panic of the decoder).
+struct Recording;
+
+impl Recording {
+    fn start() -> Recording {
+        MET.with_borrow_mut(|met| *met = Some(Vec::new()));
+        Recording
+    }
+
+    fn finish(self) -> Vec<usize> {
+        MET.with_borrow_mut(Option::take).unwrap_or_default()
+    }
+}
+
+impl Drop for Recording {
+    fn drop(&mut self) {
+        MET.with_borrow_mut(|met| *met = None);
+    }
+}
+
+/// The length of the JSON string content at the start of `text` (up to its closing quote), when
+/// it is valid and has no `\u` escape; `None` otherwise (a control character, an unknown escape,
+/// a `\u` escape, no closing quote).
+///
+/// 64 bytes at a time: masks of the backslashes, quotes and control characters of a block, the
+/// escaped characters from the backslash runs (odd runs escape the next character) without a
+/// branch per escape.
+pub(super) fn string_len(text: &[u8]) -> Option<usize> {
+    let mut escaped_in = 0u64;
+    let mut blocks = text.chunks_exact(64);
+    for (i, block) in blocks.by_ref().enumerate() {
+        let block = block.try_into().expect("64 bytes");
+        if let Some(end) = block_end(block, &mut escaped_in)? {
+            return Some(i * 64 + end);
+        }
+    }
+    let rest = blocks.remainder();
+    let mut block = [b' '; 64];
+    block[..rest.len()].copy_from_slice(rest);
+    // The padding has no quote: an end found is within the text.
+    let end = block_end(&block, &mut escaped_in)??;
+    Some(text.len() - rest.len() + end)
+}
+
+/// Where the string ends in `block` (`Some(None)`: not in this block), or `None` if it is not
+/// valid up to there.
+#[inline(always)]
+fn block_end(block: &[u8; 64], escaped_in: &mut u64) -> Option<Option<usize>> {
+    let m = Masks::of(block);
+    let escaped = escaped_chars(m.backslashes, escaped_in);
+    let quotes = m.quotes & !escaped;
+    // Everything before the closing quote, or the whole block.
+    let within = if quotes == 0 {
+        u64::MAX
+    } else {
+        (quotes & quotes.wrapping_neg()) - 1
+    };
+    if (m.control | (escaped & !m.known_escapes)) & within != 0 {
+        return None;
+    }
+    Some((quotes != 0).then(|| quotes.trailing_zeros() as usize))
+}
+
+/// The bytes of a block that matter in a string, one bit per byte.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Masks {
+    backslashes: u64,
+    quotes: u64,
+    /// Below U+0020: not allowed in a string.
+    control: u64,
+    /// What may follow a backslash (`u` aside).
+    known_escapes: u64,
+}
+
+impl Masks {
+    /// With SSE2, part of every x86_64 processor: 16 bytes per comparison.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    fn of(block: &[u8; 64]) -> Masks {
+        use std::arch::x86_64::*;
+        let mut m = Masks::default();
+        // SAFETY: SSE2 is in the x86_64 baseline; each load reads 16 bytes of `block`, unaligned
+        // loads being allowed.
+        unsafe {
+            let eq = |v: __m128i, c: u8| _mm_cmpeq_epi8(v, _mm_set1_epi8(c as i8));
+            let bits = |v: __m128i| u64::from(_mm_movemask_epi8(v) as u16);
+            let below_space = _mm_set1_epi8(0x1f);
+            for k in 0..4 {
+                let v = _mm_loadu_si128(block.as_ptr().add(16 * k).cast());
+                let backslash = eq(v, b'\\');
+                let quote = eq(v, b'"');
+                let control = _mm_cmpeq_epi8(_mm_max_epu8(v, below_space), below_space);
+                let known = _mm_or_si128(
+                    _mm_or_si128(
+                        _mm_or_si128(quote, backslash),
+                        _mm_or_si128(eq(v, b'/'), eq(v, b'b')),
+                    ),
+                    _mm_or_si128(
+                        _mm_or_si128(eq(v, b'f'), eq(v, b'n')),
+                        _mm_or_si128(eq(v, b'r'), eq(v, b't')),
+                    ),
+                );
+                let shift = 16 * k;
+                m.backslashes |= bits(backslash) << shift;
+                m.quotes |= bits(quote) << shift;
+                m.control |= bits(control) << shift;
+                m.known_escapes |= bits(known) << shift;
+            }
+        }
+        m
+    }
+
+    #[cfg(not(target_arch = "x86_64"))]
+    fn of(block: &[u8; 64]) -> Masks {
+        Masks::portable(block)
+    }
+
+    /// A byte at a time: other processors, and the reference of the tests.
+    #[cfg_attr(target_arch = "x86_64", allow(dead_code))]
+    fn portable(block: &[u8; 64]) -> Masks {
+        let mut m = Masks::default();
+        for (i, &b) in block.iter().enumerate() {
+            let bit = 1u64 << i;
+            if b == b'\\' {
+                m.backslashes |= bit;
+            }
+            if b == b'"' {
+                m.quotes |= bit;
+            }
+            if b < 0x20 {
+                m.control |= bit;
+            }
+            if matches!(b, b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') {
+                m.known_escapes |= bit;
+            }
+        }
+        m
+    }
+}
+
+/// The characters escaped by `backslashes` (the one after each odd run of backslashes),
+/// `escaped_in` telling whether the block's first character is escaped by the previous block,
+/// and set for the next one.
+fn escaped_chars(backslashes: u64, escaped_in: &mut u64) -> u64 {
+    const EVEN: u64 = 0x5555_5555_5555_5555;
+    // A backslash escaped by the previous block starts no run.
+    let backslashes = backslashes & !*escaped_in;
+    let follows_backslash = (backslashes << 1) | *escaped_in;
+    // Runs starting on odd bits; adding the backslashes carries each run start to its end.
+    let odd_starts = backslashes & !EVEN & !follows_backslash;
+    let (even_starts_ends, carried) = odd_starts.overflowing_add(backslashes);
+    *escaped_in = u64::from(carried);
+    // Run ends of runs that started on an even bit; the character after an odd run is on the
+    // other parity than its start.
+    let invert = even_starts_ends << 1;
+    (EVEN ^ invert) & follows_backslash
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// What [`string_len`] computes, a character at a time.
+    fn reference(text: &[u8]) -> Option<usize> {
+        let mut i = 0;
+        while i < text.len() {
+            match text[i] {
+                b'"' => return Some(i),
+                b'\\' => match text.get(i + 1)? {
+                    b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => i += 2,
+                    _ => return None,
+                },
+                b if b < 0x20 => return None,
+                _ => i += 1,
+            }
+        }
+        None
+    }
+
+    #[test]
+    fn string_lengths() {
+        let cases: &[(&str, Option<usize>)] = &[
+            (r#"""#, Some(0)),
+            (r#"abc"rest"#, Some(3)),
+            (r#"a\"b"c"#, Some(4)),
+            (r#"a\\"b"#, Some(3)),
+            (r#"a\\\"b"c"#, Some(6)),
+            (r#"\/\b\f\n\r\t""#, Some(12)),
+            ("é\"", Some(2)),
+            (r#"a\u0041""#, None),
+            (r#"a\x""#, None),
+            ("a\tb\"", None),
+            ("a\u{1f}\"", None),
+            ("no end", None),
+            (r#"ends in a backslash\"#, None),
+            ("", None),
+        ];
+        for (text, len) in cases {
+            assert_eq!(string_len(text.as_bytes()), *len, "{text:?}");
+            assert_eq!(reference(text.as_bytes()), *len, "{text:?}");
+        }
+        // Runs of backslashes across block boundaries.
+        for at in 58..70 {
+            for run in 1..6 {
+                let text = format!("{}{}\"x\"", "a".repeat(at), "\\".repeat(run));
+                assert_eq!(
+                    string_len(text.as_bytes()),
+                    reference(text.as_bytes()),
+                    "{at} {run}"
+                );
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn the_vector_masks_are_the_bytewise_ones(block in proptest::collection::vec(any::<u8>(), 64)) {
+            let block: [u8; 64] = block.try_into().unwrap();
+            prop_assert_eq!(Masks::of(&block), Masks::portable(&block));
+        }
+
+        #[test]
+        fn string_len_agrees_with_a_scan_a_character_at_a_time(
+            text in proptest::collection::vec(
+                prop_oneof![
+                    8 => Just(b'a'),
+                    4 => Just(b'\\'),
+                    1 => Just(b'"'),
+                    1 => Just(b'n'),
+                    1 => Just(b'u'),
+                    1 => Just(0x1f_u8),
+                ],
+                0..300,
+            )
+        ) {
+            prop_assert_eq!(string_len(&text), reference(&text));
+        }
+    }
+
+    fn body(annotations: &str) -> String {
+        format!(r#"{{"metadata":{{"annotations":{{{annotations}}}}},"spec":{{}}}}"#)
+    }
+
+    #[test]
+    fn the_apply_annotation_is_emptied_where_the_api_server_writes_it() {
+        let applied = r#""{\"kind\":\"Site\",\"spec\":{\"a\":\"\\\\\"}}""#;
+        let cases: &[(&str, Option<&str>)] = &[
+            // First, or after other annotations.
+            (
+                &format!(r#""{ANNOTATION}":{applied},"sites.ecmwf.int/x":"y""#),
+                Some(&format!(r#""{ANNOTATION}":"","sites.ecmwf.int/x":"y""#)),
+            ),
+            (
+                &format!(r#""a":"b","{ANNOTATION}":{applied}"#),
+                Some(&format!(r#""a":"b","{ANNOTATION}":"""#)),
+            ),
+            // Already empty, spaced out, not a string, a \u escape, a control character: left
+            // alone.
+            (&format!(r#""{ANNOTATION}":"""#), None),
+            (&format!(r#""{ANNOTATION}": {applied}"#), None),
+            (&format!(r#""{ANNOTATION}":null"#), None),
+            (&format!(r#""{ANNOTATION}":"\u0041""#), None),
+            (&format!("\"{ANNOTATION}\":\"a\tb\""), None),
+        ];
+        for (annotations, cut) in cases {
+            let got = Cut::of(&body(annotations));
+            assert_eq!(
+                got.as_ref().map(Cut::text),
+                cut.map(body).as_deref(),
+                "{annotations}"
+            );
+        }
+        // The key inside a string (escaped) is not cut; two objects are both cut.
+        let inner = format!(r#""x":"\"{ANNOTATION}\":\"v\"""#);
+        assert!(Cut::of(&body(&inner)).is_none());
+        let two = format!(
+            r#"[{},{}]"#,
+            body(&format!(r#""{ANNOTATION}":"a""#)),
+            body(&format!(r#""{ANNOTATION}":"b""#))
+        );
+        let cut = Cut::of(&two).expect("cut");
+        assert_eq!(cut.cuts.len(), 2);
+        assert_eq!(
+            cut.text().matches(&format!(r#""{ANNOTATION}":"""#)).count(),
+            2
+        );
+        for &at in &cut.cuts {
+            assert_eq!(&cut.text()[at..at + 2], r#""""#);
+        }
+    }
+
+    #[test]
+    fn a_cut_body_decodes_only_when_every_cut_was_met() {
+        let cut = Cut::of(&body(&format!(r#""{ANNOTATION}":"a""#))).expect("cut");
+        let at = cut.cuts[0];
+        let seen = cut.decode(|text| {
+            met(text[at..].as_ptr());
+            Ok(())
+        });
+        assert_eq!(seen, Some(()));
+        assert_eq!(cut.decode(|_| Ok(())), None, "not met");
+        assert_eq!(cut.decode(|_| Err::<(), _>("bad".to_string())), None);
+        // Outside a decoding, nothing is recorded.
+        met(at as *const u8);
+        assert!(MET.with_borrow(Option::is_none));
+    }
+}
