@@ -4,12 +4,9 @@ use super::*;
 use crate::config::{Installation, RoutingMode};
 use crate::fixtures::{CONFIG_YAML as CONFIG, config, config_for, config_gateway, handbook};
 
-fn request(
-    operation: &str,
-    object: Option<Value>,
-    old: Option<Value>,
-) -> AdmissionRequest<DynamicObject> {
-    let review = json!({
+/// An AdmissionReview of a Site, as the API server sends it.
+fn review(operation: &str, object: Option<Value>, old: Option<Value>) -> Value {
+    json!({
         "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
         "request": {
             "uid": "req-1",
@@ -19,9 +16,21 @@ fn request(
             "userInfo": {"username": "jdoe"},
             "object": object, "oldObject": old, "dryRun": false
         }
-    });
+    })
+}
+
+/// [`review`] as a request body (compact JSON, as the API server writes it).
+fn review_body(operation: &str, object: Option<Value>, old: Option<Value>) -> Vec<u8> {
+    serde_json::to_vec(&review(operation, object, old)).unwrap()
+}
+
+fn request(
+    operation: &str,
+    object: Option<Value>,
+    old: Option<Value>,
+) -> AdmissionRequest<DynamicObject> {
     let review: kube::core::admission::AdmissionReview<DynamicObject> =
-        serde_json::from_value(review).unwrap();
+        serde_json::from_value(review(operation, object, old)).unwrap();
     review.try_into().unwrap()
 }
 
@@ -1626,19 +1635,7 @@ fn objects_of_another_kind_are_denied_naming_the_object() {
 
 #[test]
 fn sites_take_the_typed_path_and_other_objects_the_generic_one() {
-    let body = |object: Value| {
-        serde_json::to_vec(&json!({
-            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-            "request": {
-                "uid": "req-1",
-                "kind": {"group": "sites.ecmwf.int", "version": "v1", "kind": "Site"},
-                "resource": {"group": "sites.ecmwf.int", "version": "v1", "resource": "sites"},
-                "name": "docs-handbook", "namespace": "sites", "operation": "CREATE",
-                "userInfo": {"username": "jdoe"}, "object": object
-            }
-        }))
-        .unwrap()
-    };
+    let body = |object: Value| review_body("CREATE", Some(object), None);
     let cfg = config();
     let typed = server::decode_site(&body(handbook().json())).expect("a Site decodes typed");
     assert_eq!(typed.types.kind, "AdmissionReview");
@@ -2040,47 +2037,34 @@ fn lean_site_decoding_agrees_with_the_full_decoding() {
 /// value kept.
 #[test]
 fn the_apply_annotation_is_cut_from_the_metadata_only() {
-    let review = |object: &Value| {
-        serde_json::to_vec(&json!({
-            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-            "request": {
-                "uid": "req-1",
-                "kind": {"group": "sites.ecmwf.int", "version": "v1", "kind": "Site"},
-                "resource": {"group": "sites.ecmwf.int", "version": "v1", "resource": "sites"},
-                "name": "docs-handbook", "namespace": "sites", "operation": "UPDATE",
-                "userInfo": {"username": "jdoe"}, "object": object, "oldObject": object
-            }
-        }))
-        .unwrap()
-    };
+    /// Whether the cut body of `site`'s UPDATE review is taken, and the object `decode_site`
+    /// gives, checked against the whole body's decoding.
+    fn decode(site: &Value) -> (bool, SiteObject) {
+        let body = review_body("UPDATE", Some(site.clone()), Some(site.clone()));
+        let cut = applied::Cut::of(std::str::from_utf8(&body).unwrap()).expect("a cut");
+        let taken = cut.decode(server::decode_site_text).is_some();
+        let lean = server::decode_site(&body).unwrap();
+        let whole = server::decode_as::<SiteObject>(&body).unwrap();
+        assert_eq!(format!("{:?}", lean.object), format!("{:?}", whole.object));
+        assert_eq!(
+            format!("{:?}", lean.old_object),
+            format!("{:?}", whole.old_object)
+        );
+        (taken, lean.object.unwrap())
+    }
+
     let mut site = handbook().json();
     site["metadata"]["annotations"] = json!({
         applied::ANNOTATION: serde_json::to_string(&site).unwrap(),
         "sites.ecmwf.int/upgrade-request": "force",
     });
-    let body = review(&site);
-    let text = std::str::from_utf8(&body).unwrap();
-    let cut = applied::Cut::of(text).expect("the annotation is cut");
-    assert!(
-        cut.decode(server::decode_site_text).is_some(),
-        "the cut body is taken"
-    );
-    let lean = server::decode_site(&body).unwrap();
-    let whole = server::decode_as::<SiteObject>(&body).unwrap();
-    assert_eq!(format!("{:?}", lean.object), format!("{:?}", whole.object));
-    assert_eq!(
-        format!("{:?}", lean.old_object),
-        format!("{:?}", whole.old_object)
-    );
-    let kept = lean.object.unwrap().metadata.annotations.unwrap();
-    assert_eq!(
-        kept,
-        [(
-            "sites.ecmwf.int/upgrade-request".to_string(),
-            "force".to_string()
-        )]
-        .into()
-    );
+    let (taken, object) = decode(&site);
+    assert!(taken, "the cut body is taken");
+    let own = [(
+        "sites.ecmwf.int/upgrade-request".to_string(),
+        "force".to_string(),
+    )];
+    assert_eq!(object.metadata.annotations.unwrap(), own.into());
 
     for place in ["headers", "applications"] {
         let mut users = site.clone();
@@ -2090,17 +2074,10 @@ fn the_apply_annotation_is_cut_from_the_metadata_only() {
         } else {
             json!([{"name": "static", "annotations": map}])
         };
-        let body = review(&users);
-        let cut = applied::Cut::of(std::str::from_utf8(&body).unwrap()).expect("cut");
+        let (taken, object) = decode(&users);
+        assert!(!taken, "{place}: a cut outside the metadata is refused");
         assert!(
-            cut.decode(server::decode_site_text).is_none(),
-            "{place}: a cut outside the metadata is refused"
-        );
-        let lean = server::decode_site(&body).unwrap();
-        let whole = server::decode_as::<SiteObject>(&body).unwrap();
-        assert_eq!(format!("{:?}", lean.object), format!("{:?}", whole.object));
-        assert!(
-            format!("{:?}", lean.object).contains("the user's value"),
+            format!("{object:?}").contains("the user's value"),
             "{place}"
         );
     }
