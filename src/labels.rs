@@ -36,6 +36,9 @@ pub const LABEL_KEYS: [&str; 5] = [
 /// The label naming the operator as the manager of an object.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 
+/// The annotation `kubectl apply` keeps a copy of the whole object in.
+pub const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
 /// Labels of every owned object and of the pod template.
 pub fn labels(id: &str) -> BTreeMap<String, String> {
     let values = [id, "site", id, "sites", MANAGED_BY];

@@ -23,14 +23,12 @@ use std::sync::LazyLock;
 
 use memchr::memmem::Finder;
 
-/// The key, with the quotes around it and the opening quote of its value, as the API server
-/// writes it.
-const KEY: &str = "\"kubectl.kubernetes.io/last-applied-configuration\":\"";
+pub(super) use crate::labels::LAST_APPLIED_ANNOTATION as ANNOTATION;
 
-static FIND_KEY: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(KEY));
-
-/// The annotation's name.
-pub(super) const ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
+/// The annotation's key, with the quotes around it and the opening quote of its value, as the
+/// API server writes it.
+static FIND_KEY: LazyLock<Finder<'static>> =
+    LazyLock::new(|| Finder::new(&format!("\"{ANNOTATION}\":\"")).into_owned());
 
 /// A review body with the values of the apply annotation emptied.
 #[derive(Debug)]
@@ -51,7 +49,7 @@ impl Cut {
         let mut from = 0;
         while let Some(found) = FIND_KEY.find(&bytes[from..]) {
             let at = from + found;
-            let value = at + KEY.len();
+            let value = at + FIND_KEY.needle().len();
             // A quote after `{` or `,` opens a key: inside a string it would have been escaped,
             // and a closing quote cannot be followed by a letter. Each scan stops at the first
             // quote after it starts, before the next key: scans never overlap, and the cut costs

@@ -25,11 +25,8 @@ use kube::Resource;
 
 use crate::controller::status::SitePod;
 use crate::crd::{OPERATOR_BOUND_ANNOTATION, Site};
-use crate::labels::{self, ControllerRef, LABEL_KEYS, Ownership, hashed};
+use crate::labels::{self, ControllerRef, LABEL_KEYS, LAST_APPLIED_ANNOTATION, Ownership, hashed};
 use crate::watched::{Pod, Volume};
-
-/// The annotation `kubectl apply` keeps a copy of the whole object in.
-const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// Prefix of the annotations the operator reads back from objects it owns.
 const OWN_ANNOTATIONS: &str = "sites.ecmwf.int/";
@@ -459,7 +456,7 @@ fn metadata<K: Resource>(obj: &mut K) {
 pub fn site(s: &mut Site) {
     s.metadata.managed_fields = None;
     if let Some(a) = s.metadata.annotations.as_mut() {
-        a.remove(LAST_APPLIED);
+        a.remove(LAST_APPLIED_ANNOTATION);
     }
 }
 
@@ -734,7 +731,10 @@ mod tests {
         let (site, _) = rendered();
         let mut full = site.clone();
         full.metadata.annotations.get_or_insert_default().extend([
-            (LAST_APPLIED.to_string(), "{\"big\": true}".to_string()),
+            (
+                LAST_APPLIED_ANNOTATION.to_string(),
+                "{\"big\": true}".to_string(),
+            ),
             (
                 "sites.ecmwf.int/upgrade-request".to_string(),
                 "x".to_string(),
@@ -748,7 +748,7 @@ mod tests {
             .annotations
             .as_mut()
             .unwrap()
-            .remove(LAST_APPLIED);
+            .remove(LAST_APPLIED_ANNOTATION);
         assert_eq!(slimmed, expected);
     }
 
