@@ -1634,6 +1634,33 @@ fn objects_of_another_kind_are_denied_naming_the_object() {
 }
 
 #[test]
+fn a_body_that_is_not_utf8_is_refused_with_where_it_goes_wrong() {
+    let mut body = review_body("CREATE", Some(handbook().json()), None);
+    // One byte that cannot start a UTF-8 character, near the end of the body (past the blocks
+    // a SIMD check takes at a time).
+    let at = body.len() - 10;
+    body[at] = 0xff;
+    for decoded in [
+        server::decode_site(&body).map(|_| ()),
+        server::decode(&body).map(|_| ()),
+    ] {
+        let err = decoded.expect_err("not UTF-8");
+        assert_eq!(
+            err,
+            format!(
+                "the body is not an AdmissionReview: not UTF-8 text: invalid utf-8 sequence of 1 bytes from index {at}"
+            )
+        );
+    }
+    // Multi-byte characters are text.
+    let text = review_body("CREATE", Some(handbook().json()), None);
+    let accented = String::from_utf8(text)
+        .unwrap()
+        .replace("handbook", "hàndbøøk");
+    assert!(server::decode(accented.as_bytes()).is_ok());
+}
+
+#[test]
 fn sites_take_the_typed_path_and_other_objects_the_generic_one() {
     let body = |object: Value| review_body("CREATE", Some(object), None);
     let cfg = config();
