@@ -13,6 +13,8 @@
 //!   those declaring no paths. A site where no application serves a path has no public path and
 //!   gets no route.
 
+use std::borrow::Cow;
+
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::config::{CatalogueApplication, PlatformConfig};
@@ -26,9 +28,9 @@ pub const MIRROR_CONTAINER: &str = "site-mirror";
 
 /// How a container's readiness is checked.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Readiness {
+pub enum Readiness<'a> {
     /// HTTP GET on this path of the application port.
-    Http(String),
+    Http(&'a str),
     /// A TCP connection to the application port.
     Tcp,
 }
@@ -44,12 +46,12 @@ pub struct ResolvedApp<'a> {
     pub builtin: Option<&'a CatalogueApplication>,
     /// Position of that entry in the catalogue.
     pub catalogue_index: Option<usize>,
-    /// The container image.
-    pub image: String,
+    /// The container image (the Site's, or the catalogue's at the platform version).
+    pub image: Cow<'a, str>,
     /// The port the application listens on.
     pub port: i32,
     /// The readiness probe.
-    pub readiness: Readiness,
+    pub readiness: Readiness<'a>,
 }
 
 impl ResolvedApp<'_> {
@@ -84,17 +86,17 @@ pub fn resolve_each<'a>(
                 .position(|c| c.name == spec.name);
             let builtin = catalogue_index.map(|i| &cfg.sites.applications[i]);
             let image = match (builtin, &spec.image) {
-                (_, Some(image)) => image.clone(),
-                (Some(entry), None) => catalogue_image(entry, &cfg.sites.version),
+                (_, Some(image)) => Cow::Borrowed(image.as_str()),
+                (Some(entry), None) => Cow::Owned(catalogue_image(entry, &cfg.sites.version)),
                 // A custom application without an image is not valid; it has none to run.
-                (None, None) => String::new(),
+                (None, None) => Cow::Borrowed(""),
             };
             let port = match (builtin, spec.port) {
                 (Some(entry), _) => i32::from(entry.port),
                 (None, Some(p)) => p,
                 (None, None) => CUSTOM_DEFAULT_PORT,
             };
-            let readiness = match builtin.and_then(|b| b.readiness_path.clone()) {
+            let readiness = match builtin.and_then(|b| b.readiness_path.as_deref()) {
                 Some(path) => Readiness::Http(path),
                 None => Readiness::Tcp,
             };

@@ -215,7 +215,7 @@ fn container(id: &str, app: &ResolvedApp<'_>, resources: &ResourceRequirements) 
     let probe = match &app.readiness {
         Readiness::Http(path) => Probe {
             http_get: Some(HTTPGetAction {
-                path: Some(path.clone()),
+                path: Some(path.to_string()),
                 port: IntOrString::Int(app.port),
                 ..Default::default()
             }),
@@ -231,7 +231,7 @@ fn container(id: &str, app: &ResolvedApp<'_>, resources: &ResourceRequirements) 
     };
     Container {
         name: app.spec.name.clone(),
-        image: Some(app.image.clone()),
+        image: Some(app.image.to_string()),
         ports: Some(vec![ContainerPort {
             container_port: app.port,
             protocol: Some("TCP".into()),

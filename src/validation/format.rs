@@ -199,47 +199,58 @@ pub fn image_repository(value: &str) -> Result<(), String> {
     if value.len() > 255 {
         return Err("repository is longer than 255 characters".into());
     }
-    let mut parts: Vec<&str> = value.split('/').collect();
-    // The first part is a registry when it looks like a host: has '.', ':' or is localhost.
-    if parts.len() > 1 {
-        let first = parts[0];
-        if first.contains('.') || first.contains(':') || first == "localhost" {
-            let (host, port) = match first.rsplit_once(':') {
-                Some((h, p)) => (h, Some(p)),
-                None => (first, None),
-            };
-            let host_ok = !host.is_empty()
-                && host.split('.').all(|l| {
-                    !l.is_empty() && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-                });
-            let port_ok = port.is_none_or(|p| {
-                !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit())
+    let mut parts = value.split('/');
+    let first = parts.next().unwrap_or_default();
+    // The first part is a registry when more follow and it looks like a host: has '.', ':' or
+    // is localhost.
+    let registry = value.contains('/') && (first.contains(['.', ':']) || first == "localhost");
+    if registry {
+        let (host, port) = match first.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (first, None),
+        };
+        let host_ok = !host.is_empty()
+            && host.split('.').all(|l| {
+                !l.is_empty() && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
             });
-            if !host_ok || !port_ok {
-                return Err(format!("bad registry host {first:?}"));
-            }
-            parts.remove(0);
+        let port_ok = port
+            .is_none_or(|p| !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()));
+        if !host_ok || !port_ok {
+            return Err(format!("bad registry host {first:?}"));
         }
     }
-    for part in parts {
-        // path-component := [a-z0-9]+ (separator [a-z0-9]+)*, separator := '.' | '_' | '__' | '-'+
-        let bytes = part.as_bytes();
-        let ok = !part.is_empty()
-            && bytes[0].is_ascii_lowercase() | bytes[0].is_ascii_digit()
-            && (bytes[bytes.len() - 1].is_ascii_lowercase()
-                || bytes[bytes.len() - 1].is_ascii_digit())
-            && bytes.iter().all(|b| {
-                b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-')
-            })
-            && !part.contains("..")
-            && !part.contains("___");
-        if !ok {
-            return Err(format!(
-                "path component {part:?} must be lowercase letters and digits separated by '.', '_' or '-'"
-            ));
-        }
+    let path = (!registry).then_some(first).into_iter().chain(parts);
+    match path
+        .into_iter()
+        .find(|part| !path_component(part.as_bytes()))
+    {
+        Some(part) => Err(format!(
+            "path component {part:?} must be lowercase letters and digits separated by '.', '_', '__' or '-'"
+        )),
+        None => Ok(()),
     }
-    Ok(())
+}
+
+/// `path-component := [a-z0-9]+ (separator [a-z0-9]+)*` with `separator := [_.] | __ | [-]+`
+/// (the distribution reference grammar).
+fn path_component(part: &[u8]) -> bool {
+    let alphanumeric = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    let mut i = 0;
+    loop {
+        let run = part[i..].iter().take_while(|&&b| alphanumeric(b)).count();
+        if run == 0 {
+            return false;
+        }
+        i += run;
+        let separator = match part.get(i) {
+            None => return true,
+            Some(b'.') => 1,
+            Some(b'_') => 1 + usize::from(part.get(i + 1) == Some(&b'_')),
+            Some(b'-') => part[i..].iter().take_while(|&&b| b == b'-').count(),
+            Some(_) => return false,
+        };
+        i += separator;
+    }
 }
 
 fn is_label_body(value: &str) -> bool {
@@ -315,7 +326,17 @@ mod tests {
         let r = image_reference(&digest).unwrap();
         assert_eq!(r.repository, "python");
         assert!(r.digest.is_some());
-        for ok in ["nginx", "nginx:1.27", "ghcr.io/org/app-name_x:v1", "a/b/c"] {
+        for ok in [
+            "nginx",
+            "nginx:1.27",
+            "ghcr.io/org/app-name_x:v1",
+            "a/b/c",
+            "a__b",
+            "a--b",
+            "a.b_c-d",
+            "localhost/app",
+            "0/1",
+        ] {
             assert!(image_reference(ok).is_ok(), "{ok}");
         }
         for bad in [
@@ -328,6 +349,13 @@ mod tests {
             "/nginx",
             "nginx/",
             "a..b",
+            "a___b",
+            "a.-b",
+            "a_-b",
+            "a-_b",
+            "a-",
+            "_a",
+            "a//b",
             "bad host:1/x",
             "ex\u{0}ample",
         ] {

@@ -98,22 +98,27 @@ pub fn parse(input: &str) -> Result<ParsedQuantity, QuantityError> {
         return Err(syntax());
     }
 
-    // Mantissa digits, without leading zeros, and the decimal exponent they imply.
-    let digits: String = format!("{int_part}{frac_part}");
-    let digits = digits.trim_start_matches('0');
+    // Mantissa digits (the integer and fractional digits, read in place), without leading zeros,
+    // and the decimal exponent they imply. Both parts hold only ASCII digits.
+    let digits = || int_part.bytes().chain(frac_part.bytes());
+    let total = int_part.len() + frac_part.len();
+    let leading = digits().take_while(|&b| b == b'0').count();
     let mut exp10: i64 = -(frac_part.len() as i64);
     // Trailing zeros of the mantissa move into the exponent, so long zero runs cannot overflow.
-    let trimmed = digits.trim_end_matches('0');
-    exp10 += (digits.len() - trimmed.len()) as i64;
-    let digits = trimmed;
-    if digits.len() > 38 {
-        return Err(too_large());
-    }
-    let mut mantissa: i128 = if digits.is_empty() {
+    let trailing = if leading == total {
         0
     } else {
-        digits.parse().map_err(|_| syntax())?
+        digits().rev().take_while(|&b| b == b'0').count()
     };
+    exp10 += trailing as i64;
+    let significant = total - leading - trailing;
+    if significant > 38 {
+        return Err(too_large());
+    }
+    let mut mantissa: i128 = digits()
+        .skip(leading)
+        .take(significant)
+        .fold(0, |m, b| m * 10 + i128::from(b - b'0'));
 
     let mut binary_shift: u32 = 0;
     match suffix {
@@ -216,6 +221,18 @@ mod tests {
             ("12e+2", 1_200 * NANO),
             ("0.1n", 1), // rounds up
             ("9223372036854775807000m", 9_223_372_036_854_775_807 * NANO),
+            // Zero runs around the digits: leading ones dropped, trailing ones moved to the
+            // exponent (a long run does not overflow the mantissa).
+            ("000", 0),
+            ("0.000", 0),
+            ("00100", 100 * NANO),
+            ("100.000", 100 * NANO),
+            ("0.00100", 1_000_000),
+            ("1000000000000000000000000000000000000000e-39", NANO),
+            (
+                "0.0000000000000000000000000000000000000000010e40",
+                10_000_000,
+            ),
         ];
         for (s, want) in cases {
             assert_eq!(n(s), *want, "{s}");
@@ -253,6 +270,13 @@ mod tests {
         assert!(parse("7Ei").is_ok());
         assert!(parse("9223372036854775807").is_ok());
         assert!(parse("9223372036854775808").is_err());
+        // At most 38 significant digits, whatever the exponent.
+        let digits = "12345678901234567890123456789012345678";
+        assert!(parse(&format!("{digits}e-30")).is_ok());
+        assert!(matches!(
+            parse(&format!("{digits}9e-30")),
+            Err(QuantityError::TooLarge(_))
+        ));
     }
 
     #[test]
