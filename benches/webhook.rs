@@ -7,13 +7,17 @@
 //! decoding it, through the same layers (body limit, request metrics) as the webhooks:
 //! comparing it with `/validate-sites` in the same run gives the cost of the handler (decode →
 //! validate → encode). `/fixed-bare` is the same answer without the layers (run by the
-//! quick bench, and in the full matrix when `WEBHOOK_PATH` selects it).
+//! quick bench, and in the full matrix when `WEBHOOK_PATH` selects it). `/fixed-busy` is the
+//! fixed answer after `WEBHOOK_BUSY_NS` nanoseconds (default 6000) of busy CPU, run only when
+//! selected: what a handler of that pure cost would reach, against which the handler's figures
+//! can be read (the server shares its cores with the client, so a handler costs more than its
+//! own time).
 //!
 //! Run: `cargo bench --bench webhook` (full matrix, 5 s per case; `WEBHOOK_SECONDS=N` changes
 //! the duration, `WEBHOOK_QUICK=1` runs only the typical Site at 16 connections over http/1.1,
 //! validate, fixed and bare, as `make bench` does; `WEBHOOK_BODY=typical|large` and
 //! `WEBHOOK_PROTO=http/1.1|h2` and
-//! `WEBHOOK_PATH=/validate-sites|/mutate-sites|/fixed-allowed|/fixed-bare` and
+//! `WEBHOOK_PATH=/validate-sites|/mutate-sites|/fixed-allowed|/fixed-bare|/fixed-busy` and
 //! `WEBHOOK_CONNS=1|16|64|1x16` select cases; `1x16` is h2's one connection with 16 streams in
 //! flight, the way the API server multiplexes its calls).
 
@@ -42,6 +46,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 const SERVER_THREAD: &str = "webhook-server";
 const FIXED: &str = "/fixed-allowed";
 const FIXED_BARE: &str = "/fixed-bare";
+const FIXED_BUSY: &str = "/fixed-busy";
 const ALLOWED: &[u8] = b"\"allowed\":true";
 /// What the server answers for an allowed review, as fixed bytes (the baseline handler).
 const FIXED_ALLOWED: &str = r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"6e2b1f0c-0000-4000-8000-000000000001","allowed":true}}"#;
@@ -300,10 +305,26 @@ fn main() {
             ([(header::CONTENT_TYPE, "application/json")], FIXED_ALLOWED)
         })
     }
+    let busy = Duration::from_nanos(
+        std::env::var("WEBHOOK_BUSY_NS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(6000),
+    );
+    let fixed_busy = post(move |body: Bytes| async move {
+        std::hint::black_box(body);
+        let started = Instant::now();
+        while started.elapsed() < busy {
+            std::hint::spin_loop();
+        }
+        ([(header::CONTENT_TYPE, "application/json")], FIXED_ALLOWED)
+    });
     let mut observed = server::WEBHOOKS.to_vec();
-    observed.push(FIXED);
-    let app = server::with_layers(server::routes().route(FIXED, fixed()), &observed, state)
-        .route(FIXED_BARE, fixed());
+    observed.extend([FIXED, FIXED_BUSY]);
+    let routes = server::routes()
+        .route(FIXED, fixed())
+        .route(FIXED_BUSY, fixed_busy);
+    let app = server::with_layers(routes, &observed, state).route(FIXED_BARE, fixed());
 
     // The server gets its own runtime with two workers, as the operator has on a 2-core node.
     let server_rt = tokio::runtime::Builder::new_multi_thread()
@@ -354,12 +375,13 @@ fn main() {
         ]
     };
     let only = |var: &str, value: &str| std::env::var(var).map_or(true, |v| v == value);
-    // The bare answer runs in the quick bench and when selected.
-    let bare_selected = std::env::var("WEBHOOK_PATH").is_ok_and(|p| p == FIXED_BARE);
+    // The bare answer runs in the quick bench and when selected, the busy one when selected.
+    let selected = |path: &str| std::env::var("WEBHOOK_PATH").is_ok_and(|p| p == path);
     let paths: Vec<&str> = paths
         .iter()
         .copied()
-        .filter(|&p| p != FIXED_BARE || quick || bare_selected)
+        .chain(selected(FIXED_BUSY).then_some(FIXED_BUSY))
+        .filter(|&p| p != FIXED_BARE || quick || selected(FIXED_BARE))
         .collect();
     for &body in sizes.iter().filter(|b| only("WEBHOOK_BODY", b)) {
         for &proto in protos.iter().filter(|p| only("WEBHOOK_PROTO", p.name())) {
