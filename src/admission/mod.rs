@@ -59,7 +59,9 @@ pub fn deny<K: Resource>(
 
 /// A Site as an admission request carries it, decoded straight from the request body (no
 /// generic JSON tree): the webhook server's fast path. `apiVersion` and `kind` are kept so that
-/// an object of another kind is still refused. Metadata and spec are boxed: a request holds two
+/// an object of another kind is still refused. Only what the handlers read is kept: the
+/// metadata's names and this operator's annotations ([`admission_meta`]), the spec without its
+/// share lists ([`admission_spec`]); the rest is checked as the generic path checks it. Metadata and spec are boxed: a request holds two
 /// objects and is moved several times on its way to the handler.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -70,6 +72,7 @@ pub struct SiteObject {
     pub kind: Option<String>,
     #[serde(default, deserialize_with = "admission_meta")]
     pub metadata: Box<ObjectMeta>,
+    #[serde(deserialize_with = "admission_spec")]
     pub spec: Box<SiteSpec>,
     #[serde(default)]
     pub status: Option<SiteStatus>,
@@ -104,6 +107,13 @@ fn admission_meta<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Box<ObjectMe
             ..ObjectMeta::default()
         }
     })))
+}
+
+/// The spec as the admission handlers read it: the share lists are checked (arrays of strings)
+/// but not kept, as no rule reads them; a Site shared with thousands of users then costs no
+/// copy of each name.
+fn admission_spec<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Box<SiteSpec>, D::Error> {
+    crate::crd::Names::skimmed(|| SiteSpec::deserialize(d).map(Box::new))
 }
 
 /// A string value read without keeping it (anything else is an error, as for a kept one).

@@ -1634,6 +1634,40 @@ fn objects_of_another_kind_are_denied_naming_the_object() {
 }
 
 #[test]
+fn the_typed_path_checks_share_lists_without_keeping_them() {
+    let cfg = config();
+    let mut shared = handbook().json();
+    shared["spec"]["configuration"]["share"] =
+        json!({"administrator_users": ["jdoe"], "users": ["a", "b"], "groups": ["g"]});
+    let body = review_body("CREATE", Some(shared.clone()), None);
+    let typed = server::decode_site(&body).expect("a Site decodes typed");
+    let share = typed
+        .object
+        .as_ref()
+        .unwrap()
+        .spec
+        .configuration
+        .share
+        .clone();
+    assert_eq!(share, Some(Default::default()), "checked, not kept");
+    assert!(validate_site_object(typed, &cfg).allowed);
+    // The generic path keeps them; the answers agree (`validate_site` compares both paths).
+    let req = request("CREATE", Some(shared.clone()), None);
+    assert!(validate_site(&req, &cfg).allowed);
+    // A list that is not of strings fails the typed decode; the generic path names it.
+    shared["spec"]["configuration"]["share"]["users"] = json!(["a", 1]);
+    let body = review_body("CREATE", Some(shared), None);
+    assert!(server::decode_site(&body).is_err());
+    let r = super::validate_site(&server::decode(&body).unwrap(), &cfg);
+    assert!(!r.allowed);
+    assert!(
+        messages(&r)[0].contains("invalid type: integer `1`, expected a string"),
+        "{:?}",
+        messages(&r)
+    );
+}
+
+#[test]
 fn a_body_that_is_not_utf8_is_refused_with_where_it_goes_wrong() {
     let mut body = review_body("CREATE", Some(handbook().json()), None);
     // One byte that cannot start a UTF-8 character, near the end of the body (past the blocks

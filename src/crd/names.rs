@@ -48,6 +48,20 @@ impl Names {
         out
     }
 
+    /// What `decode` gives with every list of names it decodes checked as usual (an array of
+    /// strings, the same errors) but not kept: empty. For decoders whose readers never read the
+    /// names (the admission webhook's rules), which then cost no copy of each name.
+    pub fn skimmed<T>(decode: impl FnOnce() -> T) -> T {
+        struct Restore(bool);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                SKIM.set(self.0);
+            }
+        }
+        let _restore = Restore(SKIM.replace(true));
+        decode()
+    }
+
     pub fn push(&mut self, name: &str) {
         self.text.push_str(name);
         self.ends.push(self.text.len());
@@ -82,6 +96,12 @@ impl Serialize for Names {
     }
 }
 
+thread_local! {
+    /// Within [`Names::skimmed`]: names are checked, not kept. serde gives a visitor no context
+    /// of its own; a decoding runs on one thread from start to end.
+    static SKIM: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 impl<'de> Deserialize<'de> for Names {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         deserializer.deserialize_seq(NamesVisitor)
@@ -98,6 +118,10 @@ impl<'de> Visitor<'de> for NamesVisitor {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Names, A::Error> {
+        if SKIM.get() {
+            while seq.next_element_seed(Skip)?.is_some() {}
+            return Ok(Names::default());
+        }
         let mut names = Names::default();
         if let Some(n) = seq.size_hint() {
             names.ends.reserve(n.min(4096));
@@ -131,6 +155,29 @@ impl<'de> Visitor<'de> for Append<'_> {
     }
 }
 
+/// One name, read and dropped.
+struct Skip;
+
+impl<'de> DeserializeSeed<'de> for Skip {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Skip {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::Names;
@@ -157,13 +204,37 @@ mod tests {
     #[test]
     fn what_a_list_of_strings_refuses_names_refuse_with_the_same_message() {
         for bad in ["null", "\"jdoe\"", "[1]", "[\"a\", null]", "{}", "[\"a\""] {
-            let names = serde_json::from_str::<Names>(bad)
-                .expect_err(bad)
-                .to_string();
             let strings = serde_json::from_str::<Vec<String>>(bad)
                 .expect_err(bad)
                 .to_string();
+            let names = serde_json::from_str::<Names>(bad)
+                .expect_err(bad)
+                .to_string();
             assert_eq!(names, strings, "{bad}");
+            let skimmed = Names::skimmed(|| serde_json::from_str::<Names>(bad))
+                .expect_err(bad)
+                .to_string();
+            assert_eq!(skimmed, strings, "skimmed {bad}");
         }
+    }
+
+    #[test]
+    fn skimmed_names_are_checked_and_not_kept_within_the_call_only() {
+        let text = r#"["jdoe", "a\"b", "é"]"#;
+        let skimmed: Names = Names::skimmed(|| serde_json::from_str(text)).expect("decodes");
+        assert!(skimmed.is_empty());
+        // Outside the call, and after a call that panicked, names are kept again.
+        let kept: Names = serde_json::from_str(text).expect("decodes");
+        assert_eq!(kept.len(), 3);
+        let panicked = std::panic::catch_unwind(|| Names::skimmed(|| panic!("decoder failed")));
+        assert!(panicked.is_err());
+        let kept: Names = serde_json::from_str(text).expect("decodes");
+        assert_eq!(kept.iter().collect::<Vec<_>>(), ["jdoe", "a\"b", "é"]);
+        // Nested calls restore the outer state.
+        Names::skimmed(|| {
+            Names::skimmed(|| ());
+            let inner: Names = serde_json::from_str(text).expect("decodes");
+            assert!(inner.is_empty());
+        });
     }
 }
