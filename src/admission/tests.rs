@@ -1656,15 +1656,19 @@ fn the_typed_path_checks_share_lists_without_keeping_them() {
     assert!(validate_site(&req, &cfg).allowed);
     // A list that is not of strings fails the typed decode; the generic path names it.
     shared["spec"]["configuration"]["share"]["users"] = json!(["a", 1]);
-    let body = review_body("CREATE", Some(shared), None);
-    assert!(server::decode_site(&body).is_err());
-    let r = super::validate_site(&server::decode(&body).unwrap(), &cfg);
-    assert!(!r.allowed);
+    let denied = generic_denial(&review_body("CREATE", Some(shared), None), &cfg);
     assert!(
-        messages(&r)[0].contains("invalid type: integer `1`, expected a string"),
-        "{:?}",
-        messages(&r)
+        denied[0].contains("invalid type: integer `1`, expected a string"),
+        "{denied:?}"
     );
+}
+
+/// The messages of the denial of a body that does not decode typed (the generic path answers).
+fn generic_denial(body: &[u8], cfg: &PlatformConfig) -> Vec<String> {
+    assert!(server::decode_site(body).is_err());
+    let r = super::validate_site(&server::decode(body).unwrap(), cfg);
+    assert!(!r.allowed);
+    messages(&r)
 }
 
 #[test]
@@ -1705,14 +1709,8 @@ fn sites_take_the_typed_path_and_other_objects_the_generic_one() {
     let cm = body(
         json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}, "data": {}}),
     );
-    assert!(server::decode_site(&cm).is_err());
-    let r = super::validate_site(&server::decode(&cm).unwrap(), &cfg);
-    assert!(!r.allowed);
-    assert!(
-        messages(&r)[0].starts_with("object: "),
-        "{:?}",
-        messages(&r)
-    );
+    let denied = generic_denial(&cm, &cfg);
+    assert!(denied[0].starts_with("object: "), "{denied:?}");
     // A Site-shaped object of another kind decodes typed and is still refused.
     let mut other = handbook().json();
     other["kind"] = json!("Pod");
