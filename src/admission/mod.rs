@@ -61,8 +61,9 @@ pub fn deny<K: Resource>(
 /// generic JSON tree): the webhook server's fast path. `apiVersion` and `kind` are kept so that
 /// an object of another kind is still refused. Only what the handlers read is kept: the
 /// metadata's names and this operator's annotations ([`admission_meta`]), the spec without its
-/// share lists ([`admission_spec`]); the rest is checked as the generic path checks it. Metadata and spec are boxed: a request holds two
-/// objects and is moved several times on its way to the handler.
+/// share lists ([`admission_spec`]); the rest is checked as the generic path checks it.
+/// Metadata and spec are boxed: a request holds two objects and is moved several times on its
+/// way to the handler.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SiteObject {

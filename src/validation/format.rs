@@ -219,11 +219,8 @@ pub fn image_repository(value: &str) -> Result<(), String> {
             return Err(format!("bad registry host {first:?}"));
         }
     }
-    let path = (!registry).then_some(first).into_iter().chain(parts);
-    match path
-        .into_iter()
-        .find(|part| !path_component(part.as_bytes()))
-    {
+    let mut path = (!registry).then_some(first).into_iter().chain(parts);
+    match path.find(|part| !path_component(part.as_bytes())) {
         Some(part) => Err(format!(
             "path component {part:?} must be lowercase letters and digits separated by '.', '_', '__' or '-'"
         )),
