@@ -1100,8 +1100,14 @@ async fn an_unsupported_route_is_terminal_until_the_spec_changes() {
     );
     let terminal = || op.metric("controller_runtime_terminal_reconcile_errors_total");
     let errors = || op.metric("controller_runtime_reconcile_errors_total");
+    // The condition is written during the reconcile, the error counted when it returns.
+    eventually(
+        "the terminal error counted in both totals",
+        WAIT,
+        || async { (terminal() >= 1.0 && errors() >= terminal()).then_some(()) },
+    )
+    .await;
     let (terminal_before, errors_before) = (terminal(), errors());
-    assert!(terminal_before >= 1.0);
     let retries = op.metric("workqueue_retries_total");
     // Unrelated events reconcile again but do not retry with backoff. Each of those reconciles
     // is a terminal error, counted in both error totals (as controller-runtime counts them).
