@@ -249,18 +249,23 @@ async fn objects_are_created_in_order_and_a_failure_stops_the_sequence() {
             .unwrap()
             .is_none()
     );
-    assert!(op.metric("workqueue_retries_total") >= 1.0);
+    // The condition is written during the reconcile; its retry is counted when it returns.
+    eventually("the failed reconcile retried", WAIT, || async {
+        (op.metric("workqueue_retries_total") >= 1.0).then_some(())
+    })
+    .await;
     // The fault clears: the retry with backoff completes the sequence.
     c.emulator.faults().clear();
     wait_available(&c, "docs-handbook").await;
-    assert!(
-        op.metric("controller_runtime_reconcile_total{controller=\"site\",result=\"error\"}")
-            >= 1.0
-    );
-    assert!(
-        op.metric("controller_runtime_reconcile_total{controller=\"site\",result=\"success\"}")
-            >= 1.0
-    );
+    let results = |result: &str| {
+        op.metric(&format!(
+            "controller_runtime_reconcile_total{{controller=\"site\",result=\"{result}\"}}"
+        ))
+    };
+    eventually("an error and a success counted", WAIT, || async {
+        (results("error") >= 1.0 && results("success") >= 1.0).then_some(())
+    })
+    .await;
     op.stop().await;
 }
 
