@@ -1,6 +1,6 @@
 //! Handler-only cost of the Site webhooks (no TLS, no HTTP): decode the AdmissionReview, run the
 //! handler, encode the answer, for the typical (~4 KB) and the large (~100 KB) Site. The server's
-//! path decodes the Site typed (`decode_site`); the generic path (`decode` into a
+//! path decodes the Site typed (`SiteBody::decode`); the generic path (`decode` into a
 //! `DynamicObject`, then a Site) is what bodies that are not Sites take, measured for comparison.
 //!
 //! Run: `cargo bench --bench admission`.
@@ -25,7 +25,8 @@ fn handlers(c: &mut Criterion) {
         group.throughput(Throughput::Bytes(body.len() as u64));
         group.bench_function("validate: decode+rules+encode", |b| {
             b.iter(|| {
-                let req = server::decode_site(black_box(&body)).expect("decodes");
+                let site_body = server::SiteBody::new(black_box(&body)).expect("text");
+                let req = site_body.decode().expect("decodes");
                 let resp = admission::validate_site_object(req, &cfg);
                 assert!(resp.allowed, "{:?}", resp.result);
                 server::encode(&resp).expect("encodes")
@@ -33,15 +34,21 @@ fn handlers(c: &mut Criterion) {
         });
         group.bench_function("mutate: decode+stamp+encode", |b| {
             b.iter(|| {
-                let req = server::decode_site(black_box(&body)).expect("decodes");
+                let site_body = server::SiteBody::new(black_box(&body)).expect("text");
+                let req = site_body.decode().expect("decodes");
                 let resp = admission::mutate_site(&req, &cfg, uuid::Uuid::new_v4);
                 server::encode(&resp).expect("encodes")
             })
         });
         group.bench_function("decode only", |b| {
-            b.iter(|| server::decode_site(black_box(&body)).expect("decodes"))
+            b.iter(|| {
+                let site_body = server::SiteBody::new(black_box(&body)).expect("text");
+                let req = site_body.decode().expect("decodes");
+                black_box(&req);
+            })
         });
-        let req = server::decode_site(&body).expect("decodes");
+        let site_body = server::SiteBody::new(&body).expect("text");
+        let req = site_body.decode().expect("decodes");
         group.bench_function("rules only", |b| {
             b.iter(|| admission::validate_site_object(black_box(req.clone()), &cfg))
         });

@@ -5,6 +5,7 @@
 //! `manifests/base/crd.yaml` is the output of [`crd_yaml`]; a test fails when the two drift.
 
 mod names;
+mod text;
 
 use std::collections::BTreeMap;
 
@@ -18,6 +19,7 @@ use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
 
 pub use names::Names;
+pub use text::{SiteRef, Str, Text};
 
 /// API group of the Site resource.
 pub const GROUP: &str = "sites.ecmwf.int";
@@ -83,11 +85,14 @@ pub struct SiteSpec {
     pub configuration: SiteConfiguration,
 }
 
-/// What the site serves and how.
+/// What the site serves and how. `S` is the type of its text: `String` in a [`Site`],
+/// [`Text`] (borrowed from the request) in an admission review's [`SiteRef`].
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
-pub struct SiteConfiguration {
+#[serde(bound(deserialize = "S: Deserialize<'de> + Ord + From<&'static str>"))]
+#[schemars(bound = "S: JsonSchema + Serialize + From<&'static str>")]
+pub struct SiteConfiguration<S = String> {
     /// Space: the first URL segment. The site is served at /<space>/<name>/.
-    pub space: String,
+    pub space: S,
     /// Whether the site runs. false archives it: the pods scale to zero, requests are redirected
     /// to the Hub's "410 Gone" page, and the data volume is kept.
     #[serde(default = "default_true")]
@@ -96,10 +101,10 @@ pub struct SiteConfiguration {
     /// applications (names from the platform catalogue) get their image from the catalogue at the
     /// platform version; any other application is custom and needs its own image.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub applications: Vec<Application>,
+    pub applications: Vec<Application<S>>,
     /// Extra HTTP response headers served by the site's nginx, name to value.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub headers: BTreeMap<String, String>,
+    pub headers: BTreeMap<S, S>,
     /// Storage request of the site's data volume (a Kubernetes quantity such as `10Gi`). It may
     /// grow, never shrink. Absent: the platform default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -107,13 +112,13 @@ pub struct SiteConfiguration {
     pub quota: Option<Quantity>,
     /// Date (ISO 8601, YYYY-MM-DD) after which the retention policy archives the site.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub retention_date: Option<String>,
+    pub retention_date: Option<S>,
     /// Who may administer and use the site.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub share: Option<Share>,
     /// Runtime settings: replicas, resource limits, error handling, monitoring.
     #[serde(default)]
-    pub settings: Settings,
+    pub settings: Settings<S>,
     /// Not supported: routing is platform-wide. Present in the schema only so that the admission
     /// webhook can reject it with a clear message instead of the API server dropping it silently.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -123,38 +128,42 @@ pub struct SiteConfiguration {
 
 /// One application of the site, run as one container of the site pod.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
-pub struct Application {
+#[serde(bound(deserialize = "S: Deserialize<'de> + Ord + From<&'static str>"))]
+#[schemars(bound = "S: JsonSchema + Serialize + From<&'static str>")]
+pub struct Application<S = String> {
     /// Application name, unique within the site. A name from the platform catalogue selects a
     /// built-in application.
-    pub name: String,
+    pub name: S,
     /// Container image reference. Required for custom applications; for built-in applications the
     /// platform catalogue decides the image.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub image: Option<String>,
+    pub image: Option<S>,
     /// TCP port the application listens on (1-65535). Custom applications default to 8000;
     /// built-in applications use the catalogue port.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub port: Option<i32>,
     /// Environment variables of the application container, name to value.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub env: BTreeMap<String, String>,
+    pub env: BTreeMap<S, S>,
     /// Annotations merged into the site's route (Ingress annotations in ingress mode).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub annotations: BTreeMap<String, String>,
+    pub annotations: BTreeMap<S, S>,
     /// Extra route paths served by this application.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub paths: Vec<ApplicationPath>,
+    pub paths: Vec<ApplicationPath<S>>,
 }
 
 /// An extra route path of an application.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
-pub struct ApplicationPath {
+#[serde(bound(deserialize = "S: Deserialize<'de> + Ord + From<&'static str>"))]
+#[schemars(bound = "S: JsonSchema + Serialize + From<&'static str>")]
+pub struct ApplicationPath<S = String> {
     /// URL path, starting with `/`.
-    pub path: String,
+    pub path: S,
     /// How the path matches: `Prefix` or `Exact`. Other types are rejected where the active
     /// routing mode cannot express them.
-    #[serde(default = "default_path_type")]
-    pub path_type: String,
+    #[serde(default = "default_path_type::<S>")]
+    pub path_type: S,
 }
 
 /// Who may administer and use the site.
@@ -176,7 +185,8 @@ pub struct Share {
 
 /// Runtime settings of the site.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
-pub struct Settings {
+#[serde(bound(deserialize = "S: Deserialize<'de> + Ord + From<&'static str>"))]
+pub struct Settings<S = String> {
     /// Number of site pods while the site is enabled.
     #[serde(default = "default_replicas")]
     #[schemars(range(min = 0))]
@@ -187,7 +197,7 @@ pub struct Settings {
     /// How HTTP errors are answered: `platform` serves the platform's error pages, `site` passes
     /// the site's own error responses through. Absent: `platform`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error_handling: Option<String>,
+    pub error_handling: Option<S>,
     /// Monitored sites (set by platform administrators) run with a higher priority class and are
     /// included in the Hub health report.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -199,7 +209,7 @@ pub struct Settings {
     pub routing: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
-impl Default for Settings {
+impl<S> Default for Settings<S> {
     fn default() -> Self {
         Settings {
             replicas: default_replicas(),
@@ -289,8 +299,8 @@ fn default_replicas() -> i32 {
     1
 }
 
-fn default_path_type() -> String {
-    "Prefix".to_string()
+fn default_path_type<S: From<&'static str>>() -> S {
+    S::from("Prefix")
 }
 
 /// A Kubernetes quantity: a string such as `10Gi` or `500m`, or a plain number.

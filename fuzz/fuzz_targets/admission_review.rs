@@ -12,7 +12,8 @@ use sites_operator_fuzz::{CONFIGS, FRESH_UUID};
 
 fuzz_target!(|data: &[u8]| {
     // The Site webhooks try this decoding first.
-    let typed = server::decode_site(data).ok();
+    let site_body = server::SiteBody::new(data).ok();
+    let typed = site_body.as_ref().and_then(|b| b.decode().ok());
     let typed_answers = typed.map(|req| {
         let mutated = admission::mutate_site(&req, &CONFIGS[0], || FRESH_UUID);
         server::encode(&mutated).expect("the mutating answer encodes");

@@ -52,8 +52,8 @@ pub fn as_stored(mut site: Site) -> Site {
 /// the same objects (an unchanged Site never rolls its pods or rewrites its objects). Sites the
 /// rules refuse cannot be rendered at all; checking them must not panic.
 pub fn check_render(site: &Site, cfg: &PlatformConfig) {
-    let admitted = rules::violations(site, None, cfg).is_empty();
-    let _ = render::warnings(site, cfg);
+    let admitted = rules::violations(site.parts(), None, cfg).is_empty();
+    let _ = render::warnings(&site.spec.configuration.settings, cfg);
     let valid = match rules::validate(site, cfg) {
         Ok(valid) => valid,
         Err(violations) => {

@@ -79,7 +79,10 @@ impl Cut {
 
     /// What `decode` gives for the cut body, if every cut was met as the apply annotation's
     /// value; `None` when the cut body does not decode or a cut was elsewhere.
-    pub(super) fn decode<T>(&self, decode: impl FnOnce(&str) -> Result<T, String>) -> Option<T> {
+    pub(super) fn decode<'s, T>(
+        &'s self,
+        decode: impl FnOnce(&'s str) -> Result<T, String>,
+    ) -> Option<T> {
         let recording = Recording::start();
         let decoded = decode(&self.text).ok()?;
         let mut met = recording.finish();

@@ -24,7 +24,10 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::config::{self, PlatformConfig};
-use crate::crd::{Site, SiteSpec, SiteStatus, UPGRADE_REQUEST_ANNOTATION};
+use crate::crd::{
+    Application, Site, SiteConfiguration, SiteRef, SiteStatus, Str, Text,
+    UPGRADE_REQUEST_ANNOTATION,
+};
 
 use crate::validation::{self, FieldError};
 
@@ -58,25 +61,77 @@ pub fn deny<K: Resource>(
 }
 
 /// A Site as an admission request carries it, decoded straight from the request body (no
-/// generic JSON tree): the webhook server's fast path. `apiVersion` and `kind` are kept so that
-/// an object of another kind is still refused. Only what the handlers read is kept: the
+/// generic JSON tree): the webhook server's fast path. Its text is borrowed from the body
+/// ([`Text`]): reviewing a Site copies none of its strings. `apiVersion` and `kind` are kept so
+/// that an object of another kind is still refused. Only what the handlers read is kept: the
 /// metadata's names and this operator's annotations ([`admission_meta`]), the spec without its
 /// share lists ([`admission_spec`]); the rest is checked as the generic path checks it.
 /// Metadata and spec are boxed: a request holds two objects and is moved several times on its
 /// way to the handler.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct SiteObject {
-    #[serde(default)]
-    pub api_version: Option<String>,
-    #[serde(default)]
-    pub kind: Option<String>,
+pub struct SiteObject<'a> {
+    #[serde(default, borrow, skip_serializing_if = "Option::is_none")]
+    pub api_version: Option<Text<'a>>,
+    #[serde(default, borrow, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<Text<'a>>,
     #[serde(default, deserialize_with = "admission_meta")]
     pub metadata: Box<ObjectMeta>,
-    #[serde(deserialize_with = "admission_spec")]
-    pub spec: Box<SiteSpec>,
-    #[serde(default)]
+    #[serde(borrow, deserialize_with = "admission_spec")]
+    pub spec: Box<ReviewedSpec<'a>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<SiteStatus>,
+}
+
+/// The spec of a reviewed Site: [`crate::crd::SiteSpec`]'s fields, its text borrowed.
+#[derive(Clone, Debug, Deserialize, serde::Serialize)]
+pub struct ReviewedSpec<'a> {
+    #[serde(borrow)]
+    pub name: Text<'a>,
+    #[serde(borrow)]
+    pub owner: Text<'a>,
+    #[serde(rename = "type", borrow)]
+    pub site_type: Text<'a>,
+    #[serde(default, borrow, skip_serializing_if = "Option::is_none")]
+    pub description: Option<Text<'a>>,
+    #[serde(default, borrow, skip_serializing_if = "Option::is_none")]
+    pub created_by: Option<Text<'a>>,
+    #[serde(default, borrow, skip_serializing_if = "Option::is_none")]
+    pub updated_by: Option<Text<'a>>,
+    #[serde(default, borrow, skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<Text<'a>>,
+    #[serde(default, borrow, skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<Text<'a>>,
+    #[serde(borrow)]
+    pub configuration: SiteConfiguration<Text<'a>>,
+}
+
+/// A Site the rules can read: a stored [`Site`], or a reviewed [`SiteObject`].
+pub trait Reviewed: serde::Serialize {
+    type Text: Str;
+    fn parts(&self) -> SiteRef<'_, Self::Text>;
+}
+
+impl Reviewed for Site {
+    type Text = String;
+
+    fn parts(&self) -> SiteRef<'_> {
+        Site::parts(self)
+    }
+}
+
+impl<'a> Reviewed for SiteObject<'a> {
+    type Text = Text<'a>;
+
+    fn parts(&self) -> SiteRef<'_, Text<'a>> {
+        SiteRef {
+            metadata: &self.metadata,
+            name: &self.spec.name,
+            owner: &self.spec.owner,
+            site_type: &self.spec.site_type,
+            configuration: &self.spec.configuration,
+        }
+    }
 }
 
 /// The metadata the admission handlers read: names and this operator's own annotations. The
@@ -113,8 +168,10 @@ fn admission_meta<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Box<ObjectMe
 /// The spec as the admission handlers read it: the share lists are checked (arrays of strings)
 /// but not kept, as no rule reads them; a Site shared with thousands of users then costs no
 /// copy of each name.
-fn admission_spec<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Box<SiteSpec>, D::Error> {
-    crate::crd::Names::skimmed(|| SiteSpec::deserialize(d).map(Box::new))
+fn admission_spec<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Box<ReviewedSpec<'de>>, D::Error> {
+    crate::crd::Names::skimmed(|| ReviewedSpec::deserialize(d).map(Box::new))
 }
 
 /// A string value read without keeping it (anything else is an error, as for a kept one).
@@ -196,7 +253,7 @@ fn own_annotations<'de, D: serde::Deserializer<'de>>(
     d.deserialize_option(Own)
 }
 
-impl Resource for SiteObject {
+impl Resource for SiteObject<'_> {
     type DynamicType = ();
     type Scope = NamespaceResourceScope;
 
@@ -225,17 +282,13 @@ impl Resource for SiteObject {
     }
 }
 
-impl SiteObject {
-    /// The Site, unless the object declares another kind.
-    fn into_site(self, field: &str) -> Result<Site, FieldError> {
+impl SiteObject<'_> {
+    /// The object, unless it declares another kind than Site.
+    fn checked(self, field: &str) -> Result<Self, FieldError> {
         if let (Some(api_version), Some(kind)) = (&self.api_version, &self.kind) {
             check_site_type(api_version, kind, field)?;
         }
-        Ok(Site {
-            metadata: *self.metadata,
-            spec: *self.spec,
-            status: self.status,
-        })
+        Ok(self)
     }
 }
 
@@ -287,7 +340,7 @@ pub trait SiteApplications {
     fn site_applications(&self) -> Option<Vec<(String, bool)>>;
 }
 
-impl SiteApplications for SiteObject {
+impl SiteApplications for SiteObject<'_> {
     fn site_applications(&self) -> Option<Vec<(String, bool)>> {
         // The same test as the validating path's: an object declaring another kind is no Site.
         if let (Some(api_version), Some(kind)) = (&self.api_version, &self.kind)
@@ -295,22 +348,20 @@ impl SiteApplications for SiteObject {
         {
             return None;
         }
-        Some(applications(&self.spec))
+        Some(applications(&self.spec.configuration.applications))
     }
 }
 
 impl SiteApplications for DynamicObject {
     fn site_applications(&self) -> Option<Vec<(String, bool)>> {
         let site = typed_site(Some(self), "object").ok()??;
-        Some(applications(&site.spec))
+        Some(applications(&site.spec.configuration.applications))
     }
 }
 
-fn applications(spec: &SiteSpec) -> Vec<(String, bool)> {
-    spec.configuration
-        .applications
-        .iter()
-        .map(|a| (a.name.clone(), a.image.is_some()))
+fn applications<S: Str>(apps: &[Application<S>]) -> Vec<(String, bool)> {
+    apps.iter()
+        .map(|a| (a.name.to_string(), a.image.is_some()))
         .collect()
 }
 
@@ -396,9 +447,9 @@ impl std::fmt::Debug for Platform {
 
 /// Who uses a public path.
 pub trait SiteDirectory: Send + Sync {
-    /// Names of the other Sites (not `site` itself, not being deleted) whose public path
-    /// `/<space>/<name>/` in `site`'s namespace is `site`'s.
-    fn path_users(&self, site: &Site) -> Vec<String>;
+    /// Names of the other Sites (not the Site `name` itself, not being deleted) whose public
+    /// path in `namespace` is `site_path` (`/<space>/<name>`).
+    fn path_users(&self, namespace: &str, name: &str, site_path: &str) -> Vec<String>;
 }
 
 impl Platform {
@@ -418,16 +469,25 @@ impl Platform {
 
     /// Every rule a Site must satisfy in this platform: [`validation::site::violations`], the
     /// reserved names, and one path per Site.
-    fn violations(&self, site: &Site, old: Option<&Site>, cfg: &PlatformConfig) -> Vec<FieldError> {
+    fn violations<S: Str>(
+        &self,
+        site: SiteRef<'_, S>,
+        old: Option<SiteRef<'_, S>>,
+        cfg: &PlatformConfig,
+    ) -> Vec<FieldError> {
         let mut v = validation::site::violations(site, old, cfg);
-        v.extend(validation::site::reserved_names(site, |name| {
+        v.extend(validation::site::reserved_names(site.metadata, |name| {
             self.reserves(name, cfg)
         }));
         if let Some(directory) = self.sites.get() {
-            v.extend(validation::site::path_in_use(
-                site,
-                &directory.path_users(site),
-            ));
+            let path = site.path();
+            let meta = site.metadata;
+            let users = directory.path_users(
+                meta.namespace.as_deref().unwrap_or_default(),
+                meta.name.as_deref().unwrap_or_default(),
+                &path,
+            );
+            v.extend(validation::site::path_in_use(&path, &users));
         }
         v
     }
@@ -463,7 +523,7 @@ pub fn validate_site_in(
 
 /// [`validate_site`] on a request decoded with typed objects (the same answers).
 pub fn validate_site_object(
-    req: AdmissionRequest<SiteObject>,
+    req: AdmissionRequest<SiteObject<'_>>,
     cfg: &PlatformConfig,
 ) -> AdmissionResponse {
     validate_site_object_in(req, cfg, &Platform::default())
@@ -471,25 +531,25 @@ pub fn validate_site_object(
 
 /// [`validate_site_in`] on a request decoded with typed objects (the same answers).
 pub fn validate_site_object_in(
-    mut req: AdmissionRequest<SiteObject>,
+    mut req: AdmissionRequest<SiteObject<'_>>,
     cfg: &PlatformConfig,
     platform: &Platform,
 ) -> AdmissionResponse {
     if !matches!(req.operation, Operation::Create | Operation::Update) {
         return AdmissionResponse::from(&req);
     }
-    let site = req.object.take().map(|o| o.into_site("object")).transpose();
+    let site = req.object.take().map(|o| o.checked("object")).transpose();
     let old = req
         .old_object
         .take()
-        .and_then(|o| o.into_site("oldObject").ok());
+        .and_then(|o| o.checked("oldObject").ok());
     judge(&req, site, old.as_ref(), cfg, platform)
 }
 
-fn judge<K: Resource>(
+fn judge<K: Resource, T: Reviewed>(
     req: &AdmissionRequest<K>,
-    site: Result<Option<Site>, FieldError>,
-    old: Option<&Site>,
+    site: Result<Option<T>, FieldError>,
+    old: Option<&T>,
     cfg: &PlatformConfig,
     platform: &Platform,
 ) -> AdmissionResponse {
@@ -506,20 +566,20 @@ fn judge<K: Resource>(
         }
         Err(v) => return deny(req, &[v]),
     };
-    let mut violations = platform.violations(&site, old, cfg);
+    let mut violations = platform.violations(site.parts(), old.map(T::parts), cfg);
     if let Some(old) = old
         && !violations.is_empty()
     {
         // Ratcheting: a field the update leaves as it was is not denied for a rule the stored
         // object already broke (a rule that tightened after it was stored).
-        let before = platform.violations(old, None, cfg);
+        let before = platform.violations(old.parts(), None, cfg);
         violations = validation::site::ratchet(violations, &before, old, &site);
     }
     if !violations.is_empty() {
         return deny(req, &violations);
     }
     let mut response = AdmissionResponse::from(req);
-    let warnings = crate::render::warnings(&site, cfg);
+    let warnings = crate::render::warnings(&site.parts().configuration.settings, cfg);
     if !warnings.is_empty() {
         response.warnings = Some(warnings);
     }

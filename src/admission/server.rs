@@ -154,13 +154,13 @@ struct Envelope<K: Resource> {
 /// The AdmissionReview envelope of a Site review, as the Site handlers read it.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct SiteEnvelope {
+struct SiteEnvelope<'a> {
     #[serde(default)]
     api_version: Option<String>,
     #[serde(default)]
     kind: Option<String>,
-    #[serde(default)]
-    request: Option<SiteRequest>,
+    #[serde(default, borrow)]
+    request: Option<SiteRequest<'a>>,
 }
 
 /// The fields of an AdmissionRequest the Site handlers read. `resource` and `userInfo`, which
@@ -169,7 +169,7 @@ struct SiteEnvelope {
 /// them.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct SiteRequest {
+struct SiteRequest<'a> {
     uid: String,
     kind: kube::core::GroupVersionKind,
     #[allow(dead_code)]
@@ -183,31 +183,49 @@ struct SiteRequest {
     operation: kube::core::admission::Operation,
     #[allow(dead_code)]
     user_info: serde::de::IgnoredAny,
-    #[serde(default)]
-    object: Option<SiteObject>,
-    #[serde(default)]
-    old_object: Option<SiteObject>,
+    #[serde(default, borrow)]
+    object: Option<SiteObject<'a>>,
+    #[serde(default, borrow)]
+    old_object: Option<SiteObject<'a>>,
     #[serde(default)]
     dry_run: bool,
 }
 
-/// Decodes an AdmissionReview of a Site (the Site handlers' path): [`decode_as`] for
-/// [`SiteObject`] without decoding what the handlers never read.
+/// The body of an AdmissionReview of a Site, for the Site handlers' path: [`SiteBody::decode`]
+/// decodes it like [`decode_as`] for [`SiteObject`], without decoding what the handlers never
+/// read, and with the Site's text borrowed from the body.
 ///
 /// The values of the `kubectl apply` annotation are cut out of the body first when they are
 /// where the API server writes them (see [`super::applied`]): what is left decodes several
 /// times faster, to the same request.
-pub fn decode_site(body: &[u8]) -> Result<AdmissionRequest<SiteObject>, String> {
-    let text = utf8(body)?;
-    if let Some(cut) = super::applied::Cut::of(text)
-        && let Some(req) = cut.decode(decode_site_text)
-    {
-        return Ok(req);
-    }
-    decode_site_text(text)
+#[derive(Debug)]
+pub struct SiteBody<'b> {
+    text: &'b str,
+    cut: Option<super::applied::Cut>,
 }
 
-pub(super) fn decode_site_text(text: &str) -> Result<AdmissionRequest<SiteObject>, String> {
+impl<'b> SiteBody<'b> {
+    /// The body, unless it is not UTF-8 text (the reason, as for a decoding error).
+    pub fn new(body: &'b [u8]) -> Result<SiteBody<'b>, String> {
+        let text = utf8(body)?;
+        Ok(SiteBody {
+            text,
+            cut: super::applied::Cut::of(text),
+        })
+    }
+
+    /// The review's request, its Site's text borrowed from the body.
+    pub fn decode(&self) -> Result<AdmissionRequest<SiteObject<'_>>, String> {
+        if let Some(cut) = &self.cut
+            && let Some(req) = cut.decode(decode_site_text)
+        {
+            return Ok(req);
+        }
+        decode_site_text(self.text)
+    }
+}
+
+pub(super) fn decode_site_text(text: &str) -> Result<AdmissionRequest<SiteObject<'_>>, String> {
     let review: SiteEnvelope = serde_json::from_str(text)
         .map_err(|e| format!("the body is not an AdmissionReview: {e}"))?;
     let types = envelope_types(review.api_version, review.kind)?;
@@ -341,8 +359,11 @@ pub fn encode(response: &AdmissionResponse) -> serde_json::Result<Vec<u8>> {
 
 async fn mutate_sites(State(state): State<Arc<WebhookState>>, body: Bytes) -> Response {
     let config = state.config.get();
-    if let Ok(req) = decode_site(&body) {
-        return respond(&super::mutate_site(&req, &config, uuid::Uuid::new_v4));
+    if let Ok(response) = SiteBody::new(&body).and_then(|b| {
+        b.decode()
+            .map(|req| super::mutate_site(&req, &config, uuid::Uuid::new_v4))
+    }) {
+        return respond(&response);
     }
     answer(&body, |req| {
         super::mutate_site(req, &config, uuid::Uuid::new_v4)
@@ -351,12 +372,11 @@ async fn mutate_sites(State(state): State<Arc<WebhookState>>, body: Bytes) -> Re
 
 async fn validate_sites(State(state): State<Arc<WebhookState>>, body: Bytes) -> Response {
     let config = state.config.get();
-    if let Ok(req) = decode_site(&body) {
-        return respond(&super::validate_site_object_in(
-            req,
-            &config,
-            &state.platform,
-        ));
+    if let Ok(response) = SiteBody::new(&body).and_then(|b| {
+        b.decode()
+            .map(|req| super::validate_site_object_in(req, &config, &state.platform))
+    }) {
+        return respond(&response);
     }
     answer(&body, |req| {
         super::validate_site_in(req, &config, &state.platform)

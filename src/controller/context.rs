@@ -58,11 +58,22 @@ pub struct Caches {
 impl Caches {
     /// The other Sites (not being deleted) whose public path is `site`'s.
     pub fn sharing_path(&self, site: &Site) -> Vec<Arc<Site>> {
-        let this = <Sites as crate::controller::records::Cache<Site>>::id(site);
+        let meta = &site.metadata;
+        self.sharing(
+            meta.namespace.as_deref().unwrap_or_default(),
+            meta.name.as_deref().unwrap_or_default(),
+            &crate::render::apps::site_path(site),
+        )
+    }
+
+    /// The Sites (not being deleted, not the Site `name`) whose public path in `namespace` is
+    /// `site_path`.
+    fn sharing(&self, namespace: &str, name: &str, site_path: &str) -> Vec<Arc<Site>> {
+        let this: Box<str> = name.into();
         self.sites_by_path
             .get_except(
                 &self.sites,
-                &crate::controller::index::path_key(site),
+                &crate::controller::index::path_key_of(namespace, site_path),
                 Some(&this),
             )
             .into_iter()
@@ -72,8 +83,8 @@ impl Caches {
 }
 
 impl crate::admission::SiteDirectory for Caches {
-    fn path_users(&self, site: &Site) -> Vec<String> {
-        self.sharing_path(site)
+    fn path_users(&self, namespace: &str, name: &str, site_path: &str) -> Vec<String> {
+        self.sharing(namespace, name, site_path)
             .iter()
             .filter_map(|other| other.metadata.name.clone())
             .collect()

@@ -24,11 +24,15 @@ use crate::watched::Volume;
 /// Index key of a Site: its public path `/<space>/<name>/` within its namespace (one path, one
 /// Site: admission and the route backstop look up who else uses it).
 pub fn path_key(site: &Site) -> String {
-    format!(
-        "{}:{}/",
+    path_key_of(
         site.metadata.namespace.as_deref().unwrap_or_default(),
-        site_path(site)
+        &site_path(site),
     )
+}
+
+/// [`path_key`] of the site path `site_path` (`/<space>/<name>`) in `namespace`.
+pub fn path_key_of(namespace: &str, site_path: &str) -> String {
+    format!("{namespace}:{site_path}/")
 }
 
 /// [`path_key`] as the index key function.

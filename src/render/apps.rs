@@ -18,7 +18,7 @@ use std::borrow::Cow;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::config::{CatalogueApplication, PlatformConfig};
-use crate::crd::{Application, Site};
+use crate::crd::{Application, Site, Str};
 use crate::render::route::RoutePath;
 
 /// Port of a custom application that does not set one.
@@ -37,24 +37,37 @@ pub enum Readiness<'a> {
 
 /// One application, resolved against the platform catalogue.
 #[derive(Clone, Debug, PartialEq)]
-pub struct ResolvedApp<'a> {
+pub struct ResolvedApp<'a, S = String> {
     /// Index in `spec.configuration.applications` (for field paths).
     pub index: usize,
     /// The application as written in the Site.
-    pub spec: &'a Application,
+    pub spec: &'a Application<S>,
     /// The catalogue entry of a built-in application.
     pub builtin: Option<&'a CatalogueApplication>,
     /// Position of that entry in the catalogue.
     pub catalogue_index: Option<usize>,
-    /// The container image (the Site's, or the catalogue's at the platform version).
-    pub image: Cow<'a, str>,
+    /// The platform version (a built-in application without an image of its own runs the
+    /// catalogue's at this version: [`ResolvedApp::image`]).
+    version: &'a str,
     /// The port the application listens on.
     pub port: i32,
     /// The readiness probe.
     pub readiness: Readiness<'a>,
 }
 
-impl ResolvedApp<'_> {
+impl<'a, S: Str> ResolvedApp<'a, S> {
+    /// The container image: the Site's, or the catalogue's at the platform version. Empty for
+    /// a custom application without one (not valid: it has none to run).
+    pub fn image(&self) -> Cow<'a, str> {
+        match (self.builtin, &self.spec.image) {
+            (_, Some(image)) => Cow::Borrowed(&**image),
+            (Some(entry), None) => Cow::Owned(catalogue_image(entry, self.version)),
+            (None, None) => Cow::Borrowed(""),
+        }
+    }
+}
+
+impl<S> ResolvedApp<'_, S> {
     /// The field path of this application.
     pub fn field(&self, rest: &str) -> String {
         format!("spec.configuration.applications[{}]{rest}", self.index)
@@ -69,65 +82,62 @@ pub fn catalogue_image(entry: &CatalogueApplication, version: &str) -> String {
 /// Every application of the site resolved against the catalogue, in the Site's order. Nothing
 /// is checked here: [`crate::validation::site`] holds the rules (and uses this resolution, so
 /// the two cannot disagree about an image or a port).
-pub fn resolve_each<'a>(
-    site: &'a Site,
+pub fn resolve_each<'a, S: Str>(
+    applications: &'a [Application<S>],
     cfg: &'a PlatformConfig,
-) -> impl Iterator<Item = ResolvedApp<'a>> + 'a {
-    site.spec
-        .configuration
-        .applications
-        .iter()
-        .enumerate()
-        .map(move |(index, spec)| {
-            let catalogue_index = cfg
-                .sites
-                .applications
-                .iter()
-                .position(|c| c.name == spec.name);
-            let builtin = catalogue_index.map(|i| &cfg.sites.applications[i]);
-            let image = match (builtin, &spec.image) {
-                (_, Some(image)) => Cow::Borrowed(image.as_str()),
-                (Some(entry), None) => Cow::Owned(catalogue_image(entry, &cfg.sites.version)),
-                // A custom application without an image is not valid; it has none to run.
-                (None, None) => Cow::Borrowed(""),
-            };
-            let port = match (builtin, spec.port) {
-                (Some(entry), _) => i32::from(entry.port),
-                (None, Some(p)) => p,
-                (None, None) => CUSTOM_DEFAULT_PORT,
-            };
-            let readiness = match builtin.and_then(|b| b.readiness_path.as_deref()) {
-                Some(path) => Readiness::Http(path),
-                None => Readiness::Tcp,
-            };
-            ResolvedApp {
-                index,
-                spec,
-                builtin,
-                catalogue_index,
-                image,
-                port,
-                readiness,
-            }
-        })
+) -> impl Iterator<Item = ResolvedApp<'a, S>> + 'a {
+    applications.iter().enumerate().map(move |(index, spec)| {
+        let catalogue_index = cfg
+            .sites
+            .applications
+            .iter()
+            .position(|c| c.name == *spec.name);
+        let builtin = catalogue_index.map(|i| &cfg.sites.applications[i]);
+        let port = match (builtin, spec.port) {
+            (Some(entry), _) => i32::from(entry.port),
+            (None, Some(p)) => p,
+            (None, None) => CUSTOM_DEFAULT_PORT,
+        };
+        let readiness = match builtin.and_then(|b| b.readiness_path.as_deref()) {
+            Some(path) => Readiness::Http(path),
+            None => Readiness::Tcp,
+        };
+        ResolvedApp {
+            index,
+            spec,
+            builtin,
+            catalogue_index,
+            version: &cfg.sites.version,
+            port,
+            readiness,
+        }
+    })
 }
 
 /// The applications of a valid site, in name order: reordering the Site's list is not a change
 /// (LIFE-02), so everything rendered from the applications follows their names.
 pub fn resolve<'a>(site: &'a Site, cfg: &'a PlatformConfig) -> Vec<ResolvedApp<'a>> {
-    let mut out: Vec<_> = resolve_each(site, cfg).collect();
+    resolve_sorted(&site.spec.configuration.applications, cfg)
+}
+
+/// [`resolve`] of a Site's applications.
+pub fn resolve_sorted<'a, S: Str>(
+    applications: &'a [Application<S>],
+    cfg: &'a PlatformConfig,
+) -> Vec<ResolvedApp<'a, S>> {
+    let mut out: Vec<_> = resolve_each(applications, cfg).collect();
     out.sort_by(|a, b| a.spec.name.cmp(&b.spec.name));
     out
 }
 
 /// The site path: `/<space>/<name>`.
 pub fn site_path(site: &Site) -> String {
-    format!("/{}/{}", site.spec.configuration.space, site.spec.name)
+    site.parts().path()
 }
 
 /// The application serving the site path: among the built-in applications declaring no paths,
 /// the one first in the catalogue (so reordering the Site's list changes nothing).
-pub fn site_app<'s, 'a>(apps: &'s [ResolvedApp<'a>]) -> Option<&'s ResolvedApp<'a>> {
+pub fn site_app<'s, 'a, S>(apps: &'s [ResolvedApp<'a, S>]) -> Option<&'s ResolvedApp<'a, S>> {
     apps.iter()
         .filter(|a| a.spec.paths.is_empty())
         .filter_map(|a| a.catalogue_index.map(|rank| (rank, a)))
@@ -138,10 +148,19 @@ pub fn site_app<'s, 'a>(apps: &'s [ResolvedApp<'a>]) -> Option<&'s ResolvedApp<'
 /// The public paths of the site, each with its backend (the site Service at the application's
 /// port). Empty when no application serves a path.
 pub fn route_paths(site: &Site, apps: &[ResolvedApp<'_>], service: &str) -> Vec<RoutePath> {
+    route_paths_at(&site_path(site), apps, service)
+}
+
+/// [`route_paths`] of a Site whose site path is `site_path`.
+pub fn route_paths_at<S: Str>(
+    site_path: &str,
+    apps: &[ResolvedApp<'_, S>],
+    service: &str,
+) -> Vec<RoutePath> {
     let mut paths = Vec::new();
     if let Some(app) = site_app(apps) {
         paths.push(RoutePath {
-            path: site_path(site),
+            path: site_path.to_string(),
             path_type: "Prefix".into(),
             service: service.to_string(),
             port: IntOrString::Int(app.port),
@@ -150,8 +169,8 @@ pub fn route_paths(site: &Site, apps: &[ResolvedApp<'_>], service: &str) -> Vec<
     for app in apps {
         for p in &app.spec.paths {
             paths.push(RoutePath {
-                path: p.path.clone(),
-                path_type: p.path_type.clone(),
+                path: p.path.to_string(),
+                path_type: p.path_type.to_string(),
                 service: service.to_string(),
                 port: IntOrString::Int(app.port),
             });

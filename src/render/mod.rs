@@ -26,7 +26,7 @@ use k8s_openapi::api::networking::v1::Ingress;
 
 use crate::Result;
 use crate::config::{PlatformConfig, RoutingMode};
-use crate::crd::Site;
+
 use crate::policy::{self, PolicyFeature};
 use crate::restart::Qualifying;
 use crate::validation::site::Valid;
@@ -187,9 +187,9 @@ pub fn render(site: Valid<'_>, cfg: &PlatformConfig, inputs: &Inputs<'_>) -> Res
 /// Warnings about a legal but suspicious Site: more than one replica in gateway mode when the
 /// policy provider supplies no session affinity (requests of one client may reach different
 /// pods).
-pub fn warnings(site: &Site, cfg: &PlatformConfig) -> Vec<String> {
+pub fn warnings<S>(settings: &crate::crd::Settings<S>, cfg: &PlatformConfig) -> Vec<String> {
     let mut out = Vec::new();
-    let replicas = site.spec.configuration.settings.replicas;
+    let replicas = settings.replicas;
     if cfg.routing.mode == RoutingMode::Gateway && replicas > 1 {
         let provider = &cfg.routing.gateway.policy_provider;
         let affinity =

@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::config::{PlatformConfig, RoutingMode};
+use crate::crd::Site;
 use crate::fixtures::{SiteBuilder, config, config_for, config_gateway, handbook};
 use crate::validation::site::validate;
 use crate::{Error, restart};
@@ -660,9 +661,15 @@ fn site_path_goes_to_the_first_catalogue_application() {
 fn gateway_warning_for_replicas_without_session_affinity() {
     let s3 = base(true, 3, false).build();
     let s1 = base(true, 1, false).build();
-    assert_eq!(warnings(&s3, &config()), Vec::<String>::new());
-    assert_eq!(warnings(&s1, &config_gateway()), Vec::<String>::new());
-    let w = warnings(&s3, &config_gateway());
+    assert_eq!(
+        warnings(&s3.spec.configuration.settings, &config()),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        warnings(&s1.spec.configuration.settings, &config_gateway()),
+        Vec::<String>::new()
+    );
+    let w = warnings(&s3.spec.configuration.settings, &config_gateway());
     assert_eq!(w.len(), 1);
     assert!(
         w[0].starts_with("spec.configuration.settings.replicas: 3 replicas"),

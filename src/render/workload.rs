@@ -231,7 +231,7 @@ fn container(id: &str, app: &ResolvedApp<'_>, resources: &ResourceRequirements) 
     };
     Container {
         name: app.spec.name.clone(),
-        image: Some(app.image.to_string()),
+        image: Some(app.image().into_owned()),
         ports: Some(vec![ContainerPort {
             container_port: app.port,
             protocol: Some("TCP".into()),

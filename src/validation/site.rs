@@ -7,7 +7,10 @@ use std::collections::BTreeMap;
 
 use super::{FieldError, FieldErrors, format};
 use crate::config::{PlatformConfig, RoutingMode};
-use crate::crd::{MAX_SITE_ID_LEN, Site};
+use crate::crd::SiteConfiguration;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::crd::{MAX_SITE_ID_LEN, Site, SiteRef, Str};
 use crate::quantity;
 use crate::render::configmap::ErrorHandling;
 use crate::render::{apps, route};
@@ -49,7 +52,7 @@ impl std::ops::Deref for Valid<'_> {
 /// The Site as a [`Valid`] one, or every rule it breaks (rules about a previous version, such as
 /// the quota never decreasing, are admission's: see [`violations`]).
 pub fn validate<'a>(site: &'a Site, cfg: &PlatformConfig) -> Result<Valid<'a>, Vec<FieldError>> {
-    let v = violations(site, None, cfg);
+    let v = violations(site.parts(), None, cfg);
     if v.is_empty() {
         Ok(Valid(site))
     } else {
@@ -58,14 +61,17 @@ pub fn validate<'a>(site: &'a Site, cfg: &PlatformConfig) -> Result<Valid<'a>, V
 }
 
 /// Every rule a Site must satisfy. `old` is the stored object on UPDATE (quota never decreases).
-pub fn violations(site: &Site, old: Option<&Site>, cfg: &PlatformConfig) -> Vec<FieldError> {
+pub fn violations<S: Str>(
+    site: SiteRef<'_, S>,
+    old: Option<SiteRef<'_, S>>,
+    cfg: &PlatformConfig,
+) -> Vec<FieldError> {
     let mut v = FieldErrors::default();
-    metadata(site, &mut v);
-    let spec = &site.spec;
-    let c = &spec.configuration;
-    v.check("spec.name", format::dns1123_label(&spec.name));
+    metadata(site.metadata, &mut v);
+    let c = site.configuration;
+    v.check("spec.name", format::dns1123_label(site.name));
     v.check("spec.configuration.space", format::dns1123_label(&c.space));
-    for (field, value) in [("spec.owner", &spec.owner), ("spec.type", &spec.site_type)] {
+    for (field, value) in [("spec.owner", site.owner), ("spec.type", site.site_type)] {
         if value.trim().is_empty() {
             v.add(field, "must not be empty");
         }
@@ -86,7 +92,7 @@ pub fn violations(site: &Site, old: Option<&Site>, cfg: &PlatformConfig) -> Vec<
             header(name, value),
         );
     }
-    quota(site, old, &mut v);
+    quota(c, old.map(|o| o.configuration), &mut v);
     if let Some(date) = &c.retention_date {
         v.check("spec.configuration.retention_date", iso_date(date));
     }
@@ -100,12 +106,11 @@ pub fn violations(site: &Site, old: Option<&Site>, cfg: &PlatformConfig) -> Vec<
             "must not be negative",
         );
     }
-    resource_limits(site, cfg, &mut v);
+    resource_limits(c, cfg, &mut v);
     v.into_vec()
 }
 
-fn metadata(site: &Site, v: &mut FieldErrors) {
-    let meta = &site.metadata;
+fn metadata(meta: &ObjectMeta, v: &mut FieldErrors) {
     match (meta.name.as_deref(), meta.generate_name.as_deref()) {
         (Some(name), _) if !name.is_empty() => v.check(
             "metadata.name",
@@ -125,8 +130,8 @@ fn metadata(site: &Site, v: &mut FieldErrors) {
 
 /// Names, images, ports, environment, annotations and paths of the applications, as
 /// [`apps::resolve_each`] resolves them against the catalogue; then the HTTPRoute rule limit.
-fn applications(site: &Site, cfg: &PlatformConfig, v: &mut FieldErrors) {
-    let c = &site.spec.configuration;
+fn applications<S: Str>(site: SiteRef<'_, S>, cfg: &PlatformConfig, v: &mut FieldErrors) {
+    let c = site.configuration;
     if c.applications.is_empty() {
         v.add(
             "spec.configuration.applications",
@@ -136,7 +141,7 @@ fn applications(site: &Site, cfg: &PlatformConfig, v: &mut FieldErrors) {
     let before = v.0.len();
     let mut names: BTreeMap<&str, usize> = BTreeMap::new();
     let mut ports: BTreeMap<i32, usize> = BTreeMap::new();
-    for app in apps::resolve_each(site, cfg) {
+    for app in apps::resolve_each(&c.applications, cfg) {
         let i = app.index;
         v.check_at(|| app.field(".name"), format::dns1123_label(&app.spec.name));
         if let Some(first) = names.insert(&app.spec.name, i) {
@@ -144,7 +149,7 @@ fn applications(site: &Site, cfg: &PlatformConfig, v: &mut FieldErrors) {
                 app.field(".name"),
                 format!(
                     "{:?} is already used by applications[{first}]",
-                    app.spec.name
+                    &*app.spec.name
                 ),
             );
             // The other rules would only repeat the duplicate.
@@ -196,12 +201,12 @@ fn applications(site: &Site, cfg: &PlatformConfig, v: &mut FieldErrors) {
                 RoutingMode::Ingress => &["Prefix", "Exact", "ImplementationSpecific"],
                 RoutingMode::Gateway => &["Prefix", "Exact"],
             };
-            if !supported.contains(&p.path_type.as_str()) {
+            if !supported.contains(&&*p.path_type) {
                 v.add(
                     app.field(&format!(".paths[{j}].path_type")),
                     format!(
                         "{:?} is not supported in {} mode (use {})",
-                        p.path_type,
+                        &*p.path_type,
                         cfg.routing.mode.as_str(),
                         supported.join(" or ")
                     ),
@@ -212,8 +217,8 @@ fn applications(site: &Site, cfg: &PlatformConfig, v: &mut FieldErrors) {
     // One HTTPRoute holds at most 16 rules (gateway mode); counted only when the applications
     // and their paths are valid.
     if cfg.routing.mode == RoutingMode::Gateway && v.0.len() == before {
-        let resolved = apps::resolve(site, cfg);
-        let paths = apps::route_paths(site, &resolved, "site");
+        let resolved = apps::resolve_sorted(&c.applications, cfg);
+        let paths = apps::route_paths_at(&site.path(), &resolved, "site");
         if let Ok(rules) = route::http_route_rules(&paths, !c.enabled, cfg.routing.scheme)
             && rules.len() > route::MAX_HTTP_ROUTE_RULES
         {
@@ -230,10 +235,10 @@ fn applications(site: &Site, cfg: &PlatformConfig, v: &mut FieldErrors) {
     }
 }
 
-fn quota(site: &Site, old: Option<&Site>, v: &mut FieldErrors) {
+fn quota<S>(c: &SiteConfiguration<S>, old: Option<&SiteConfiguration<S>>, v: &mut FieldErrors) {
     let field = "spec.configuration.quota";
-    let old_quota = old.and_then(|o| o.spec.configuration.quota.as_ref());
-    match &site.spec.configuration.quota {
+    let old_quota = old.and_then(|o| o.quota.as_ref());
+    match &c.quota {
         Some(q) => match positive_quantity(&q.0) {
             Err(m) => v.add(field, m),
             Ok(new) => {
@@ -258,8 +263,8 @@ fn quota(site: &Site, old: Option<&Site>, v: &mut FieldErrors) {
     }
 }
 
-fn resource_limits(site: &Site, cfg: &PlatformConfig, v: &mut FieldErrors) {
-    let Some(limits) = &site.spec.configuration.settings.resource_limits else {
+fn resource_limits<S>(c: &SiteConfiguration<S>, cfg: &PlatformConfig, v: &mut FieldErrors) {
+    let Some(limits) = &c.settings.resource_limits else {
         return;
     };
     let requests = &cfg.sites.kubernetes.resources.requests;
@@ -290,8 +295,8 @@ fn resource_limits(site: &Site, cfg: &PlatformConfig, v: &mut FieldErrors) {
 
 /// The reserved-names rule: no object of the Site (`<id>`, `<id>-oauth2`, `<id>-files`) may take
 /// the name of a platform object of the namespace (`reserved`).
-pub fn reserved_names(site: &Site, reserved: impl Fn(&str) -> bool) -> Option<FieldError> {
-    let id = site.metadata.name.as_deref().filter(|n| !n.is_empty())?;
+pub fn reserved_names(meta: &ObjectMeta, reserved: impl Fn(&str) -> bool) -> Option<FieldError> {
+    let id = meta.name.as_deref().filter(|n| !n.is_empty())?;
     let first = crate::labels::owned_names(id)
         .into_iter()
         .find(|name| reserved(name))?;
@@ -303,26 +308,24 @@ pub fn reserved_names(site: &Site, reserved: impl Fn(&str) -> bool) -> Option<Fi
     ))
 }
 
-/// One path, one Site: `users` are the other Sites whose public path is this Site's.
-pub fn path_in_use(site: &Site, users: &[String]) -> Option<FieldError> {
+/// One path, one Site: `users` are the other Sites whose public path is `site_path`, the
+/// Site's.
+pub fn path_in_use(site_path: &str, users: &[String]) -> Option<FieldError> {
     let other = users.iter().min()?;
     Some(FieldError::new(
         "spec.configuration.space",
-        format!(
-            "the path {}/ is already used by Site {other}",
-            apps::site_path(site)
-        ),
+        format!("the path {site_path}/ is already used by Site {other}"),
     ))
 }
 
 /// Ratcheting (the Kubernetes convention for tightened rules): of the `violations` of an
 /// updated Site, drops those the stored Site `old` already had (`before`, the same field and
 /// message) when the update leaves that field's value as it was. A changed field gets every rule.
-pub fn ratchet(
+pub fn ratchet<T: serde::Serialize>(
     violations: Vec<FieldError>,
     before: &[FieldError],
-    old: &Site,
-    new: &Site,
+    old: &T,
+    new: &T,
 ) -> Vec<FieldError> {
     let (old, new) = (
         serde_json::to_value(old).unwrap_or_default(),
@@ -407,10 +410,18 @@ pub fn header(name: &str, value: &str) -> Result<(), String> {
             "the header name contains {c:?}; use letters, digits, '-' and '_'"
         ));
     }
-    if let Some(c) = value
-        .chars()
-        .find(|c| c.is_control() || matches!(c, '"' | '\\' | '$'))
-    {
+    // Printable ASCII without those three is fine; only other values are read by character.
+    let plain = value.bytes().fold(true, |ok, b| {
+        ok & (b' '..=b'~').contains(&b) & !matches!(b, b'"' | b'\\' | b'$')
+    });
+    let unsafe_char = if plain {
+        None
+    } else {
+        value
+            .chars()
+            .find(|c| c.is_control() || matches!(c, '"' | '\\' | '$'))
+    };
+    if let Some(c) = unsafe_char {
         return Err(format!(
             "the value contains {c:?}, which could inject nginx directives (control characters, '\"', '\\' and '$' are not allowed)"
         ));
@@ -427,11 +438,24 @@ pub fn header(name: &str, value: &str) -> Result<(), String> {
 /// A route path: absolute, nothing that could break out of an nginx directive, nothing the API
 /// server refuses in a route (too long, `//`, dot segments, encoded `/`).
 pub fn route_path(path: &str) -> Result<(), String> {
-    let unsafe_char = path.chars().find(|c| {
-        c.is_whitespace()
-            || c.is_control()
-            || matches!(c, ';' | '{' | '}' | '"' | '\'' | '\\' | '$' | '#')
-    });
+    let unsafe_byte = |b: u8| !(b'!'..=b'~').contains(&b) || b";{}\"'\\$#".contains(&b);
+    // Only a path with a byte that is not printable ASCII, or one of those, is read by
+    // character; only one with `/.`, `//` or `%` is searched for the sequences below.
+    let plain = !path.bytes().any(unsafe_byte);
+    let unsafe_char = if plain {
+        None
+    } else {
+        path.chars().find(|c| {
+            c.is_whitespace()
+                || c.is_control()
+                || matches!(c, ';' | '{' | '}' | '"' | '\'' | '\\' | '$' | '#')
+        })
+    };
+    let plain_segments = !path.contains('%')
+        && !path
+            .as_bytes()
+            .windows(2)
+            .any(|w| w[0] == b'/' && matches!(w[1], b'/' | b'.'));
     if !path.starts_with('/') {
         return Err(format!("{path:?} must start with '/'"));
     }
@@ -445,6 +469,9 @@ pub fn route_path(path: &str) -> Result<(), String> {
             "must be at most {MAX_PATH_LEN} characters (is {})",
             path.len()
         ));
+    }
+    if plain_segments {
+        return Ok(());
     }
     if let Some(seq) = INVALID_PATH_SEQUENCES.iter().find(|s| path.contains(**s)) {
         return Err(format!(

@@ -25,6 +25,11 @@ fn headers_that_could_leave_their_directive_are_rejected() {
         ("X-Var", "$host", false),
         ("X-Backslash", "a\\", false),
         ("", "v", false),
+        // Beyond ASCII: letters are text, C1 controls and DEL are not.
+        ("X-Accent", "café", true),
+        ("X-C1", "a\u{85}b", false),
+        ("X-Del", "a\u{7f}", false),
+        ("X-Tab", "a\tb", false),
     ];
     for (name, value, ok) in cases {
         let got = header(name, value);
@@ -50,6 +55,15 @@ fn unsafe_route_paths_are_rejected() {
         ("/a/../b", false, false),
         ("/a%2Fb", false, false),
         ("/a/..", false, false),
+        ("/a/.", false, false),
+        ("/a/./b", false, false),
+        ("/a%2fb", false, false),
+        ("/.well-known/x", true, true),
+        ("/a/b.c/", true, true),
+        ("/a\u{a0}b", false, false),
+        ("/a\u{2028}b", false, false),
+        ("/a\u{7f}", false, false),
+        ("/a'b", false, false),
         ("/café", true, false),
         ("/a%zz", true, false),
         (too_long.as_str(), false, false),
@@ -90,7 +104,7 @@ fn validate_returns_every_violation_or_a_valid_site() {
             "spec.configuration.headers[\"X-Bad;\"]",
         ]
     );
-    assert_eq!(errors, violations(&bad, None, &cfg));
+    assert_eq!(errors, violations(bad.parts(), None, &cfg));
     assert!(
         errors[1]
             .message
@@ -106,7 +120,7 @@ fn rules_about_the_previous_version_are_admissions_only() {
     let with_quota = |q: &str| handbook().quota(q).build();
     let (old, new) = (with_quota("2Gi"), with_quota("1Gi"));
     assert_eq!(
-        violations(&new, Some(&old), &cfg)
+        violations(new.parts(), Some(old.parts()), &cfg)
             .iter()
             .map(|e| e.field.as_str())
             .collect::<Vec<_>>(),

@@ -1,0 +1,149 @@
+//! Text of a Site as the admission webhook reads it: borrowed from the request body when the
+//! JSON string has no escape, so reviewing a Site copies none of its strings; and the parts of
+//! a Site the rules read ([`SiteRef`]), the same for a stored [`Site`] and a reviewed one.
+
+use std::borrow::Cow;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::{Deserialize, Serialize};
+
+use super::{Site, SiteConfiguration};
+
+/// A string of a Site under review: a slice of the request body, or (when the JSON string
+/// holds escapes) its unescaped copy.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Text<'a>(Cow<'a, str>);
+
+impl std::ops::Deref for Text<'_> {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'a, 'b: 'a> From<&'b str> for Text<'a> {
+    fn from(s: &'b str) -> Self {
+        Text(Cow::Borrowed(s))
+    }
+}
+
+impl From<String> for Text<'_> {
+    fn from(s: String) -> Self {
+        Text(Cow::Owned(s))
+    }
+}
+
+impl std::fmt::Display for Text<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self)
+    }
+}
+
+impl Serialize for Text<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self)
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = Text<'de>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Borrowed(v)))
+            }
+
+            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Owned(v.to_owned())))
+            }
+
+            fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_string(Visitor)
+    }
+}
+
+/// The text type of a Site's configuration: `String` (a stored [`Site`]) or [`Text`] (a
+/// reviewed one).
+pub trait Str: std::ops::Deref<Target = str> + Ord + std::fmt::Debug {}
+
+impl Str for String {}
+impl Str for Text<'_> {}
+
+/// What the Site rules read, borrowed: from a stored [`Site`] ([`Site::parts`]) or from the
+/// object of an admission review decoded without copying its text.
+#[derive(Debug)]
+pub struct SiteRef<'s, S = String> {
+    pub metadata: &'s ObjectMeta,
+    /// `spec.name`.
+    pub name: &'s str,
+    /// `spec.owner`.
+    pub owner: &'s str,
+    /// `spec.type`.
+    pub site_type: &'s str,
+    /// `spec.configuration`.
+    pub configuration: &'s SiteConfiguration<S>,
+}
+
+impl<S> Clone for SiteRef<'_, S> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<S> Copy for SiteRef<'_, S> {}
+
+impl<S: Str> SiteRef<'_, S> {
+    /// The site path: `/<space>/<name>`.
+    pub fn path(&self) -> String {
+        format!("/{}/{}", &*self.configuration.space, self.name)
+    }
+}
+
+impl Site {
+    /// The parts of the Site the rules read.
+    pub fn parts(&self) -> SiteRef<'_> {
+        SiteRef {
+            metadata: &self.metadata,
+            name: &self.spec.name,
+            owner: &self.spec.owner,
+            site_type: &self.spec.site_type,
+            configuration: &self.spec.configuration,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_borrows_unescaped_strings_and_copies_escaped_ones() {
+        let body = r#"["plain", "esc\"aped", "\u00e9t\u00e9"]"#;
+        let texts: Vec<Text> = serde_json::from_str(body).expect("decodes");
+        assert!(matches!(texts[0].0, Cow::Borrowed("plain")));
+        assert!(matches!(&texts[1].0, Cow::Owned(s) if s == "esc\"aped"));
+        assert_eq!(&*texts[2], "été");
+        // Other values are refused as for a String.
+        for bad in ["[5]", "[null]", "[{}]", r#"["\ud800"]"#] {
+            assert!(serde_json::from_str::<Vec<Text>>(bad).is_err(), "{bad}");
+            assert!(serde_json::from_str::<Vec<String>>(bad).is_err(), "{bad}");
+        }
+        // From a tree nothing can be lent: the text is copied.
+        let copied = Text::deserialize(serde_json::json!("x")).expect("decodes");
+        assert!(matches!(copied.0, Cow::Owned(_)));
+        assert_eq!(
+            serde_json::to_string(&texts[1]).expect("encodes"),
+            r#""esc\"aped""#
+        );
+    }
+}
