@@ -86,7 +86,7 @@ pub struct SiteSpec {
 }
 
 /// What the site serves and how. `S` is the type of its text: `String` in a [`Site`],
-/// [`Text`] (borrowed from the request) in an admission review's [`SiteRef`].
+/// [`Text`] (borrowed from the request body) in a Site under admission review.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(bound(deserialize = "S: Deserialize<'de> + Ord + From<&'static str>"))]
 #[schemars(bound = "S: JsonSchema + Serialize + From<&'static str>")]

@@ -11,7 +11,7 @@ use super::{Site, SiteConfiguration};
 
 /// A string of a Site under review: a slice of the request body, or (when the JSON string
 /// holds escapes) its unescaped copy.
-#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Text<'a>(Cow<'a, str>);
 
 impl std::ops::Deref for Text<'_> {
@@ -25,18 +25,6 @@ impl std::ops::Deref for Text<'_> {
 impl<'a, 'b: 'a> From<&'b str> for Text<'a> {
     fn from(s: &'b str) -> Self {
         Text(Cow::Borrowed(s))
-    }
-}
-
-impl From<String> for Text<'_> {
-    fn from(s: String) -> Self {
-        Text(Cow::Owned(s))
-    }
-}
-
-impl std::fmt::Display for Text<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self)
     }
 }
 
