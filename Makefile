@@ -33,11 +33,14 @@ test: fmt-check clippy unit crd-check validate-manifests promtool-test kind-e2e-
 ## lint: formatting and clippy with warnings as errors.
 lint: fmt-check clippy
 
+# The fuzz crate is outside the workspace (it builds with its own lock file): formatted too.
 fmt:
 	$(CARGO) fmt --all
+	$(CARGO) fmt --manifest-path fuzz/Cargo.toml
 
 fmt-check:
 	$(CARGO) fmt --all -- --check
+	$(CARGO) fmt --manifest-path fuzz/Cargo.toml -- --check
 
 clippy:
 	$(CARGO) clippy --locked --workspace --all-targets -- -D warnings

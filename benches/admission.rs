@@ -1,7 +1,9 @@
 //! Handler-only cost of the Site webhooks (no TLS, no HTTP): decode the AdmissionReview, run the
 //! handler, encode the answer, for the typical (~4 KB) and the large (~100 KB) Site. The server's
-//! path decodes the Site typed (`SiteBody::decode`); the generic path (`decode` into a
-//! `DynamicObject`, then a Site) is what bodies that are not Sites take, measured for comparison.
+//! path decodes the Site typed (`SiteBody::decode`: the review reader; `decode only, serde_json`
+//! is the same decoding by serde_json, which the server uses for bodies the reader refuses); the
+//! generic path (`decode` into a `DynamicObject`, then a Site) is what bodies that are not Sites
+//! take, measured for comparison.
 //!
 //! Run: `cargo bench --bench admission`.
 
@@ -47,7 +49,18 @@ fn handlers(c: &mut Criterion) {
                 black_box(&req);
             })
         });
+        group.bench_function("decode only, serde_json", |b| {
+            b.iter(|| {
+                let site_body = server::SiteBody::new(black_box(&body)).expect("text");
+                let req = site_body.decode_with_serde_json().expect("decodes");
+                black_box(&req);
+            })
+        });
         let site_body = server::SiteBody::new(&body).expect("text");
+        assert!(
+            site_body.read().is_some(),
+            "the review reader reads the {name} body"
+        );
         let req = site_body.decode().expect("decodes");
         group.bench_function("rules only", |b| {
             b.iter(|| admission::validate_site_object(black_box(req.clone()), &cfg))

@@ -2,7 +2,8 @@
 //! validate Sites in both routing modes, validate the platform configuration) and encoding of
 //! every answer. Nothing panics, every answer encodes, a mutation's patch applies to the object
 //! it was computed for, and the Site handlers answer the same on the server's typed decoding
-//! (objects decoded as Sites) as on the generic one.
+//! (objects decoded as Sites) as on the generic one, and the review reader decodes a body it reads
+//! as serde_json does.
 
 #![no_main]
 
@@ -13,6 +14,15 @@ use sites_operator_fuzz::{CONFIGS, FRESH_UUID};
 fuzz_target!(|data: &[u8]| {
     // The Site webhooks try this decoding first.
     let site_body = server::SiteBody::new(data).ok();
+    if let Some(body) = &site_body
+        && let Some(read) = body.read()
+    {
+        assert_eq!(
+            format!("{read:?}"),
+            format!("{:?}", body.decode_with_serde_json()),
+            "the review reader and serde_json decode differently"
+        );
+    }
     let typed = site_body.as_ref().and_then(|b| b.decode().ok());
     let typed_answers = typed.map(|req| {
         let mutated = admission::mutate_site(&req, &CONFIGS[0], || FRESH_UUID);

@@ -6,8 +6,8 @@ use std::sync::LazyLock;
 use sites_operator::Error;
 use sites_operator::config::{Installation, PlatformConfig, RoutingMode};
 use sites_operator::crd::Site;
-use sites_operator::restart;
 use sites_operator::render::{self, Inputs, PodTemplateInputs, SiteTokens};
+use sites_operator::restart;
 use sites_operator::validation::site as rules;
 
 /// The example platform configuration (`manifests/base/config.yaml`).

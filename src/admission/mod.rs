@@ -8,6 +8,7 @@
 //! - [`validate_config`]: the platform configuration validator on the `sites-config` ConfigMap.
 
 mod applied;
+pub mod reader;
 pub mod selfsigned;
 pub mod server;
 
@@ -176,12 +177,13 @@ fn admission_spec<'de, D: serde::Deserializer<'de>>(
 
 /// A string value read without keeping it (anything else is an error, as for a kept one).
 ///
-/// With serde_json the value is borrowed raw from the input, which skips it without unescaping
-/// or copying it (the `kubectl apply` annotation is a whole JSON document escaped inside a
-/// string: unescaping it was a large part of the decoding cost). A raw value holding a `\u`
-/// escape is parsed fully, so a lone surrogate is refused as the generic path refuses it. Only
-/// serde_json decoding from text or bytes can lend raw values: [`SiteObject`] is decoded with
-/// `serde_json::from_str` (the server) or `from_slice`, never from a reader or a `Value`.
+/// The value is read raw, which skips it without unescaping or copying it (the `kubectl apply`
+/// annotation is a whole JSON document escaped inside a string: unescaping it was a large part
+/// of the decoding cost): the [`reader`] checks it as a string ([`reader::RAW_STRING`]), and
+/// serde_json lends it as a raw value, checked here. A value holding a `\u` escape is parsed
+/// fully, so a lone surrogate is refused as the generic path refuses it. Only the reader and
+/// serde_json decoding from text or bytes read raw values: [`SiteObject`] is decoded with them
+/// (the server) or `serde_json::from_slice`, never from an I/O reader or a `Value`.
 struct SkippedString {
     /// Where the value starts in the decoded text (its opening quote).
     at: *const u8,
@@ -189,19 +191,40 @@ struct SkippedString {
 
 impl<'de> Deserialize<'de> for SkippedString {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        use serde::de::Error;
-        let raw = <&'de serde_json::value::RawValue>::deserialize(d)?;
-        let text = raw.get();
-        if !text.starts_with('"') {
-            return Err(D::Error::invalid_type(
-                serde::de::Unexpected::Other("a non-string value"),
-                &"a string",
-            ));
+        struct Raw;
+        impl<'de> serde::de::Visitor<'de> for Raw {
+            type Value = SkippedString;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+
+            /// The review reader: the string as written, already checked.
+            fn visit_borrowed_str<E>(self, raw: &'de str) -> Result<SkippedString, E> {
+                Ok(SkippedString { at: raw.as_ptr() })
+            }
+
+            /// serde_json, which lends the value raw.
+            fn visit_newtype_struct<D2: serde::Deserializer<'de>>(
+                self,
+                d: D2,
+            ) -> Result<SkippedString, D2::Error> {
+                use serde::de::Error;
+                let raw = <&'de serde_json::value::RawValue>::deserialize(d)?;
+                let text = raw.get();
+                if !text.starts_with('"') {
+                    return Err(D2::Error::invalid_type(
+                        serde::de::Unexpected::Other("a non-string value"),
+                        &"a string",
+                    ));
+                }
+                if text.contains("\\u") {
+                    serde_json::from_str::<String>(text).map_err(D2::Error::custom)?;
+                }
+                Ok(SkippedString { at: text.as_ptr() })
+            }
         }
-        if text.contains("\\u") {
-            serde_json::from_str::<String>(text).map_err(D::Error::custom)?;
-        }
-        Ok(SkippedString { at: text.as_ptr() })
+        d.deserialize_newtype_struct(reader::RAW_STRING, Raw)
     }
 }
 

@@ -195,28 +195,42 @@ struct SiteRequest<'a> {
 /// decodes it like [`decode_as`] for [`SiteObject`], without decoding what the handlers never
 /// read, and with the Site's text borrowed from the body.
 ///
-/// The values of the `kubectl apply` annotation are cut out of the body first when they are
-/// where the API server writes them (see [`super::applied`]): what is left decodes several
-/// times faster, to the same request.
+/// The [`super::reader`] reads the body first. A body it refuses is decoded with serde_json,
+/// the values of the `kubectl apply` annotation cut out of it first when they are where the API
+/// server writes them (see [`super::applied`]): what is left decodes several times faster, to
+/// the same request.
 #[derive(Debug)]
 pub struct SiteBody<'b> {
     text: &'b str,
-    cut: Option<super::applied::Cut>,
+    /// The cut body, made when serde_json decodes.
+    cut: std::cell::OnceCell<Option<super::applied::Cut>>,
 }
 
 impl<'b> SiteBody<'b> {
     /// The body, unless it is not UTF-8 text (the reason, as for a decoding error).
     pub fn new(body: &'b [u8]) -> Result<SiteBody<'b>, String> {
-        let text = utf8(body)?;
         Ok(SiteBody {
-            text,
-            cut: super::applied::Cut::of(text),
+            text: utf8(body)?,
+            cut: std::cell::OnceCell::new(),
         })
     }
 
     /// The review's request, its Site's text borrowed from the body.
     pub fn decode(&self) -> Result<AdmissionRequest<SiteObject<'_>>, String> {
-        if let Some(cut) = &self.cut
+        match self.read() {
+            Some(req) => req,
+            None => self.decode_with_serde_json(),
+        }
+    }
+
+    /// What the review reader gives, `None` when it refuses the body.
+    pub fn read(&self) -> Option<Result<AdmissionRequest<SiteObject<'_>>, String>> {
+        super::reader::from_str(self.text).ok().map(site_request)
+    }
+
+    /// [`SiteBody::decode`] without the review reader: serde_json's decoding.
+    pub fn decode_with_serde_json(&self) -> Result<AdmissionRequest<SiteObject<'_>>, String> {
+        if let Some(cut) = self.cut.get_or_init(|| super::applied::Cut::of(self.text))
             && let Some(req) = cut.decode(decode_site_text)
         {
             return Ok(req);
@@ -228,6 +242,12 @@ impl<'b> SiteBody<'b> {
 pub(super) fn decode_site_text(text: &str) -> Result<AdmissionRequest<SiteObject<'_>>, String> {
     let review: SiteEnvelope = serde_json::from_str(text)
         .map_err(|e| format!("the body is not an AdmissionReview: {e}"))?;
+    site_request(review)
+}
+
+/// The request of a decoded Site review, unless the review is not an `admission.k8s.io/v1` one
+/// or has no request.
+fn site_request(review: SiteEnvelope<'_>) -> Result<AdmissionRequest<SiteObject<'_>>, String> {
     let types = envelope_types(review.api_version, review.kind)?;
     let r = review
         .request

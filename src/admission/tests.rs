@@ -44,6 +44,7 @@ fn validate_site(req: &AdmissionRequest<DynamicObject>, cfg: &PlatformConfig) ->
     }))
     .unwrap();
     let typed_body = server::SiteBody::new(&body).unwrap();
+    same_read_as_serde_json(&typed_body);
     if let Ok(typed_req) = typed_body.decode() {
         let typed = validate_site_object(typed_req, cfg);
         assert_eq!(
@@ -54,6 +55,20 @@ fn validate_site(req: &AdmissionRequest<DynamicObject>, cfg: &PlatformConfig) ->
         );
     }
     generic
+}
+
+/// When the review reader reads `body`, it gives what serde_json's decoding gives; whether it
+/// read it.
+fn same_read_as_serde_json(body: &server::SiteBody<'_>) -> bool {
+    let Some(read) = body.read() else {
+        return false;
+    };
+    assert_eq!(
+        format!("{read:?}"),
+        format!("{:?}", body.decode_with_serde_json()),
+        "the reader and serde_json differ"
+    );
+    true
 }
 
 fn messages(r: &AdmissionResponse) -> Vec<String> {
@@ -2151,5 +2166,82 @@ fn the_apply_annotation_is_cut_from_the_metadata_only() {
         let (taken, object) = decode(&users);
         assert!(!taken, "{place}: a cut outside the metadata is refused");
         assert!(object.to_string().contains("the user's value"), "{place}");
+    }
+}
+
+/// The review reader reads what the API server sends (compact JSON with the apply annotation,
+/// managed fields and a status; `&`, `<` and `>` escaped as `\u0026`, `\u003c`, `\u003e`, as
+/// Go's encoder writes them), to the request serde_json decodes. Beyond its subset (a fraction,
+/// `-0`), serde_json decodes the body and decides.
+#[test]
+fn the_review_reader_reads_api_server_bodies_as_serde_json_does() {
+    let mut site = handbook().json();
+    site["spec"]["configuration"]["headers"] = json!({"X-Note": "a & b <c> \u{e9}\u{1f600}"});
+    site["metadata"]["annotations"] = json!({
+        applied::ANNOTATION: serde_json::to_string(&site).unwrap(),
+        "sites.ecmwf.int/upgrade-request": "force",
+    });
+    site["metadata"]["managedFields"] = json!([{
+        "manager": "kubectl-client-side-apply", "operation": "Update",
+        "apiVersion": "sites.ecmwf.int/v1", "time": "2026-11-02T16:45:10Z",
+        "fieldsType": "FieldsV1",
+        "fieldsV1": {"f:metadata": {"f:annotations": {".": {}}}, "f:spec": {".": {}}}
+    }]);
+    site["status"] = json!({
+        "phase": "Running", "path": "/docs/handbook/", "observedGeneration": 3,
+        "conditions": [{"type": "Available", "status": "True", "reason": "Ready",
+            "message": "ready", "lastTransitionTime": "2026-11-02T16:45:10Z",
+            "observedGeneration": 3}]
+    });
+    let go_escaped = |text: &str| {
+        text.replace('&', "\\u0026")
+            .replace('<', "\\u003c")
+            .replace('>', "\\u003e")
+    };
+    for (operation, object, old) in [
+        ("CREATE", Some(site.clone()), None),
+        ("UPDATE", Some(site.clone()), Some(site.clone())),
+        ("DELETE", None, Some(site.clone())),
+    ] {
+        let body = String::from_utf8(review_body(operation, object, old)).unwrap();
+        for text in [body.clone(), go_escaped(&body)] {
+            let typed_body = server::SiteBody::new(text.as_bytes()).unwrap();
+            assert!(same_read_as_serde_json(&typed_body), "{operation}: {text}");
+            let req = typed_body.read().unwrap().expect("a request");
+            let headers = &req
+                .object
+                .as_ref()
+                .or(req.old_object.as_ref())
+                .unwrap()
+                .spec;
+            assert_eq!(
+                headers.configuration.headers.values().next().map(|v| &**v),
+                Some("a & b <c> \u{e9}\u{1f600}")
+            );
+        }
+    }
+
+    let body = String::from_utf8(review_body("CREATE", Some(site.clone()), None)).unwrap();
+    for (beyond, replaced) in [
+        (
+            "a fraction",
+            body.replace(
+                "\"observedGeneration\":3,\"path",
+                "\"observedGeneration\":3.0,\"path",
+            ),
+        ),
+        (
+            "-0",
+            body.replace("\"dryRun\":false", "\"dryRun\":false,\"x\":-0"),
+        ),
+    ] {
+        assert_ne!(replaced, body, "{beyond}");
+        let typed_body = server::SiteBody::new(replaced.as_bytes()).unwrap();
+        assert!(typed_body.read().is_none(), "{beyond}");
+        assert_eq!(
+            format!("{:?}", typed_body.decode()),
+            format!("{:?}", typed_body.decode_with_serde_json()),
+            "{beyond}"
+        );
     }
 }
