@@ -283,7 +283,7 @@ impl<'de> Reader<'de> {
             b'{' => {
                 self.enter()?;
                 let mut first = true;
-                while self.next_key(&mut first)? {
+                while self.next_item(&mut first, b'}')? {
                     self.skip_string()?;
                     self.colon()?;
                     self.skip_value()?;
@@ -293,7 +293,7 @@ impl<'de> Reader<'de> {
             b'[' => {
                 self.enter()?;
                 let mut first = true;
-                while self.next_element(&mut first)? {
+                while self.next_item(&mut first, b']')? {
                     self.skip_value()?;
                 }
                 self.depth -= 1;
@@ -308,47 +308,52 @@ impl<'de> Reader<'de> {
         Ok(())
     }
 
-    /// Whether an object has another key (then at its opening quote), past the separating
-    /// comma; at the end, past the closing brace.
-    fn next_key(&mut self, first: &mut bool) -> Result<bool, Refused> {
-        match self.peek()? {
-            b'}' => {
-                self.at += 1;
-                return Ok(false);
-            }
-            b',' if !*first => {
-                self.at += 1;
-            }
-            _ if *first => {}
-            _ => return Err(Refused),
+    /// Reads the array or object that opens with `open` through `visit`, which must read every
+    /// item: a visitor that stops early (serde_json then reports trailing items) is refused.
+    fn items<T>(
+        &mut self,
+        open: u8,
+        visit: impl FnOnce(&mut Items<'_, 'de>) -> Result<T, Refused>,
+    ) -> Result<T, Refused> {
+        if self.peek()? != open {
+            return Err(Refused);
         }
-        *first = false;
-        if self.peek()? == b'"' {
-            Ok(true)
-        } else {
-            Err(Refused)
+        self.enter()?;
+        let mut items = Items {
+            reader: self,
+            first: true,
+            done: false,
+        };
+        let value = visit(&mut items)?;
+        if !items.done {
+            return Err(Refused);
         }
+        self.depth -= 1;
+        Ok(value)
     }
 
-    /// Whether an array has another element, past the separating comma; at the end, past the
-    /// closing bracket.
-    fn next_element(&mut self, first: &mut bool) -> Result<bool, Refused> {
-        match self.peek()? {
-            b']' => {
-                self.at += 1;
-                return Ok(false);
+    /// Whether the array or object that `close` ends has another item, past the separating
+    /// comma (an object's key then at its opening quote); at the end, past `close`.
+    fn next_item(&mut self, first: &mut bool, close: u8) -> Result<bool, Refused> {
+        let next = self.peek()?;
+        if next == close {
+            self.at += 1;
+            return Ok(false);
+        }
+        if !*first {
+            if next != b',' {
+                return Err(Refused);
             }
-            b',' if !*first => {
-                self.at += 1;
-                if self.peek()? == b']' {
-                    return Err(Refused);
-                }
-            }
-            _ if *first => {}
-            _ => return Err(Refused),
+            self.at += 1;
         }
         *first = false;
-        Ok(true)
+        match (close, self.peek()?) {
+            (b'}', b'"') => Ok(true),
+            (b'}', _) => Err(Refused),
+            // A trailing comma.
+            (_, b']') => Err(Refused),
+            _ => Ok(true),
+        }
     }
 
     fn colon(&mut self) -> Result<(), Refused> {
@@ -406,6 +411,15 @@ fn special(text: &[u8]) -> Option<usize> {
     text.iter().position(is_special)
 }
 
+/// `deserialize_*` methods that read a number as [`Reader`]'s `deserialize_u64` does.
+macro_rules! numbers_as_u64 {
+    ($($method:ident)*) => {$(
+        fn $method<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Refused> {
+            self.deserialize_u64(visitor)
+        }
+    )*};
+}
+
 impl<'de> de::Deserializer<'de> for &mut Reader<'de> {
     type Error = Refused;
 
@@ -435,33 +449,10 @@ impl<'de> de::Deserializer<'de> for &mut Reader<'de> {
         }
     }
 
-    fn deserialize_i8<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Refused> {
-        self.deserialize_u64(visitor)
-    }
-
-    fn deserialize_i16<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Refused> {
-        self.deserialize_u64(visitor)
-    }
-
-    fn deserialize_i32<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Refused> {
-        self.deserialize_u64(visitor)
-    }
-
-    fn deserialize_i64<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Refused> {
-        self.deserialize_u64(visitor)
-    }
-
-    fn deserialize_u8<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Refused> {
-        self.deserialize_u64(visitor)
-    }
-
-    fn deserialize_u16<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Refused> {
-        self.deserialize_u64(visitor)
-    }
-
-    fn deserialize_u32<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Refused> {
-        self.deserialize_u64(visitor)
-    }
+    numbers_as_u64!(
+        deserialize_i8 deserialize_i16 deserialize_i32 deserialize_i64
+        deserialize_u8 deserialize_u16 deserialize_u32 deserialize_f32 deserialize_f64
+    );
 
     /// Every number type: serde_json reads the number as it is written, whatever type is asked.
     fn deserialize_u64<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Refused> {
@@ -469,14 +460,6 @@ impl<'de> de::Deserializer<'de> for &mut Reader<'de> {
             b'-' | b'0'..=b'9' => self.visit_integer(visitor),
             _ => Err(Refused),
         }
-    }
-
-    fn deserialize_f32<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Refused> {
-        self.deserialize_u64(visitor)
-    }
-
-    fn deserialize_f64<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Refused> {
-        self.deserialize_u64(visitor)
     }
 
     fn deserialize_str<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Refused> {
@@ -541,21 +524,7 @@ impl<'de> de::Deserializer<'de> for &mut Reader<'de> {
     }
 
     fn deserialize_seq<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Refused> {
-        if self.peek()? != b'[' {
-            return Err(Refused);
-        }
-        self.enter()?;
-        let mut seq = Seq {
-            reader: self,
-            first: true,
-            done: false,
-        };
-        let value = visitor.visit_seq(&mut seq)?;
-        if !seq.done {
-            return Err(Refused);
-        }
-        self.depth -= 1;
-        Ok(value)
+        self.items(b'[', |items| visitor.visit_seq(items))
     }
 
     fn deserialize_tuple<V: Visitor<'de>>(
@@ -576,21 +545,7 @@ impl<'de> de::Deserializer<'de> for &mut Reader<'de> {
     }
 
     fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Refused> {
-        if self.peek()? != b'{' {
-            return Err(Refused);
-        }
-        self.enter()?;
-        let mut map = Map {
-            reader: self,
-            first: true,
-            done: false,
-        };
-        let value = visitor.visit_map(&mut map)?;
-        if !map.done {
-            return Err(Refused);
-        }
-        self.depth -= 1;
-        Ok(value)
+        self.items(b'{', |items| visitor.visit_map(items))
     }
 
     fn deserialize_struct<V: Visitor<'de>>(
@@ -645,26 +600,36 @@ impl<'de> de::Deserializer<'de> for &mut Reader<'de> {
     }
 }
 
-/// An object's entries, as serde_json's `MapAccess` reads them.
-struct Map<'r, 'de> {
+/// The entries of an object or the elements of an array, as serde_json's `MapAccess` and
+/// `SeqAccess` read them.
+struct Items<'r, 'de> {
     reader: &'r mut Reader<'de>,
     first: bool,
-    /// The closing brace was read.
+    /// The closing brace or bracket was read.
     done: bool,
 }
 
-impl<'de> MapAccess<'de> for &mut Map<'_, 'de> {
+impl<'de> Items<'_, 'de> {
+    /// Moves past the separator to the next item of the array or object that `close` ends;
+    /// false at the end.
+    fn advance(&mut self, close: u8) -> Result<bool, Refused> {
+        if self.done {
+            return Err(Refused);
+        }
+        let more = self.reader.next_item(&mut self.first, close)?;
+        self.done = !more;
+        Ok(more)
+    }
+}
+
+impl<'de> MapAccess<'de> for &mut Items<'_, 'de> {
     type Error = Refused;
 
     fn next_key_seed<K: DeserializeSeed<'de>>(
         &mut self,
         seed: K,
     ) -> Result<Option<K::Value>, Refused> {
-        if self.done {
-            return Err(Refused);
-        }
-        if !self.reader.next_key(&mut self.first)? {
-            self.done = true;
+        if !self.advance(b'}')? {
             return Ok(None);
         }
         seed.deserialize(&mut *self.reader).map(Some)
@@ -676,26 +641,14 @@ impl<'de> MapAccess<'de> for &mut Map<'_, 'de> {
     }
 }
 
-/// An array's elements, as serde_json's `SeqAccess` reads them.
-struct Seq<'r, 'de> {
-    reader: &'r mut Reader<'de>,
-    first: bool,
-    /// The closing bracket was read.
-    done: bool,
-}
-
-impl<'de> SeqAccess<'de> for &mut Seq<'_, 'de> {
+impl<'de> SeqAccess<'de> for &mut Items<'_, 'de> {
     type Error = Refused;
 
     fn next_element_seed<T: DeserializeSeed<'de>>(
         &mut self,
         seed: T,
     ) -> Result<Option<T::Value>, Refused> {
-        if self.done {
-            return Err(Refused);
-        }
-        if !self.reader.next_element(&mut self.first)? {
-            self.done = true;
+        if !self.advance(b']')? {
             return Ok(None);
         }
         seed.deserialize(&mut *self.reader).map(Some)
