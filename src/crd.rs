@@ -56,7 +56,8 @@ pub const MAX_SITE_ID_LEN: usize = 52;
     printcolumn = r#"{"name": "Progressing", "type": "string", "description": "Another reconcile is expected before the status reflects the spec", "jsonPath": ".status.conditions[?(@.type==\"Progressing\")].status"}"#,
     printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#,
     printcolumn = r#"{"name": "Owner", "type": "string", "priority": 1, "description": "User name of the site owner", "jsonPath": ".spec.owner"}"#,
-    printcolumn = r#"{"name": "Replicas", "type": "integer", "priority": 1, "description": "Pod replicas the site asks for", "jsonPath": ".spec.configuration.settings.replicas"}"#
+    printcolumn = r#"{"name": "Replicas", "type": "integer", "priority": 1, "description": "Pod replicas the site asks for", "jsonPath": ".spec.configuration.settings.replicas"}"#,
+    printcolumn = r#"{"name": "Ready", "type": "string", "priority": 1, "description": "Available and up to date at the current generation, or archived (kstatus)", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status"}"#
 )]
 pub struct SiteSpec {
     /// Site name: the second URL segment. The site is served at /<space>/<name>/.
@@ -256,6 +257,14 @@ pub struct SiteStatus {
         skip_serializing_if = "Option::is_none"
     )]
     pub observed_generation: Option<i64>,
+    /// The image each built-in application is pinned to, by application name: what the operator
+    /// rendered. A built-in application whose spec records no image keeps running this one, so
+    /// a new platform version moves it only through `sites-operator upgrade`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub images: BTreeMap<String, String>,
+    /// `Ready`: the site is available and up to date at its generation (an archived site is Ready
+    /// with reason Disabled). `Reconciling`: work is under way and another reconcile is expected.
+    /// `Stalled`: a terminal error stops the reconciles until the Site or the cluster changes.
     /// `Available`: all objects exist and the site pods are running and ready. `Progressing`: the
     /// status does not reflect the spec yet and another reconcile is expected.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -471,6 +480,7 @@ mod tests {
                 ("Age", ".metadata.creationTimestamp"),
                 ("Owner", ".spec.owner"),
                 ("Replicas", ".spec.configuration.settings.replicas"),
+                ("Ready", ".status.conditions[?(@.type==\"Ready\")].status"),
             ]
         );
     }

@@ -5,6 +5,13 @@
 pub const AVAILABLE: &str = "Available";
 /// Condition type: another reconcile is expected before the status reflects the spec.
 pub const PROGRESSING: &str = "Progressing";
+/// Condition type (kstatus): Available and not Progressing at the current generation, or scaled
+/// to zero on purpose.
+pub const READY: &str = "Ready";
+/// Condition type (kstatus): work is under way; the same status and reason as Progressing.
+pub const RECONCILING: &str = "Reconciling";
+/// Condition type (kstatus): a terminal error stops the reconciles until something changes.
+pub const STALLED: &str = "Stalled";
 
 // Condition reasons.
 /// Available: every wanted pod is ready.
@@ -36,6 +43,9 @@ pub const OBJECT_CONFLICT: &str = "ObjectConflict";
 /// Progressing True: an older Site serves the same public path; this Site gets no route (SPEC
 /// 4.6). Also a Warning Event.
 pub const PATH_CONFLICT: &str = "PathConflict";
+
+/// Stalled False: no terminal error.
+pub const NO_TERMINAL_ERROR: &str = "NoTerminalError";
 
 // Event reasons (Normal).
 /// The reconcile created objects (one Event listing them).

@@ -17,7 +17,7 @@ use serde_json::json;
 use crate::config::PlatformConfig;
 use crate::crd::{Application, Site, UPGRADE_REQUEST_ANNOTATION};
 use crate::labels::{self, Control};
-use crate::render::apps::{catalogue_image, upgraded_applications};
+use crate::render::apps::{pinned, upgraded_applications};
 
 /// Which Sites to upgrade.
 #[derive(Clone, Debug)]
@@ -69,8 +69,9 @@ pub fn image_changes(site: &Site, cfg: &PlatformConfig) -> Vec<String> {
 }
 
 /// The applications of `site` with an image recorded for each built-in application that has
-/// none: the image of its container in `running` (the Site's StatefulSet, when the Site controls
-/// it), else the catalogue image at the platform version (what the reconciler renders).
+/// none: its pin ([`pinned`]: the image the status records, else the image of its container in
+/// `running` — the Site's StatefulSet, when the Site controls it —, else the catalogue image at
+/// the platform version), exactly what the reconciler renders.
 pub fn recorded_applications(
     site: &Site,
     cfg: &PlatformConfig,
@@ -83,25 +84,9 @@ pub fn recorded_applications(
         containers?
             .iter()
             .find(|c| c.name == name)
-            .and_then(|c| c.image.clone())
+            .and_then(|c| c.image.as_deref())
     };
-    site.spec
-        .configuration
-        .applications
-        .iter()
-        .map(|app| {
-            let mut app = app.clone();
-            if app.image.is_none()
-                && let Some(entry) = cfg.sites.applications.iter().find(|c| c.name == app.name)
-            {
-                app.image = Some(
-                    running_image(&app.name)
-                        .unwrap_or_else(|| catalogue_image(entry, &cfg.sites.version)),
-                );
-            }
-            app
-        })
-        .collect()
+    pinned(site, cfg, running_image).unwrap_or_else(|| site.spec.configuration.applications.clone())
 }
 
 /// `application: old -> new` for each application whose image `new` changes.
@@ -226,6 +211,7 @@ pub async fn upgrade_with_progress(
 mod tests {
     use super::*;
     use crate::fixtures::{SiteBuilder, config};
+    use crate::render::apps::catalogue_image;
     use serde_json::json;
 
     fn statefulset(owner_uid: &str, images: &[(&str, &str)]) -> StatefulSet {

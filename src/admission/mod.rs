@@ -357,14 +357,14 @@ fn upgrade_request<K: Resource>(object: Option<&K>) -> Option<&str> {
         .map(String::as_str)
 }
 
-/// The applications of a Site in an admission request: (name, whether it records an image).
-/// None when the object is not a Site.
+/// The applications of a Site in an admission request: (name, the image it records). None when
+/// the object is not a Site.
 pub trait SiteApplications {
-    fn site_applications(&self) -> Option<Vec<(String, bool)>>;
+    fn site_applications(&self) -> Option<Vec<(String, Option<String>)>>;
 }
 
 impl SiteApplications for SiteObject<'_> {
-    fn site_applications(&self) -> Option<Vec<(String, bool)>> {
+    fn site_applications(&self) -> Option<Vec<(String, Option<String>)>> {
         // The same test as the validating path's: an object declaring another kind is no Site.
         if let (Some(api_version), Some(kind)) = (&self.api_version, &self.kind)
             && check_site_type(api_version, kind, "object").is_err()
@@ -376,16 +376,40 @@ impl SiteApplications for SiteObject<'_> {
 }
 
 impl SiteApplications for DynamicObject {
-    fn site_applications(&self) -> Option<Vec<(String, bool)>> {
+    fn site_applications(&self) -> Option<Vec<(String, Option<String>)>> {
         let site = typed_site(Some(self), "object").ok()??;
         Some(applications(&site.spec.configuration.applications))
     }
 }
 
-fn applications<S: Str>(apps: &[Application<S>]) -> Vec<(String, bool)> {
+fn applications<S: Str>(apps: &[Application<S>]) -> Vec<(String, Option<String>)> {
     apps.iter()
-        .map(|a| (a.name.to_string(), a.image.is_some()))
+        .map(|a| (a.name.to_string(), a.image.as_ref().map(|i| i.to_string())))
         .collect()
+}
+
+/// The image the mutating webhook records for the built-in application `name` that a request
+/// names without an image (SPEC 5, 4.6, 4.7), or None:
+/// - on CREATE, and on UPDATE for an application the stored Site does not have: the catalogue
+///   image at the platform version (a new application starts where a new Site would);
+/// - on UPDATE of an application the stored Site has: the image the stored Site records for it,
+///   so re-applying a manifest without images (kubectl apply, server-side apply, the Hub's merge
+///   patches) changes nothing. When the stored Site records none (created while the webhook did
+///   not run) nothing is recorded: the reconciler's pin ([`crate::render::apps::pinned`]) keeps
+///   what runs, and recording the catalogue image now could move it.
+pub fn recorded_image(
+    name: &str,
+    stored: Option<&[(String, Option<String>)]>,
+    cfg: &PlatformConfig,
+) -> Option<String> {
+    let entry = cfg.sites.applications.iter().find(|e| e.name == name)?;
+    match stored.map(|apps| apps.iter().find(|(n, _)| n == name)) {
+        Some(Some((_, image))) => image.clone(),
+        None | Some(None) => Some(crate::render::apps::catalogue_image(
+            entry,
+            &cfg.sites.version,
+        )),
+    }
 }
 
 /// The mutating webhook (SPEC section 5):
@@ -394,9 +418,12 @@ fn applications<S: Str>(apps: &[Application<S>]) -> Vec<(String, bool)> {
 ///   sites.ecmwf.int/upgrade-request=force --overwrite` always forces exactly one upgrade. A UUID
 ///   is kept (a new one is the Hub's forced upgrade; an unchanged one is what every unrelated
 ///   update carries). Removing the annotation stamps nothing.
-/// - **image recording** on CREATE: each built-in application without an image gets the
-///   catalogue repository at the platform version, so a later platform version moves it only
-///   through `upgrade` (LIFE-06), never through a restart or a configuration change (SPEC 4.6).
+/// - **image recording** ([`recorded_image`]): on CREATE each built-in application without an
+///   image gets the catalogue repository at the platform version; on UPDATE one the request
+///   names without an image keeps the stored Site's. A later platform version therefore moves
+///   it only through `upgrade` (LIFE-06), never through a restart, a configuration change or a
+///   re-apply of the manifest (SPEC 4.6, 4.7). Dry-run requests get the same patch, so `kubectl
+///   diff` of the manifest a Site came from is empty.
 ///
 /// The response is a JSONPatch, absent when nothing changes.
 pub fn mutate_site<K: Resource + SiteApplications>(
@@ -409,18 +436,29 @@ pub fn mutate_site<K: Resource + SiteApplications>(
         return response;
     }
     let mut ops = Vec::new();
-    if req.operation == Operation::Create
-        && let Some(apps) = req.object.as_ref().and_then(|o| o.site_applications())
-    {
-        for (i, (name, has_image)) in apps.iter().enumerate() {
-            if *has_image {
+    // What the stored Site records: nothing on CREATE; on an UPDATE whose stored object is no
+    // Site there is nothing to keep, and nothing is recorded.
+    let stored = match req.operation {
+        Operation::Update => req
+            .old_object
+            .as_ref()
+            .and_then(|o| o.site_applications())
+            .map(Some),
+        _ => Some(None),
+    };
+    if let (Some(apps), Some(stored)) = (
+        req.object.as_ref().and_then(|o| o.site_applications()),
+        stored,
+    ) {
+        for (i, (name, image)) in apps.iter().enumerate() {
+            if image.is_some() {
                 continue;
             }
-            if let Some(entry) = cfg.sites.applications.iter().find(|e| &e.name == name) {
+            if let Some(value) = recorded_image(name, stored.as_deref(), cfg) {
                 ops.push(serde_json::json!({
                     "op": "add",
                     "path": format!("/spec/configuration/applications/{i}/image"),
-                    "value": crate::render::apps::catalogue_image(entry, &cfg.sites.version),
+                    "value": value,
                 }));
             }
         }

@@ -2044,13 +2044,98 @@ fn built_in_images_are_recorded_on_create() {
         uuid::Uuid::parse_str(FRESH).unwrap()
     });
     assert!(typed.patch.is_none());
-    // An update records nothing: images move only through `upgrade` (LIFE-06).
+    // An update of a Site that records its images changes none of them.
     let r = mutate_site(
         &request("UPDATE", Some(site.clone()), Some(site)),
         &config(),
         || uuid::Uuid::parse_str(FRESH).unwrap(),
     );
     assert!(r.patch.is_none());
+}
+
+/// SPEC 5 and 4.7: on UPDATE, a built-in application the request names without an image keeps
+/// the stored Site's; an image in the request wins; an application new to the Site starts at the
+/// catalogue image; what the stored Site does not record is not recorded now (the reconciler's
+/// pin keeps it). Both decodings answer the same, for real and dry-run requests.
+#[test]
+fn an_update_without_images_keeps_the_stored_ones() {
+    let apps = |v: Value| handbook().configuration("applications", v).json();
+    let stored = apps(json!([
+        {"name": "static", "image": "registry.example.org/sites/static:2.3.0"},
+        {"name": "app", "image": "ghcr.io/x/app:1"},
+        {"name": "oauth2-proxy"}
+    ]));
+    let add = |i: usize, image: &str| json!({"op": "add", "path": format!("/spec/configuration/applications/{i}/image"), "value": image});
+    let cases = [
+        (
+            "a re-applied manifest without images keeps the stored image",
+            apps(
+                json!([{"name": "app", "image": "ghcr.io/x/app:1"}, {"name": "static"}, {"name": "oauth2-proxy"}]),
+            ),
+            Some(stored.clone()),
+            vec![add(1, "registry.example.org/sites/static:2.3.0")],
+        ),
+        (
+            "an image written in the manifest wins",
+            apps(json!([{"name": "static", "image": "registry.example.org/sites/static:2.5.0"}])),
+            Some(stored.clone()),
+            vec![],
+        ),
+        (
+            "a built-in application new to the Site starts at the platform version",
+            apps(json!([{"name": "static"}, {"name": "site-api"}])),
+            Some(stored.clone()),
+            vec![
+                add(0, "registry.example.org/sites/static:2.3.0"),
+                add(1, "registry.example.org/sites/site-api:2.4.0"),
+            ],
+        ),
+        (
+            "what the stored Site does not record is not recorded now",
+            apps(json!([{"name": "oauth2-proxy"}])),
+            Some(stored.clone()),
+            vec![],
+        ),
+        (
+            "a custom application without an image gets none",
+            apps(json!([{"name": "mine"}])),
+            Some(stored.clone()),
+            vec![],
+        ),
+        (
+            "a stored object that is no Site: nothing to keep",
+            apps(json!([{"name": "static"}])),
+            Some(
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "docs-handbook"}}),
+            ),
+            vec![],
+        ),
+    ];
+    for (case, object, old, want) in cases {
+        for dry_run in [false, true] {
+            let mut review = review("UPDATE", Some(object.clone()), old.clone());
+            review["request"]["dryRun"] = json!(dry_run);
+            let req: AdmissionRequest<DynamicObject> = serde_json::from_value::<
+                kube::core::admission::AdmissionReview<DynamicObject>,
+            >(review.clone())
+            .unwrap()
+            .try_into()
+            .unwrap();
+            let fresh = || uuid::Uuid::parse_str(FRESH).unwrap();
+            let r = mutate_site(&req, &config(), fresh);
+            let patch: Value = r
+                .patch
+                .as_ref()
+                .map_or(json!([]), |p| serde_json::from_slice(p).unwrap());
+            assert_eq!(patch, Value::Array(want.clone()), "{case}");
+            let body = serde_json::to_vec(&review).unwrap();
+            let typed_body = server::SiteBody::new(&body).unwrap();
+            if let Ok(typed_req) = typed_body.decode() {
+                let typed = mutate_site(&typed_req, &config(), fresh);
+                assert_eq!(typed.patch, r.patch, "{case}: typed decoding");
+            }
+        }
+    }
 }
 
 /// The Site handlers' lean decoding accepts and refuses the same reviews as the full one, and

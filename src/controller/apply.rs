@@ -338,8 +338,20 @@ pub async fn patch_status(ctx: &Context, site: &Site, new: &SiteStatus) -> Resul
             "all_steps_started",
             "observedGeneration",
             "conditions",
+            "images",
         ] {
             obj.entry(key).or_insert(serde_json::Value::Null);
+        }
+        // A map is merged key by key: clear the images of applications the Site no longer has.
+        if let (Some(images), Some(previous)) = (
+            obj.get_mut("images").and_then(serde_json::Value::as_object_mut),
+            site.status.as_ref(),
+        ) {
+            for name in previous.images.keys() {
+                images
+                    .entry(name.clone())
+                    .or_insert(serde_json::Value::Null);
+            }
         }
     }
     ctx.api::<Site>()

@@ -101,8 +101,9 @@ pub async fn reconcile(ctx: &Context, name: &str) -> Next {
     }
     // One configuration from start to end, even if a new one comes in meanwhile.
     let config = ctx.config.get();
+    let pinned = pin_images(ctx, &config, &site);
     let mut writes = Writes::default();
-    let result = converge(ctx, &config, &site, &mut writes).await;
+    let result = converge(ctx, &config, &pinned, &mut writes).await;
     if !writes.created.is_empty() {
         // One Event per reconcile, listing what it created.
         let note = format!("created {}", writes.created.join(", "));
@@ -124,12 +125,51 @@ pub async fn reconcile(ctx: &Context, name: &str) -> Next {
             }
         }
     };
-    match write_status(ctx, &site, result.as_ref().err(), writes.workload_current).await {
+    let images = render::apps::builtin_images(&pinned, &config);
+    match write_status(
+        ctx,
+        &site,
+        result.as_ref().err(),
+        writes.workload_current,
+        images,
+    )
+    .await
+    {
         Ok(()) => next,
         Err(e) => {
             tracing::warn!(site = name, error = %e, "cannot write the status");
             Next::Backoff
         }
+    }
+}
+
+/// The Site as it is rendered: every built-in application without an image in the spec runs
+/// its pin (SPEC 4.6, [`render::apps::pinned`]): the image the status records, else the one its
+/// container runs in the Site's own StatefulSet, else (a new Site) the catalogue's at the
+/// platform version. A Site whose spec records every image is used as it is.
+fn pin_images<'s>(
+    ctx: &Context,
+    config: &PlatformConfig,
+    site: &'s Site,
+) -> std::borrow::Cow<'s, Site> {
+    let running = ctx
+        .caches
+        .statefulsets
+        .get(&site.name_any())
+        .filter(|sts| sts.control(site) == Control::ThisSite);
+    let image = |name: &str| {
+        running
+            .as_deref()
+            .and_then(|sts| sts.body.images.get(name))
+            .map(String::as_str)
+    };
+    match render::apps::pinned(site, config, image) {
+        Some(applications) => {
+            let mut pinned = site.clone();
+            pinned.spec.configuration.applications = applications;
+            std::borrow::Cow::Owned(pinned)
+        }
+        None => std::borrow::Cow::Borrowed(site),
     }
 }
 
@@ -566,6 +606,7 @@ async fn write_status(
     site: &Site,
     stopped: Option<&Error>,
     workload_current: bool,
+    images: std::collections::BTreeMap<String, String>,
 ) -> Result<()> {
     let pods = ctx
         .caches
@@ -574,7 +615,15 @@ async fn write_status(
     let pods: Vec<&SitePod> = pods.iter().map(AsRef::as_ref).collect();
     let previous = site.status.as_ref();
     let enabled = status::deployed_enabled(site, previous, workload_current);
-    let new = status::site_status(site, &pods, stopped, enabled, previous, &(ctx.now)());
+    let new = status::site_status(
+        site,
+        &pods,
+        stopped,
+        enabled,
+        images,
+        previous,
+        &(ctx.now)(),
+    );
     let last_written = ctx.statuses.last_is(&site.name_any(), &new);
     if status_up_to_date(previous, &new, last_written) {
         return Ok(());

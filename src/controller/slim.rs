@@ -248,6 +248,11 @@ impl<V: Clone> Pairs<V> {
         Pairs(map.into_iter().map(|(k, v)| (k.into(), v)).collect())
     }
 
+    /// The value of `key`.
+    pub fn get(&self, key: &str) -> Option<&V> {
+        self.0.iter().find(|(k, _)| &**k == key).map(|(_, v)| v)
+    }
+
     /// The entries as a map again (what the renderer reads).
     pub fn to_map(&self) -> BTreeMap<String, V> {
         self.0
@@ -360,18 +365,36 @@ pub struct Template {
     pub annotations: Option<Pairs<String>>,
     /// [`template_fingerprint`]: whether a write changed the template.
     pub fingerprint: u64,
+    /// The image of each container, by container name: what the site runs, the last resort of a
+    /// built-in application's pin ([`crate::render::apps::pinned`]).
+    pub images: Pairs<String>,
 }
 
 impl Keep for StatefulSet {
     type Body = Template;
     fn body(self, _: bool) -> Self::Body {
         let fingerprint = template_fingerprint(&self);
+        let Some(spec) = self.spec else {
+            return Template {
+                fingerprint,
+                ..Template::default()
+            };
+        };
+        let images = spec
+            .template
+            .spec
+            .into_iter()
+            .flat_map(|p| p.containers)
+            .filter_map(|c| Some((c.name, c.image?)))
+            .collect();
         Template {
-            annotations: self
-                .spec
-                .and_then(|s| s.template.metadata?.annotations)
+            annotations: spec
+                .template
+                .metadata
+                .and_then(|m| m.annotations)
                 .map(Pairs::of),
             fingerprint,
+            images: Pairs::of(images),
         }
     }
 }

@@ -14,6 +14,7 @@
 //!   gets no route.
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
@@ -177,6 +178,68 @@ pub fn route_paths_at<S: Str>(
         }
     }
     paths
+}
+
+/// The applications of `site` with an image for every built-in application, or None when the
+/// spec already records one for each (SPEC 4.6, "no silent rollouts, whoever writes the Site").
+/// A built-in application without an image in the spec runs its pin:
+/// 1. the image the Site's status records for it (`status.images`, written by the reconciler
+///    from what it rendered; a value that is not an image reference is ignored);
+/// 2. else the image its container runs in `running` (the Site's own StatefulSet): a Site from
+///    before the status recorded images, or whose status was lost;
+/// 3. else the catalogue image at the platform version: a Site rendered for the first time.
+///
+/// The spec's image always wins: `upgrade` writes it, and the mutating webhook records it on
+/// CREATE and keeps it on UPDATE. Only a new Site, or `upgrade`, therefore meets a new platform
+/// version.
+pub fn pinned<'r>(
+    site: &Site,
+    cfg: &PlatformConfig,
+    running: impl Fn(&str) -> Option<&'r str>,
+) -> Option<Vec<Application>> {
+    let applications = &site.spec.configuration.applications;
+    let missing = |app: &Application| {
+        app.image.is_none() && cfg.sites.applications.iter().any(|c| c.name == app.name)
+    };
+    if !applications.iter().any(missing) {
+        return None;
+    }
+    let recorded = site.status.as_ref().map(|s| &s.images);
+    let valid = |image: &&str| crate::validation::format::image_reference(image).is_ok();
+    let image_of = |name: &str| {
+        recorded
+            .and_then(|images| images.get(name))
+            .map(String::as_str)
+            .filter(valid)
+            .or_else(|| running(name).filter(valid))
+    };
+    Some(
+        applications
+            .iter()
+            .map(|app| {
+                let mut app = app.clone();
+                if missing(&app)
+                    && let Some(entry) = cfg.sites.applications.iter().find(|c| c.name == app.name)
+                {
+                    app.image =
+                        Some(image_of(&app.name).map_or_else(
+                            || catalogue_image(entry, &cfg.sites.version),
+                            str::to_owned,
+                        ));
+                }
+                app
+            })
+            .collect(),
+    )
+}
+
+/// The image of each built-in application of `site` as it is rendered (the Site's pins already
+/// applied: [`pinned`]): what `status.images` records.
+pub fn builtin_images(site: &Site, cfg: &PlatformConfig) -> BTreeMap<String, String> {
+    resolve_each(&site.spec.configuration.applications, cfg)
+        .filter(|app| app.builtin.is_some())
+        .map(|app| (app.spec.name.clone(), app.image().into_owned()))
+        .collect()
 }
 
 /// The upgrade rule (LIFE-06): every built-in application's image becomes the catalogue image

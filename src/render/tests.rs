@@ -941,3 +941,107 @@ fn values_that_look_like_injections_stay_inside_their_directive() {
         value
     );
 }
+
+/// SPEC 4.6: a built-in application without an image in the spec runs its pin: the status's
+/// record, else what its container runs, else (a new Site) the catalogue's at the platform
+/// version. The spec's image always wins; custom applications are left as written; a record
+/// that is no image reference is ignored.
+#[test]
+fn built_in_images_without_a_spec_image_run_their_pin() {
+    let cfg = config();
+    let catalogue = apps::catalogue_image(&cfg.sites.applications[0], &cfg.sites.version);
+    let builtin = cfg.sites.applications[0].name.clone();
+    let site = |spec_image: Option<&str>, status_image: Option<&str>| {
+        let mut doc = SiteBuilder::new("docs-handbook")
+            .namespace("sites")
+            .app_json(json!({"name": builtin, "image": spec_image}))
+            .app_json(json!({"name": "mine", "image": "ghcr.io/x/mine:1"}))
+            .json();
+        if let Some(image) = status_image {
+            doc["status"] = json!({"images": {(builtin.as_str()): image}});
+        }
+        serde_json::from_value::<Site>(doc).unwrap()
+    };
+    // (case, spec image, status image, running image, rendered image or None: used as it is)
+    type Case<'a> = (
+        &'a str,
+        Option<&'a str>,
+        Option<&'a str>,
+        Option<&'a str>,
+        Option<&'a str>,
+    );
+    let cases: [Case; 7] = [
+        (
+            "the spec's image wins",
+            Some("reg/static:9"),
+            Some("reg/static:1"),
+            Some("reg/static:2"),
+            None,
+        ),
+        (
+            "the status's pin",
+            None,
+            Some("reg/static:1"),
+            Some("reg/static:2"),
+            Some("reg/static:1"),
+        ),
+        (
+            "what runs, with no pin recorded",
+            None,
+            None,
+            Some("reg/static:2"),
+            Some("reg/static:2"),
+        ),
+        (
+            "a new Site: the platform version",
+            None,
+            None,
+            None,
+            Some(&catalogue),
+        ),
+        (
+            "a pin that is no image is ignored",
+            None,
+            Some("not an image!"),
+            Some("reg/static:2"),
+            Some("reg/static:2"),
+        ),
+        (
+            "nothing valid at all",
+            None,
+            Some("UPPER:case"),
+            Some("bad image"),
+            Some(&catalogue),
+        ),
+        (
+            "a custom image is never pinned",
+            Some("reg/static:9"),
+            None,
+            None,
+            None,
+        ),
+    ];
+    for (case, spec, status, running, want) in cases {
+        let s = site(spec, status);
+        let pinned = apps::pinned(&s, &cfg, |name| {
+            (name == builtin).then_some(running).flatten()
+        });
+        match want {
+            None => assert!(pinned.is_none(), "{case}"),
+            Some(want) => {
+                let pinned = pinned.expect(case);
+                let images: Vec<_> = pinned.iter().map(|a| a.image.as_deref()).collect();
+                assert_eq!(images, [Some(want), Some("ghcr.io/x/mine:1")], "{case}");
+                // The status records what is rendered.
+                let mut rendered = s.clone();
+                rendered.spec.configuration.applications = pinned;
+                let recorded = apps::builtin_images(&rendered, &cfg);
+                assert_eq!(
+                    recorded.into_iter().collect::<Vec<_>>(),
+                    [(builtin.clone(), want.to_string())],
+                    "{case}"
+                );
+            }
+        }
+    }
+}

@@ -185,14 +185,14 @@ async fn the_life_of_a_site() {
         .unwrap_or_default()
         .split_whitespace()
         .collect();
-    assert_eq!(&header[7..], ["OWNER", "REPLICAS"], "{wide}");
+    assert_eq!(&header[7..], ["OWNER", "REPLICAS", "READY"], "{wide}");
     let cols: Vec<&str> = wide
         .lines()
         .nth(1)
         .unwrap_or_default()
         .split_whitespace()
         .collect();
-    assert_eq!(&cols[7..], ["jdoe", "1"], "{wide}");
+    assert_eq!(&cols[7..], ["jdoe", "1", "True"], "{wide}");
     for kind in [
         "secret/docs-handbook",
         "secret/docs-handbook-oauth2",

@@ -293,8 +293,136 @@ async fn an_invalid_change_is_refused_and_the_last_valid_configuration_stays() {
     op.stop().await;
 }
 
-/// Sites created before images were recorded follow the platform version until
-/// `upgrade --record-images` records what they run; from then on a new version rolls none.
+/// A Site whose spec records no image (created while the mutating webhook did not run: this
+/// harness has none) keeps running its pin through a new platform version (SPEC 4.6): the image
+/// its status records, and with the StatefulSet deleted or the status's record removed, the one
+/// the other still holds. `upgrade` then moves it, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_site_without_recorded_images_keeps_its_pin_through_a_new_version() {
+    let (c, op) = two_sites_following_the_configmap().await;
+    let mut unrecorded = example("site.yaml");
+    unrecorded.metadata.name = Some("docs-unrecorded".into());
+    unrecorded.spec.name = "unrecorded".into();
+    assert!(
+        unrecorded.spec.configuration.applications[0]
+            .image
+            .is_none()
+    );
+    sites(&c)
+        .create(&PostParams::default(), &unrecorded)
+        .await
+        .unwrap();
+    wait_available(&c, "docs-unrecorded").await;
+    let old = "registry.example.org/sites/static:2.4.0";
+    let pin = |site: &Site| site.status.as_ref()?.images.get("static").cloned();
+    let stored = sites(&c).get("docs-unrecorded").await.unwrap();
+    assert_eq!(
+        pin(&stored).as_deref(),
+        Some(old),
+        "the status records the pin"
+    );
+    assert!(stored.spec.configuration.applications[0].image.is_none());
+    let image = |sts: &StatefulSet| {
+        sts.spec
+            .as_ref()
+            .unwrap()
+            .template
+            .spec
+            .as_ref()
+            .unwrap()
+            .containers[0]
+            .image
+            .clone()
+            .unwrap()
+    };
+    let running = api::<StatefulSet>(&c).get("docs-unrecorded").await.unwrap();
+    assert_eq!(image(&running), old);
+
+    let reconciles = op.reconciles();
+    write_config(
+        &c,
+        &edit(
+            &example_config(),
+            "version: \"2.4.0\"",
+            "version: \"2.5.0\"",
+        ),
+    )
+    .await;
+    eventually("the new version in force", WAIT, || async {
+        (op.live.get().sites.version == "2.5.0").then_some(())
+    })
+    .await;
+    op.settled_after(reconciles + 1.0).await;
+    let after = api::<StatefulSet>(&c).get("docs-unrecorded").await.unwrap();
+    assert_eq!(generation(&after), generation(&running), "no roll");
+    assert_eq!(image(&after), old);
+
+    // The StatefulSet deleted by hand: recreated with the status's pin, not the new version.
+    let uid = after.metadata.uid.clone();
+    api::<StatefulSet>(&c)
+        .delete("docs-unrecorded", &DeleteParams::default())
+        .await
+        .unwrap();
+    let recreated = eventually("the StatefulSet recreated", WAIT, || async {
+        let sts = api::<StatefulSet>(&c).get("docs-unrecorded").await.ok()?;
+        (sts.metadata.uid != uid).then_some(sts)
+    })
+    .await;
+    assert_eq!(image(&recreated), old, "recreated with the pin");
+
+    // The status's record removed: the pin is what the StatefulSet runs, and it is recorded again.
+    let reconciles = op.reconciles();
+    sites(&c)
+        .patch_status(
+            "docs-unrecorded",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"status": {"images": null}})),
+        )
+        .await
+        .unwrap();
+    let restored = eventually("the pin recorded again", WAIT, || async {
+        let site = sites(&c).get("docs-unrecorded").await.ok()?;
+        pin(&site).map(|_| site)
+    })
+    .await;
+    assert_eq!(pin(&restored).as_deref(), Some(old));
+    op.settled_after(reconciles + 1.0).await;
+    let still = api::<StatefulSet>(&c).get("docs-unrecorded").await.unwrap();
+    assert_eq!(generation(&still), generation(&recreated), "no roll");
+
+    // `upgrade` moves it, once.
+    let outcomes = upgrade::upgrade(
+        &c.client,
+        NS,
+        &op.live.get(),
+        &Target::One("docs-unrecorded".into()),
+        Action::Upgrade { force: false },
+        false,
+    )
+    .await
+    .unwrap();
+    assert!(outcomes[0].written, "{outcomes:?}");
+    let new = "registry.example.org/sites/static:2.5.0";
+    let upgraded = eventually("the upgrade rolled out", WAIT, || async {
+        let sts = api::<StatefulSet>(&c).get("docs-unrecorded").await.ok()?;
+        (image(&sts) == new).then_some(sts)
+    })
+    .await;
+    assert_eq!(generation(&upgraded), generation(&still) + 1, "one roll");
+    let site = eventually("the new pin recorded", WAIT, || async {
+        let site = sites(&c).get("docs-unrecorded").await.ok()?;
+        (pin(&site).as_deref() == Some(new)).then_some(site)
+    })
+    .await;
+    assert_eq!(
+        site.spec.configuration.applications[0].image.as_deref(),
+        Some(new)
+    );
+    op.stop().await;
+}
+
+/// Sites created before images were recorded get them written into their spec by
+/// `upgrade --record-images` (what they run); no pod rolls, and a new version rolls none.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recorded_images_keep_a_new_version_from_rolling_older_sites() {
     let (c, op) = two_sites_following_the_configmap().await;

@@ -6,6 +6,7 @@ mod availability;
 mod chaos;
 mod cli;
 mod e2e;
+mod gitops;
 mod live_config;
 mod ownership;
 mod playground;

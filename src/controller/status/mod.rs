@@ -14,11 +14,13 @@
 //! Over several pods: Failed if one failed, else Pending if one is pending, else Running;
 //! problems are the union; `all_steps_started` when it holds for every pod.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::Error;
 use crate::crd::{Phase, Problem, Site, SiteStatus};
-use crate::reasons::{self, AVAILABLE, PROGRESSING};
+use crate::reasons::{self, AVAILABLE, PROGRESSING, READY, RECONCILING, STALLED};
 use crate::watched::Pod;
 
 /// The status of one pod.
@@ -218,16 +220,25 @@ fn condition(
     }
 }
 
-/// The complete status to store for `site`: pod mapping, Available and Progressing, and
+/// The complete status to store for `site`: pod mapping, the conditions and
 /// `observedGeneration`. `stopped` is the error that stopped the last reconcile before every
 /// object was written (None: every object is as rendered); its class decides Progressing.
-/// `enabled` is whether the site runs enabled as deployed ([`deployed_enabled`]). Condition transition times are kept from `previous` while a condition's
-/// status does not change, so recomputing an unchanged state gives an equal value (and no write).
+/// `enabled` is whether the site runs enabled as deployed ([`deployed_enabled`]); `images` the
+/// pinned image of each built-in application (`status.images`). Condition transition times are
+/// kept from `previous` while a condition's status does not change, so recomputing an unchanged
+/// state gives an equal value (and no write).
+///
+/// Besides Available and Progressing (SPEC 4.4), the conditions kstatus reads (SPEC 4.7):
+/// `Ready` True exactly when the site is Available and not Progressing, or is scaled to zero on
+/// purpose (archived: reason Disabled; `settings.replicas` 0: reason ScaledToZero) with nothing
+/// left to do; `Reconciling` is Progressing under the name kstatus reads; `Stalled` True on a
+/// terminal error, with its reason.
 pub fn site_status(
     site: &Site,
     pods: &[&SitePod],
     stopped: Option<&Error>,
     enabled: bool,
+    images: BTreeMap<String, String>,
     previous: Option<&SiteStatus>,
     now: &Time,
 ) -> SiteStatus {
@@ -289,26 +300,42 @@ pub fn site_status(
             format!("waiting for {want} ready pods ({ready} now)"),
         ),
     };
+    // Scaled to zero on purpose, with every object written: as ready as it is meant to be.
+    let idle = ensured && !progressing && (!enabled || want == 0);
+    let (ready, r_reason, r_message) = if (available && !progressing) || idle {
+        (true, a_reason, a_message.clone())
+    } else {
+        // Why not: the error, or what the site waits for.
+        (false, p_reason, p_message.clone())
+    };
+    let (stalled, s_reason, s_message) = match stopped {
+        Some(_) if !progressing => (true, p_reason, p_message.clone()),
+        _ => (
+            false,
+            reasons::NO_TERMINAL_ERROR,
+            "no error stops the reconciles".to_string(),
+        ),
+    };
+    let conditions = [
+        (AVAILABLE, available, a_reason, a_message),
+        (PROGRESSING, progressing, p_reason, p_message.clone()),
+        (READY, ready, r_reason, r_message),
+        (RECONCILING, progressing, p_reason, p_message),
+        (STALLED, stalled, s_reason, s_message),
+    ];
     SiteStatus {
         phase: Some(pod_status.phase),
         path: Some(format!("{}/", crate::render::apps::site_path(site))),
         problems: pod_status.problems,
         all_steps_started: Some(pod_status.all_steps_started),
         observed_generation: generation,
-        conditions: vec![
-            condition(
-                AVAILABLE, available, a_reason, a_message, generation, previous, now,
-            ),
-            condition(
-                PROGRESSING,
-                progressing,
-                p_reason,
-                p_message,
-                generation,
-                previous,
-                now,
-            ),
-        ],
+        images,
+        conditions: conditions
+            .into_iter()
+            .map(|(type_, status, reason, message)| {
+                condition(type_, status, reason, message, generation, previous, now)
+            })
+            .collect(),
     }
 }
 

@@ -230,6 +230,7 @@ fn disabled_sites_report_disabled_whatever_the_pods_say() {
         &[&p],
         None,
         false,
+        Default::default(),
         None,
         &time("2026-11-29T10:00:00Z"),
     );
@@ -335,6 +336,7 @@ fn conditions_follow_the_outcome_and_the_pods() {
             &pods,
             outcome.as_ref(),
             true,
+            Default::default(),
             None,
             &now,
         );
@@ -349,6 +351,183 @@ fn conditions_follow_the_outcome_and_the_pods() {
                 e.to_string(),
                 "{case}: the message is the error"
             );
+        }
+    }
+}
+
+/// SPEC 4.7: Ready, Reconciling and Stalled as kstatus reads them, beside Available and
+/// Progressing, for every kind of outcome.
+#[test]
+fn kstatus_conditions_follow_available_progressing_and_the_error_class() {
+    let now = time("2026-11-29T10:00:00Z");
+    let ready = pod(
+        "p-0",
+        "Running",
+        all_good(),
+        json!([running("static", true)]),
+    );
+    let invalid = || {
+        Error::InvalidSite(vec![FieldError::new(
+            "spec.configuration.space",
+            "must be a DNS label",
+        )])
+    };
+    // (case, enabled, replicas, pods, outcome, Ready, its reason, Reconciling, Stalled, its reason)
+    type Case<'a> = (
+        &'a str,
+        bool,
+        i32,
+        Vec<&'a SitePod>,
+        Option<Error>,
+        (&'a str, &'a str, &'a str, &'a str, &'a str),
+    );
+    let cases: Vec<Case> = vec![
+        (
+            "available and up to date",
+            true,
+            1,
+            vec![&ready],
+            None,
+            ("True", "Available", "False", "False", "NoTerminalError"),
+        ),
+        (
+            "waiting for pods",
+            true,
+            1,
+            vec![],
+            None,
+            ("False", "PodsNotReady", "True", "False", "NoTerminalError"),
+        ),
+        (
+            "transient error",
+            true,
+            1,
+            vec![&ready],
+            Some(Error::PublicHostRequired),
+            (
+                "False",
+                "TransientError",
+                "True",
+                "False",
+                "NoTerminalError",
+            ),
+        ),
+        (
+            "conflict: retried, not stalled",
+            true,
+            1,
+            vec![&ready],
+            Some(Error::RouteConflict {
+                kind: "Ingress".into(),
+                name: "docs".into(),
+            }),
+            ("False", "RouteConflict", "True", "False", "NoTerminalError"),
+        ),
+        (
+            "terminal error",
+            true,
+            1,
+            vec![&ready],
+            Some(invalid()),
+            (
+                "False",
+                "InvalidConfiguration",
+                "False",
+                "True",
+                "InvalidConfiguration",
+            ),
+        ),
+        (
+            "archived: ready on purpose",
+            false,
+            1,
+            vec![],
+            None,
+            ("True", "Disabled", "False", "False", "NoTerminalError"),
+        ),
+        (
+            "archived, stopped before its objects were written",
+            false,
+            1,
+            vec![],
+            Some(Error::PublicHostRequired),
+            (
+                "False",
+                "TransientError",
+                "True",
+                "False",
+                "NoTerminalError",
+            ),
+        ),
+        (
+            "no replicas asked for",
+            true,
+            0,
+            vec![],
+            None,
+            ("True", "ScaledToZero", "False", "False", "NoTerminalError"),
+        ),
+    ];
+    for (case, enabled, replicas, pods, outcome, (r, rr, rec, st, sr)) in cases {
+        let site = SiteBuilder::new("docs-handbook")
+            .namespace("sites")
+            .generation(7)
+            .enabled(enabled)
+            .app("static")
+            .replicas(replicas)
+            .build();
+        let s = site_status(
+            &site,
+            &pods,
+            outcome.as_ref(),
+            enabled,
+            Default::default(),
+            None,
+            &now,
+        );
+        let types: Vec<&str> = s.conditions.iter().map(|c| c.type_.as_str()).collect();
+        assert_eq!(
+            types,
+            [
+                "Available",
+                "Progressing",
+                "Ready",
+                "Reconciling",
+                "Stalled"
+            ],
+            "{case}"
+        );
+        let (ready_c, reconciling, stalled, progressing) = (
+            get(&s, READY),
+            get(&s, RECONCILING),
+            get(&s, STALLED),
+            get(&s, PROGRESSING),
+        );
+        assert_eq!(
+            (ready_c.status.as_str(), ready_c.reason.as_str()),
+            (r, rr),
+            "{case}: Ready"
+        );
+        assert_eq!(reconciling.status, rec, "{case}: Reconciling");
+        assert_eq!(
+            (reconciling.status.as_str(), reconciling.reason.as_str()),
+            (progressing.status.as_str(), progressing.reason.as_str()),
+            "{case}: Reconciling is Progressing"
+        );
+        assert_eq!(
+            (stalled.status.as_str(), stalled.reason.as_str()),
+            (st, sr),
+            "{case}: Stalled"
+        );
+        if let Some(e) = outcome.as_ref().filter(|e| !e.is_transient()) {
+            assert_eq!(
+                stalled.message,
+                e.to_string(),
+                "{case}: Stalled names the error"
+            );
+        }
+        for c in &s.conditions {
+            assert_eq!(c.observed_generation, Some(7), "{case}: {}", c.type_);
         }
     }
 }
@@ -370,8 +549,16 @@ fn transition_times_are_stable_and_recomputing_is_a_fixed_point() {
         .app("static")
         .replicas(1)
         .build();
-    let first = site_status(&s, &[&ready], None, true, None, &t0);
-    let again = site_status(&s, &[&ready], None, true, Some(&first), &t1);
+    let first = site_status(&s, &[&ready], None, true, Default::default(), None, &t0);
+    let again = site_status(
+        &s,
+        &[&ready],
+        None,
+        true,
+        Default::default(),
+        Some(&first),
+        &t1,
+    );
     assert_eq!(first, again, "same state later: equal status, so no write");
     let broken = pod(
         "p-0",
@@ -379,7 +566,15 @@ fn transition_times_are_stable_and_recomputing_is_a_fixed_point() {
         not_ready(),
         json!([running("static", false)]),
     );
-    let changed = site_status(&s, &[&broken], None, true, Some(&first), &t1);
+    let changed = site_status(
+        &s,
+        &[&broken],
+        None,
+        true,
+        Default::default(),
+        Some(&first),
+        &t1,
+    );
     assert_eq!(get(&changed, AVAILABLE).last_transition_time, t1);
     assert_eq!(get(&changed, AVAILABLE).status, "False");
     // A reason change without a status change keeps the time.
@@ -388,6 +583,7 @@ fn transition_times_are_stable_and_recomputing_is_a_fixed_point() {
         &[&broken],
         Some(&Error::PublicHostRequired),
         true,
+        Default::default(),
         Some(&changed),
         &time("2026-11-29T12:00:00Z"),
     );
@@ -495,6 +691,7 @@ fn the_phase_follows_what_is_deployed_not_the_spec() {
         &[&running],
         Some(&Error::PublicHostRequired),
         deployed_enabled(&site(false), Some(&status(Phase::Running)), false),
+        Default::default(),
         Some(&status(Phase::Running)),
         &time("2026-11-29T10:00:00Z"),
     );

@@ -12,6 +12,7 @@ use kube::api::{Api, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use sites_emulator::{Emulator, Options};
 
+pub mod argocd;
 pub mod operator;
 pub mod process;
 
