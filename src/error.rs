@@ -108,12 +108,17 @@ pub enum Error {
         CONFLICT_RETRY.as_secs()
     )]
     PathConflict { path: String, site: String },
-    /// A route of the site's name belongs to another site (RTG-03, LIFE-07).
+    /// A route of the site's name belongs to another site, or to no Site (RTG-03, LIFE-07).
     #[error(
-        "a {kind} named {name} belongs to another site; it is left alone and retried in {}s",
+        "a {kind} named {name} belongs to another site ({controller}); it is left alone and retried in {}s",
         ROUTE_CONFLICT_RETRY.as_secs()
     )]
-    RouteConflict { kind: String, name: String },
+    RouteConflict {
+        kind: String,
+        name: String,
+        /// `controlled by Site a`, `not controlled by any Site`: [`crate::labels::Control`].
+        controller: String,
+    },
     /// Something the reconcile must wait for (a previous claim or volume going away).
     #[error("waiting for {what}")]
     Waiting { what: String },
@@ -366,6 +371,7 @@ mod tests {
                 Error::RouteConflict {
                     kind: "Ingress".into(),
                     name: "docs".into(),
+                    controller: "controlled by Site other".into(),
                 },
                 true,
                 Retry::After(ROUTE_CONFLICT_RETRY),

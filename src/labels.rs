@@ -222,6 +222,17 @@ pub fn control_of(ownership: &Ownership<'_>, site: &Site) -> Control {
     }
 }
 
+/// Whether the object's controller owner reference is `site` itself (by uid). Secret material is
+/// only ever kept from such an object: one that [`control_of`] takes as the Site's because it
+/// carries the operator's labels but has no controller may have been planted (anyone with
+/// `create` on Secrets could choose a new Site's tokens), so it is restored with new tokens.
+pub fn controlled_by(ownership: &Ownership<'_>, site: &Site) -> bool {
+    let this_uid = site.metadata.uid.as_deref().map(hashed);
+    ownership
+        .controller
+        .is_some_and(|c| c.site && Some(c.uid) == this_uid)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

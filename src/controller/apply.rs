@@ -305,13 +305,26 @@ where
     Ok((how, Some(written)))
 }
 
-/// Deletes the object `name` (already gone: done).
-pub async fn delete<K>(ctx: &Context, name: &str) -> Result<(), kube::Error>
+/// Delete parameters that make the delete conditional on the object's `uid`: an object replaced
+/// under the same name since it was judged (by someone else, possibly not the Site's) is not
+/// deleted; the API server answers 409 and the next reconcile judges the new one.
+pub fn delete_params(uid: Option<String>) -> DeleteParams {
+    DeleteParams {
+        preconditions: uid.map(|uid| kube::api::Preconditions {
+            uid: Some(uid),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    }
+}
+
+/// Deletes the object `name` whose uid is `uid` (already gone: done).
+pub async fn delete<K>(ctx: &Context, name: &str, uid: Option<String>) -> Result<(), kube::Error>
 where
     K: Resource<Scope = kube::core::NamespaceResourceScope> + Clone + DeserializeOwned + Debug,
     K::DynamicType: Default,
 {
-    match ctx.api::<K>().delete(name, &DeleteParams::default()).await {
+    match ctx.api::<K>().delete(name, &delete_params(uid)).await {
         Ok(_) => {
             tracing::info!(kind = %K::kind(&K::DynamicType::default()), object = name, "deleted");
             ctx.fingerprints.forget::<K>(name);
@@ -344,7 +357,8 @@ pub async fn patch_status(ctx: &Context, site: &Site, new: &SiteStatus) -> Resul
         }
         // A map is merged key by key: clear the images of applications the Site no longer has.
         if let (Some(images), Some(previous)) = (
-            obj.get_mut("images").and_then(serde_json::Value::as_object_mut),
+            obj.get_mut("images")
+                .and_then(serde_json::Value::as_object_mut),
             site.status.as_ref(),
         ) {
             for name in previous.images.keys() {
@@ -373,7 +387,12 @@ pub async fn rebind_volume(ctx: &Context, site: &Site, pv: &Volume) -> Result<()
     let id = site.name_any();
     let name = pv.name_any();
     let api: Api<Volume> = Api::all(ctx.client.clone());
-    let patch = volume::rebind_patch(&id, &ctx.namespace, &id);
+    let patch = volume::rebind_patch(
+        &id,
+        &ctx.namespace,
+        &id,
+        pv.metadata.resource_version.as_deref(),
+    );
     api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map_err(|source| Error::PatchVolume {
@@ -429,11 +448,14 @@ pub async fn delete_not_ready_pods(ctx: &Context, id: &str) {
             continue;
         }
         let name = &pod.name;
-        match api.delete(name, &DeleteParams::default()).await {
+        // Only the pod judged not ready: one replaced since (by the StatefulSet controller) is
+        // a 409 and left alone.
+        let uid = pod.uid.map(|u| uuid::Uuid::from_u128(u).to_string());
+        match api.delete(name, &delete_params(uid)).await {
             Ok(_) => {
                 tracing::info!(site = id, pod = %name, "deleted a not-ready pod so the rollout can go on")
             }
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
             Err(kube::Error::Api(s)) if s.code == 403 => {
                 tracing::error!(site = id, pod = %name, "not allowed to delete pods (403): the Role must grant pods/delete")
             }
@@ -480,6 +502,27 @@ pub async fn publish(ctx: &Context, site: &Site, type_: EventType, reason: &str,
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::ConfigMap;
+
+    /// Deletes are conditional on the uid of the object that was judged (SPEC 4.6): an object
+    /// replaced under the same name is not deleted. A uid the cache could not keep (not a UUID)
+    /// leaves the delete unconditional rather than refused.
+    #[test]
+    fn deletes_are_conditional_on_the_judged_uid() {
+        let uid = "0b4d6f2e-1c1a-4f55-9a52-7d4c2a8e9f10";
+        let params = delete_params(Some(uid.into()));
+        let preconditions = params.preconditions.expect("a precondition");
+        assert_eq!(preconditions.uid.as_deref(), Some(uid));
+        assert_eq!(preconditions.resource_version, None);
+        assert!(delete_params(None).preconditions.is_none());
+        // The caches keep the uid as a number and give it back as the API server wrote it.
+        let cm: ConfigMap =
+            serde_json::from_value(json!({"metadata": {"name": "a", "uid": uid}})).unwrap();
+        assert_eq!(Kept::new(cm).facts.uid().as_deref(), Some(uid));
+        let cm: ConfigMap =
+            serde_json::from_value(json!({"metadata": {"name": "a", "uid": "not-a-uuid"}}))
+                .unwrap();
+        assert_eq!(Kept::new(cm).facts.uid(), None);
+    }
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
     use serde_json::json;
 

@@ -232,10 +232,12 @@ async fn gather(ctx: &Context, config: &PlatformConfig, site: &Site) -> Result<G
     let c = &ctx.caches;
     // Tokens are generated only when the API server confirms there are none: the cache may not
     // have seen a Secret written a moment ago, and keeps the data of the operator's Secrets only.
-    // Only a Secret this Site controls gives its tokens.
+    // Only a Secret whose controller is this Site gives its tokens: one carrying the Site's
+    // labels without a controller is restored with new tokens (it may have been planted).
     let (secret, own_data) = match c.secrets.get(&id) {
         Some(s) if s.facts.managed() => {
-            let data = (s.control(site) == Control::ThisSite)
+            let data = s
+                .controlled_by(site)
                 .then(|| s.body.as_ref().map(Pairs::to_map))
                 .flatten();
             (Some(s), data)
@@ -245,7 +247,7 @@ async fn gather(ctx: &Context, config: &PlatformConfig, site: &Site) -> Result<G
         _ => match ctx.read::<Secret>(&id).await? {
             Some(read) => {
                 let read = Arc::unwrap_or_clone(read);
-                let data = (labels::control(&read.metadata, site) == Control::ThisSite)
+                let data = labels::controlled_by(&labels::Ownership::of(&read.metadata), site)
                     .then(|| read.data.clone())
                     .flatten();
                 (Some(Arc::new(Kept::new(read))), data)
@@ -373,7 +375,7 @@ async fn apply_in_order(
     let taken = path_taken_by(ctx, site);
     // An older Site serves this path: no route for this one (its own is removed).
     let route = rendered.route.filter(|_| taken.is_none());
-    routes(ctx, mode, &id, route, writes).await?;
+    routes(ctx, mode, site, route, writes).await?;
     match taken {
         Some(other) => Err(Error::PathConflict {
             path: format!("{}/", render::apps::site_path(site)),
@@ -463,19 +465,14 @@ where
     Ok((written, obj))
 }
 
-/// Whether a route belongs to the site: routes are owned by the id label (RTG-03), so a route of
-/// another site with the same name is never taken.
-fn owned_by<K: Keep>(obj: &Kept<K>, id: &str) -> bool {
-    obj.facts.site_id() == Some(id)
-}
-
 /// The route of the active mode (created, updated, or deleted when the site has no public
 /// path), then the removal of this site's route of the other mode (LIFE-13). A route conflict
-/// does not keep the other mode's route.
+/// does not keep the other mode's route. Routes are judged as every owned kind is: by their
+/// controller owner reference ([`labels::control`]), never by a label alone.
 async fn routes(
     ctx: &Context,
     mode: RoutingMode,
-    id: &str,
+    site: &Site,
     desired: Option<Route>,
     writes: &mut Writes,
 ) -> Result<()> {
@@ -487,28 +484,30 @@ async fn routes(
     };
     let (active, pruned) = match mode {
         RoutingMode::Ingress => (
-            active_route(ctx, writes, Some(&c.ingresses), ingress, id).await,
-            prune_route::<HttpRoute>(ctx, c.httproutes.get(), id).await,
+            active_route(ctx, writes, site, Some(&c.ingresses), ingress).await,
+            prune_route::<HttpRoute>(ctx, site, c.httproutes.get()).await,
         ),
         RoutingMode::Gateway => {
             let every = ctx.tunables.gateway_probe;
             let store = c.httproutes.serve(&ctx.client, &ctx.namespace, every).await;
             (
-                active_route(ctx, writes, store, http_route, id).await,
-                prune_route::<Ingress>(ctx, Some(&c.ingresses), id).await,
+                active_route(ctx, writes, site, store, http_route).await,
+                prune_route::<Ingress>(ctx, site, Some(&c.ingresses)).await,
             )
         }
     };
     active.and(pruned)
 }
 
-/// The route of the active mode; `store` is None when the cluster does not serve its kind.
+/// The route of the active mode; `store` is None when the cluster does not serve its kind. A
+/// route of the site's name that the Site does not control is a [`Error::RouteConflict`]
+/// (RTG-03, LIFE-07): left alone, neither written nor deleted.
 async fn active_route<K>(
     ctx: &Context,
     writes: &mut Writes,
+    site: &Site,
     store: Option<&Records<K>>,
     desired: Option<K>,
-    id: &str,
 ) -> Result<()>
 where
     K: Resource<Scope = kube::core::NamespaceResourceScope>
@@ -520,39 +519,44 @@ where
         + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
+    let id = site.name_any();
     let Some(store) = store else {
         return match desired {
             Some(_) => Err(Error::NoHttpRoutes),
             None => Ok(()),
         };
     };
-    let stored = store.get(id);
-    if stored.as_deref().is_some_and(|r| !owned_by(r, id)) {
-        return Err(Error::RouteConflict {
-            kind: K::kind(&K::DynamicType::default()).into_owned(),
-            name: id.to_string(),
-        });
+    let stored = store.get(&id);
+    if let Some(existing) = stored.as_deref() {
+        match controlled(existing, site) {
+            Err(Error::ObjectConflict { controller, .. }) => {
+                return Err(Error::RouteConflict {
+                    kind: K::kind(&K::DynamicType::default()).into_owned(),
+                    name: id,
+                    controller,
+                });
+            }
+            other => other?,
+        }
     }
-    match desired {
-        Some(route) => {
+    match (desired, stored) {
+        (Some(route), stored) => {
             let (written, _) = apply::apply(ctx, stored.as_deref(), route).await?;
-            writes.record::<K>(id, written);
+            writes.record::<K>(&id, written);
             Ok(())
         }
-        None if stored.is_some() => {
-            apply::delete::<K>(ctx, id)
-                .await
-                .map_err(|source| Error::Delete {
-                    target: Target::of::<K>(id),
-                    source: Box::new(source),
-                })
-        }
-        None => Ok(()),
+        (None, Some(existing)) => apply::delete::<K>(ctx, &id, existing.facts.uid())
+            .await
+            .map_err(|source| Error::Delete {
+                target: Target::of::<K>(&id),
+                source: Box::new(source),
+            }),
+        (None, None) => Ok(()),
     }
 }
 
-/// Deletes this site's route of the inactive mode; a foreign one stays.
-async fn prune_route<K>(ctx: &Context, store: Option<&Records<K>>, id: &str) -> Result<()>
+/// Deletes this site's route of the inactive mode: only one the Site controls; any other stays.
+async fn prune_route<K>(ctx: &Context, site: &Site, store: Option<&Records<K>>) -> Result<()>
 where
     K: Resource<Scope = kube::core::NamespaceResourceScope>
         + Keep
@@ -562,17 +566,18 @@ where
         + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
-    let Some(stored) = store.and_then(|s| s.get(id)) else {
+    let id = site.name_any();
+    let Some(stored) = store.and_then(|s| s.get(&id)) else {
         return Ok(());
     };
-    if !owned_by(stored.as_ref(), id) {
-        tracing::warn!(site = %id, "a route of the other routing mode with this name belongs to another site; left alone");
+    if stored.control(site) != Control::ThisSite {
+        tracing::warn!(site = %id, "a route of the other routing mode with this name is not this site's; left alone");
         return Ok(());
     }
-    apply::delete::<K>(ctx, id)
+    apply::delete::<K>(ctx, &id, stored.facts.uid())
         .await
         .map_err(|source| Error::DeleteOtherModeRoute {
-            target: Target::of::<K>(id),
+            target: Target::of::<K>(&id),
             source: Box::new(source),
         })
 }

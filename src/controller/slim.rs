@@ -138,6 +138,8 @@ pub struct Controller {
 /// fingerprint of the content the operator manages as this watch event showed it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Facts {
+    /// The object's own uid (a UUID, kept as a number: deletes are conditional on it).
+    uid: Option<u128>,
     controller: Option<Controller>,
     managed: bool,
     site_id: Option<Box<str>>,
@@ -157,6 +159,11 @@ impl Facts {
         let ownership = Ownership::of(meta);
         let label = |key: &str| meta.labels.as_ref()?.get(key);
         Facts {
+            uid: meta
+                .uid
+                .as_deref()
+                .and_then(|u| uuid::Uuid::try_parse(u).ok())
+                .map(|u| u.as_u128()),
             controller: ownership.controller.map(|c| Controller {
                 site: c.site,
                 kind: (c.kind != SITE_KIND).then(|| c.kind.into()),
@@ -188,6 +195,12 @@ impl Facts {
             managed: self.managed,
             site_id: self.site_id.as_deref(),
         }
+    }
+
+    /// The object's uid, for a delete conditional on it (None: not a UUID; the delete is then
+    /// unconditional).
+    pub fn uid(&self) -> Option<String> {
+        self.uid.map(|u| uuid::Uuid::from_u128(u).to_string())
     }
 
     /// Carries the operator's `app.kubernetes.io/managed-by` label.
@@ -450,6 +463,11 @@ impl<K: Keep> Kept<K> {
     /// Who controls the object, for `site`.
     pub fn control(&self, site: &Site) -> labels::Control {
         labels::control_of(&self.facts.ownership(), site)
+    }
+
+    /// Its controller owner reference is `site` ([`labels::controlled_by`]).
+    pub fn controlled_by(&self, site: &Site) -> bool {
+        labels::controlled_by(&self.facts.ownership(), site)
     }
 }
 

@@ -79,9 +79,16 @@ pub fn still_bound_to<'a>(
 /// The merge patch that labels a retained volume for the site and pre-binds it to the site's
 /// claim: the claim reference names the claim without uid or resourceVersion, so the volume
 /// binds to the new claim (and only to it).
-pub fn rebind_patch(id: &str, namespace: &str, claim_name: &str) -> Value {
+pub fn rebind_patch(
+    id: &str,
+    namespace: &str,
+    claim_name: &str,
+    resource_version: Option<&str>,
+) -> Value {
     json!({
-        "metadata": {"labels": labels::labels(id)},
+        // Conditional on the volume as it was judged: one changed since (bound by someone else,
+        // relabelled) is a 409, retried and judged again.
+        "metadata": {"labels": labels::labels(id), "resourceVersion": resource_version},
         "spec": {"claimRef": {
             "apiVersion": "v1",
             "kind": "PersistentVolumeClaim",
@@ -237,7 +244,11 @@ mod tests {
 
     #[test]
     fn rebind_patch_prebinds_without_uid() {
-        let p = rebind_patch("docs-handbook", "sites", "docs-handbook");
+        let p = rebind_patch("docs-handbook", "sites", "docs-handbook", Some("41"));
+        assert_eq!(
+            p["metadata"]["resourceVersion"], "41",
+            "conditional on the judged volume"
+        );
         assert_eq!(p["metadata"]["labels"][ID_LABEL], "docs-handbook");
         assert_eq!(p["spec"]["claimRef"]["name"], "docs-handbook");
         assert_eq!(p["spec"]["claimRef"]["namespace"], "sites");

@@ -429,3 +429,128 @@ async fn kubectl_shows_a_conflict_and_the_platform_secret_survives() {
     assert_eq!(owners, "");
     op.stop().await;
 }
+
+/// Routes are judged by their controller, as every owned kind is, never by the id label alone
+/// (SPEC 4.6, RTG-03): a route of the site's name carrying the site's id label but controlled
+/// by another object is neither taken in the active mode nor deleted as the other mode's route.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_route_with_the_sites_label_but_another_controller_is_never_taken() {
+    use crate::support::operator::install_http_routes;
+    use gateway_api::apis::standard::httproutes::HttpRoute;
+
+    let c = Cluster::start(false).await;
+    prepare(&c).await;
+    install_http_routes(&c).await;
+    let controller = json!([{"apiVersion": "apps/v1", "kind": "Deployment", "name": "edge",
+                             "uid": "7d9c1b4e-0000-4000-8000-000000000001", "controller": true}]);
+    let labels = json!({"sites.ecmwf.int/id": "docs-handbook",
+                        "app.kubernetes.io/managed-by": "sites-operator"});
+    let ingress = create::<Ingress>(
+        &c,
+        json!({"metadata": {"name": "docs-handbook", "namespace": NS, "labels": labels,
+                            "ownerReferences": controller},
+               "spec": {"ingressClassName": "edge", "rules": [{"host": "edge.example.org"}]}}),
+    )
+    .await;
+    let route = create::<HttpRoute>(
+        &c,
+        json!({"metadata": {"name": "docs-handbook", "namespace": NS, "labels": labels,
+                            "ownerReferences": controller},
+               "spec": {"hostnames": ["edge.example.org"]}}),
+    )
+    .await;
+
+    // Ingress mode: the Ingress is the active route (a conflict naming its controller), the
+    // HTTPRoute the other mode's (left alone).
+    let op = operator(&c, config(RoutingMode::Ingress)).await;
+    sites(&c)
+        .create(&PostParams::default(), &example("site.yaml"))
+        .await
+        .unwrap();
+    let site = wait_condition(&c, "docs-handbook", "Progressing", "True", "RouteConflict").await;
+    let message = condition(&site, "Progressing").unwrap().2;
+    assert!(
+        message.contains("controlled by Deployment edge"),
+        "{message}"
+    );
+    op.settled().await;
+    assert_eq!(stored::<Ingress>(&c, "docs-handbook").await, Some(ingress));
+    assert_eq!(
+        stored::<HttpRoute>(&c, "docs-handbook").await,
+        Some(route.clone())
+    );
+    op.stop().await;
+
+    // Gateway mode: the Ingress is now the other mode's route: still not deleted.
+    let op = operator(&c, config(RoutingMode::Gateway)).await;
+    let message = eventually("a conflict on the HTTPRoute", WAIT, || async {
+        let site = sites(&c).get("docs-handbook").await.ok()?;
+        let (status, reason, message) = condition(&site, "Progressing")?;
+        (status == "True" && reason == "RouteConflict" && message.contains("HTTPRoute"))
+            .then_some(message)
+    })
+    .await;
+    assert!(
+        message.contains("controlled by Deployment edge"),
+        "{message}"
+    );
+    op.settled().await;
+    assert!(stored::<Ingress>(&c, "docs-handbook").await.is_some());
+    assert_eq!(stored::<HttpRoute>(&c, "docs-handbook").await, Some(route));
+    op.stop().await;
+}
+
+/// Secret material is never taken from an object the Site does not control (SPEC 4.6): a Secret
+/// planted under a new Site's name with the operator's labels and no controller is restored as
+/// the Site's (owner reference added) with new tokens, not the planted ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_planted_secret_never_chooses_a_sites_tokens() {
+    use base64::Engine as _;
+    let c = Cluster::start(false).await;
+    prepare(&c).await;
+    let chosen = base64::engine::general_purpose::STANDARD.encode("chosen-by-the-attacker");
+    create::<Secret>(
+        &c,
+        json!({"metadata": {"name": "docs-handbook", "namespace": NS,
+                            "labels": {"sites.ecmwf.int/id": "docs-handbook",
+                                       "app.kubernetes.io/managed-by": "sites-operator"}},
+               "data": {"api_token": chosen, "secret_key": chosen}}),
+    )
+    .await;
+    let op = operator(&c, config(RoutingMode::Ingress)).await;
+    let created = sites(&c)
+        .create(&PostParams::default(), &example("site.yaml"))
+        .await
+        .unwrap();
+    wait_available(&c, "docs-handbook").await;
+    let secret = api::<Secret>(&c).get("docs-handbook").await.unwrap();
+    let owner = &secret.metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!(Some(&owner.uid), created.metadata.uid.as_ref());
+    let data = secret.data.unwrap();
+    for key in ["api_token", "secret_key"] {
+        let value = &data[key];
+        assert_ne!(
+            value.0, b"chosen-by-the-attacker",
+            "{key} kept the planted value"
+        );
+        assert!(!value.0.is_empty(), "{key}");
+    }
+    // From now on the Site controls it: its tokens are kept.
+    let tokens = data.clone();
+    merge(
+        &c,
+        "docs-handbook",
+        json!({"spec": {"configuration": {"headers": {"X-Team": "docs"}}}}),
+    )
+    .await;
+    edit_and_settle(
+        &c,
+        &op,
+        "docs-handbook",
+        json!({"spec": {"description": "again"}}),
+    )
+    .await;
+    let again = api::<Secret>(&c).get("docs-handbook").await.unwrap();
+    assert_eq!(again.data.unwrap(), tokens);
+    op.stop().await;
+}

@@ -37,6 +37,8 @@ pub struct PodStatus {
 #[derive(Clone, Debug, PartialEq)]
 pub struct SitePod {
     pub name: Box<str>,
+    /// The pod's uid (a UUID as a number): deletes are conditional on it.
+    pub uid: Option<u128>,
     /// The site id label (the cache keeps it only for the site's own pods: the operator's,
     /// controlled by the site's StatefulSet, [`crate::controller::slim::pod`]).
     pub site: Option<Box<str>>,
@@ -52,6 +54,12 @@ impl SitePod {
     pub fn of(pod: &Pod) -> SitePod {
         SitePod {
             name: pod.metadata.name.as_deref().unwrap_or_default().into(),
+            uid: pod
+                .metadata
+                .uid
+                .as_deref()
+                .and_then(|u| uuid::Uuid::try_parse(u).ok())
+                .map(|u| u.as_u128()),
             site: pod
                 .metadata
                 .labels

@@ -313,6 +313,7 @@ fn conditions_follow_the_outcome_and_the_pods() {
             Some(Error::RouteConflict {
                 kind: "Ingress".into(),
                 name: "docs".into(),
+                controller: "controlled by Site other".into(),
             }),
             ("False", "ObjectsNotReady", "True", "RouteConflict"),
         ),
@@ -420,6 +421,7 @@ fn kstatus_conditions_follow_available_progressing_and_the_error_class() {
             Some(Error::RouteConflict {
                 kind: "Ingress".into(),
                 name: "docs".into(),
+                controller: "controlled by Site other".into(),
             }),
             ("False", "RouteConflict", "True", "False", "NoTerminalError"),
         ),
