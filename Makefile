@@ -116,11 +116,12 @@ bench-full:
 	$(CARGO) bench --locked -p sites-emulator --bench api
 
 ## fuzz: the short fuzzing run: every cargo-fuzz target for FUZZ_SECONDS seconds, built
-## unoptimised and without AddressSanitizer to keep the build short (scripts/fuzz.sh, which
-## installs cargo-fuzz into .tools/; docs/fuzzing.md for long runs).
+## unoptimised (a short build) with AddressSanitizer (the webhook's review reader and apply
+## annotation scan use `unsafe` SIMD code) (scripts/fuzz.sh, which installs cargo-fuzz into
+## .tools/; docs/fuzzing.md for long runs).
 FUZZ_SECONDS ?= 20
 FUZZ_PROFILE ?= dev
-FUZZ_SANITIZER ?= none
+FUZZ_SANITIZER ?= address
 fuzz:
 	FUZZ_PROFILE=$(FUZZ_PROFILE) FUZZ_SANITIZER=$(FUZZ_SANITIZER) scripts/fuzz.sh $(FUZZ_SECONDS)
 

@@ -6,8 +6,9 @@
 #   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]     # default 30 s, every target
 #
 # Environment:
-#   FUZZ_SANITIZER  address (default) or none (no AddressSanitizer: faster build and runs; the
-#                   operator has no `unsafe` code)
+#   FUZZ_SANITIZER  address (default) or none (no AddressSanitizer: faster runs; only for code
+#                   without `unsafe`: the operator's review reader and apply-annotation scan use
+#                   unsafe SIMD intrinsics, src/admission/reader.rs and applied.rs)
 #   FUZZ_PROFILE    release (default: optimised, slow to build) or dev (unoptimised: builds in
 #                   less than half the time, runs several times slower; for short runs)
 #   FUZZ_WORK_DIR   keep the working corpora in this directory (e.g. fuzz/work) instead of a

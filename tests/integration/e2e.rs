@@ -376,17 +376,10 @@ async fn the_life_of_a_site() {
         // Least privilege: every API call the operator made is granted by the shipped RBAC.
         let (_, metrics) = op.get("/metrics").await.unwrap();
         let granted = granted_rules();
-        let mut used = Vec::new();
-        for line in metrics
-            .lines()
-            .filter(|l| l.starts_with("sites_api_requests_total{"))
-        {
-            let label = |name: &str| {
-                let start = line.find(&format!("{name}=\"")).unwrap() + name.len() + 2;
-                line[start..].split('"').next().unwrap().to_string()
-            };
-            used.push((label("verb"), label("resource")));
-        }
+        let used: Vec<(String, String)> = crate::support::api_requests(&metrics)
+            .into_iter()
+            .map(|(verb, resource, _)| (verb, resource))
+            .collect();
         assert!(
             used.iter()
                 .any(|(v, r)| v == "patch" && r == "sites.sites.ecmwf.int/status"),

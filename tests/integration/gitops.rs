@@ -25,6 +25,7 @@ use serde_json::{Value, json};
 use sites_operator::crd::Site;
 
 use crate::support::argocd;
+use crate::support::operator::container_image;
 use crate::support::{Cluster, OperatorProcess, eventually, repo_file, serve_webhooks};
 
 const NS: &str = "sites";
@@ -147,21 +148,12 @@ impl GitOps {
     async fn writes(&self) -> BTreeMap<String, f64> {
         let (_, metrics) = self.op.get("/metrics").await.expect("metrics");
         let mut writes = BTreeMap::new();
-        for line in metrics
-            .lines()
-            .filter(|l| l.starts_with("sites_api_requests_total{"))
-        {
-            let label = |name: &str| {
-                let start = line.find(&format!("{name}=\"")).unwrap() + name.len() + 2;
-                line[start..].split('"').next().unwrap().to_string()
-            };
-            let (verb, resource) = (label("verb"), label("resource"));
+        for (verb, resource, value) in crate::support::api_requests(&metrics) {
             if !["create", "update", "patch", "delete"].contains(&verb.as_str())
                 || resource.starts_with("leases")
             {
                 continue;
             }
-            let value: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
             *writes.entry(format!("{verb} {resource}")).or_default() += value;
         }
         writes
@@ -225,20 +217,6 @@ impl GitOps {
     }
 }
 
-fn image(sts: &StatefulSet, container: &str) -> String {
-    let containers = &sts
-        .spec
-        .as_ref()
-        .unwrap()
-        .template
-        .spec
-        .as_ref()
-        .unwrap()
-        .containers;
-    let c = containers.iter().find(|c| c.name == container).unwrap();
-    c.image.clone().unwrap()
-}
-
 fn spec_images(site: &Site) -> Vec<(String, Option<String>)> {
     site.spec
         .configuration
@@ -296,7 +274,11 @@ async fn flux_argo_cd_and_the_hub_reapply_sites_and_change_nothing() {
     }
     for id in ["flux", "argo", "hub", "unhooked"] {
         g.wait_ready(id);
-        assert_eq!(image(&g.statefulset(id).await, "static"), OLD, "{id}");
+        assert_eq!(
+            container_image(&g.statefulset(id).await, "static"),
+            OLD,
+            "{id}"
+        );
     }
     let (status, message) = g.health("argo").await;
     assert_eq!(status, "Healthy", "{message}");
@@ -409,7 +391,11 @@ async fn flux_argo_cd_and_the_hub_reapply_sites_and_change_nothing() {
         "a StatefulSet changed"
     );
     for id in ALL {
-        assert_eq!(image(&g.statefulset(id).await, "static"), OLD, "{id}");
+        assert_eq!(
+            container_image(&g.statefulset(id).await, "static"),
+            OLD,
+            "{id}"
+        );
     }
     assert_eq!(
         g.pods().await,
@@ -426,7 +412,7 @@ async fn flux_argo_cd_and_the_hub_reapply_sites_and_change_nothing() {
     g.apply(&FLUX, &pinned);
     let rolled = eventually("flux rolled to the new image", WAIT, || async {
         let sts = g.statefulset("flux").await;
-        (image(&sts, "static") == NEW).then_some(sts)
+        (container_image(&sts, "static") == NEW).then_some(sts)
     })
     .await;
     g.wait_ready("flux");

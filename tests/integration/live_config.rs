@@ -18,8 +18,8 @@ use sites_operator::crd::Site;
 use sites_operator::upgrade::{self, Action, Target};
 
 use crate::support::operator::{
-    NS, Operator, WAIT, api, config, counted_client, example, prepare, sites, start_following,
-    wait_available,
+    NS, Operator, WAIT, api, config, container_image, counted_client, example, prepare, sites,
+    start_following, wait_available,
 };
 use crate::support::{Cluster, eventually, repo_file};
 
@@ -45,6 +45,26 @@ async fn write_config(c: &Cluster, text: &str) {
         )
         .await
         .expect("sites-config patched");
+}
+
+/// Raises the platform version of the example configuration to 2.5.0 and waits until the
+/// operator has it in force and has reconciled after it.
+async fn new_version_in_force(c: &Cluster, op: &Operator) {
+    let reconciles = op.reconciles();
+    write_config(
+        c,
+        &edit(
+            &example_config(),
+            "version: \"2.4.0\"",
+            "version: \"2.5.0\"",
+        ),
+    )
+    .await;
+    eventually("the new version in force", WAIT, || async {
+        (op.live.get().sites.version == "2.5.0").then_some(())
+    })
+    .await;
+    op.settled_after(reconciles + 1.0).await;
 }
 
 /// The Events recorded about the ConfigMap with `reason`.
@@ -322,37 +342,11 @@ async fn a_site_without_recorded_images_keeps_its_pin_through_a_new_version() {
         "the status records the pin"
     );
     assert!(stored.spec.configuration.applications[0].image.is_none());
-    let image = |sts: &StatefulSet| {
-        sts.spec
-            .as_ref()
-            .unwrap()
-            .template
-            .spec
-            .as_ref()
-            .unwrap()
-            .containers[0]
-            .image
-            .clone()
-            .unwrap()
-    };
+    let image = |sts: &StatefulSet| container_image(sts, "static");
     let running = api::<StatefulSet>(&c).get("docs-unrecorded").await.unwrap();
     assert_eq!(image(&running), old);
 
-    let reconciles = op.reconciles();
-    write_config(
-        &c,
-        &edit(
-            &example_config(),
-            "version: \"2.4.0\"",
-            "version: \"2.5.0\"",
-        ),
-    )
-    .await;
-    eventually("the new version in force", WAIT, || async {
-        (op.live.get().sites.version == "2.5.0").then_some(())
-    })
-    .await;
-    op.settled_after(reconciles + 1.0).await;
+    new_version_in_force(&c, &op).await;
     let after = api::<StatefulSet>(&c).get("docs-unrecorded").await.unwrap();
     assert_eq!(generation(&after), generation(&running), "no roll");
     assert_eq!(image(&after), old);
@@ -437,19 +431,7 @@ async fn recorded_images_keep_a_new_version_from_rolling_older_sites() {
         .unwrap();
     wait_available(&c, "docs-legacy").await;
     let running = api::<StatefulSet>(&c).get("docs-legacy").await.unwrap();
-    let image = |sts: &StatefulSet| {
-        sts.spec
-            .as_ref()
-            .unwrap()
-            .template
-            .spec
-            .as_ref()
-            .unwrap()
-            .containers[0]
-            .image
-            .clone()
-            .unwrap()
-    };
+    let image = |sts: &StatefulSet| container_image(sts, "static");
 
     let outcomes = upgrade::upgrade(
         &c.client,
@@ -473,21 +455,7 @@ async fn recorded_images_keep_a_new_version_from_rolling_older_sites() {
         Some(image(&running).as_str())
     );
 
-    let reconciles = op.reconciles();
-    write_config(
-        &c,
-        &edit(
-            &example_config(),
-            "version: \"2.4.0\"",
-            "version: \"2.5.0\"",
-        ),
-    )
-    .await;
-    eventually("the new version in force", WAIT, || async {
-        (op.live.get().sites.version == "2.5.0").then_some(())
-    })
-    .await;
-    op.settled_after(reconciles + 1.0).await;
+    new_version_in_force(&c, &op).await;
     let after = api::<StatefulSet>(&c).get("docs-legacy").await.unwrap();
     assert_eq!(generation(&after), generation(&running), "no roll");
     op.stop().await;

@@ -16,7 +16,7 @@ pub mod argocd;
 pub mod operator;
 pub mod process;
 
-pub use process::{OperatorProcess, serve_webhooks};
+pub use process::{OperatorProcess, api_requests, serve_webhooks};
 
 /// A running emulator plus a temporary directory for kubeconfig and kubectl cache.
 pub struct Cluster {

@@ -394,6 +394,13 @@ pub async fn wait_available(c: &Cluster, name: &str) -> Site {
     wait_condition(c, name, "Available", "True", "Available").await
 }
 
+/// The image of the container `name` of a StatefulSet's pod template.
+pub fn container_image(sts: &StatefulSet, name: &str) -> String {
+    let template = sts.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+    let container = template.containers.iter().find(|c| c.name == name);
+    container.and_then(|c| c.image.clone()).unwrap()
+}
+
 pub fn restarted_at(sts: &StatefulSet) -> Option<String> {
     sites_operator::render::template_annotations(sts)?
         .get("kubectl.kubernetes.io/restartedAt")

@@ -210,6 +210,22 @@ fn ensure_config_map(kubeconfig: &std::path::Path, namespace: &str, cache: &std:
     );
 }
 
+/// The `sites_api_requests_total` series of a metrics exposition: (verb, resource, value).
+pub fn api_requests(metrics: &str) -> Vec<(String, String, f64)> {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("sites_api_requests_total{"))
+        .map(|line| {
+            let label = |name: &str| {
+                let start = line.find(&format!("{name}=\"")).unwrap() + name.len() + 2;
+                line[start..].split('"').next().unwrap().to_string()
+            };
+            let value = line.rsplit(' ').next().unwrap().parse().unwrap();
+            (label("verb"), label("resource"), value)
+        })
+        .collect()
+}
+
 /// Starts the operator and sends the emulator's calls of the webhook Service
 /// `sites-operator-webhook` (port 443) in `namespace` to it, once it reports its webhook address;
 /// returns when it is ready.
