@@ -324,7 +324,8 @@ fn main() {
     let routes = server::routes()
         .route(FIXED, fixed())
         .route(FIXED_BUSY, fixed_busy);
-    let app = server::with_layers(routes, &observed, state).route(FIXED_BARE, fixed());
+    let app = server::with_layers(routes, &observed, state, &server::Limits::default())
+        .route(FIXED_BARE, fixed());
 
     // The server gets its own runtime with two workers, as the operator has on a 2-core node.
     let server_rt = tokio::runtime::Builder::new_multi_thread()

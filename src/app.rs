@@ -241,7 +241,10 @@ fn metrics_router(registry: Registry, gate: Option<Arc<access::Gate>>) -> Router
         }),
     );
     let router = match gate {
-        Some(gate) => router.layer(axum::middleware::from_fn_with_state(gate, access::require)),
+        // A route layer: a path that is not served is a 404 before anything is reviewed.
+        Some(gate) => {
+            router.route_layer(axum::middleware::from_fn_with_state(gate, access::require))
+        }
         None => router,
     };
     router.with_state(registry)
@@ -512,11 +515,14 @@ pub async fn run(
         reserved: opts.reserved_names.clone(),
         ..Default::default()
     });
-    let app = server::router(WebhookState {
-        config: live.clone(),
-        metrics: webhook_metrics.clone(),
-        platform: platform.clone(),
-    });
+    let app = server::router(
+        WebhookState {
+            config: live.clone(),
+            metrics: webhook_metrics.clone(),
+            platform: platform.clone(),
+        },
+        &opts.webhook_limits,
+    );
     let webhook_task = tokio::spawn(server::serve_tls_limited(
         webhook_listener,
         tls_config,

@@ -19,6 +19,9 @@ use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
 
 pub use names::Names;
+
+/// Most applications a Site has (the schema's `maxItems`): one container each in one pod.
+pub const MAX_APPLICATIONS: usize = 64;
 pub use text::{SiteRef, Str, Text};
 
 /// API group of the Site resource.
@@ -101,7 +104,12 @@ pub struct SiteConfiguration<S = String> {
     /// Applications that make up the site, one container each. Names must be unique. Built-in
     /// applications (names from the platform catalogue) get their image from the catalogue at the
     /// platform version; any other application is custom and needs its own image.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "names::applications"
+    )]
+    #[schemars(length(max = 64))]
     pub applications: Vec<Application<S>>,
     /// Extra HTTP response headers served by the site's nginx, name to value.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -122,7 +130,11 @@ pub struct SiteConfiguration<S = String> {
     pub settings: Settings<S>,
     /// Not supported: routing is platform-wide. Present in the schema only so that the admission
     /// webhook can reject it with a clear message instead of the API server dropping it silently.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "names::routing"
+    )]
     #[schemars(schema_with = "free_form_object")]
     pub routing: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -205,7 +217,11 @@ pub struct Settings<S = String> {
     pub monitored: bool,
     /// Not supported: routing is platform-wide. Present in the schema only so that the admission
     /// webhook can reject it with a clear message instead of the API server dropping it silently.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "names::routing"
+    )]
     #[schemars(schema_with = "free_form_object")]
     pub routing: Option<serde_json::Map<String, serde_json::Value>>,
 }

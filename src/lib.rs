@@ -32,6 +32,8 @@ pub mod render;
 pub mod restart;
 pub mod retention;
 pub mod telemetry;
+#[cfg(test)]
+pub(crate) mod testing;
 pub mod tls;
 pub mod upgrade;
 pub mod validation;

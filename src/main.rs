@@ -285,6 +285,15 @@ struct RunArgs {
     /// sites_webhook_connections_refused_total.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     webhook_max_connections: u32,
+    /// How long a webhook client may take to send a request body, from the end of its header;
+    /// a slower one is answered 408 and its connection closed. At most 10 minutes.
+    #[arg(long, default_value = "10s", value_parser = parse_limit_duration)]
+    webhook_body_timeout: std::time::Duration,
+    /// The memory, in MiB, that webhook requests in flight may hold together (their bodies and
+    /// what decoding them takes); a request waits for its share at most 1 s, then gets 503. At
+    /// least 48: the largest request alone needs about 46.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(48..=65_536))]
+    webhook_memory_budget_mib: u32,
 }
 
 /// A duration of at most 10 minutes.
@@ -384,6 +393,8 @@ fn run(args: RunArgs) -> ExitCode {
             header_read_timeout: args.webhook_header_read_timeout,
             idle_timeout: args.webhook_idle_timeout,
             max_connections: args.webhook_max_connections as usize,
+            body_timeout: args.webhook_body_timeout,
+            memory_budget: args.webhook_memory_budget_mib as usize * 1024 * 1024,
         },
         reserved_names,
     };

@@ -44,7 +44,8 @@ pub fn register_leader(registry: &Registry, lease: &str) -> prometheus::Result<I
 /// `controller_runtime_webhook_requests_in_flight{webhook}`,
 /// `controller_runtime_webhook_latency_seconds{webhook}`; and the connection limits' metrics,
 /// `sites_webhook_open_connections` and `sites_webhook_connections_refused_total` (connections
-/// closed on accept because `--webhook-max-connections` were open).
+/// closed on accept because `--webhook-max-connections` were open); and the memory budget's,
+/// `sites_webhook_memory_in_use_bytes`.
 #[derive(Clone, Debug)]
 pub struct WebhookMetrics {
     pub requests: IntCounterVec,
@@ -52,6 +53,7 @@ pub struct WebhookMetrics {
     pub latency: HistogramVec,
     pub open_connections: IntGauge,
     pub connections_refused: IntCounter,
+    pub memory_in_use: IntGauge,
 }
 
 impl WebhookMetrics {
@@ -95,6 +97,11 @@ impl WebhookMetrics {
         registry.register(Box::new(latency.clone()))?;
         registry.register(Box::new(open_connections.clone()))?;
         registry.register(Box::new(connections_refused.clone()))?;
+        let memory_in_use = IntGauge::new(
+            "sites_webhook_memory_in_use_bytes",
+            "Bytes of the webhook server's memory budget held by requests in flight (their bodies and what decoding them takes).",
+        )?;
+        registry.register(Box::new(memory_in_use.clone()))?;
         // The series of each webhook path are made with the server's router
         // (`admission::server::with_layers`), so they exist from the start.
         Ok(WebhookMetrics {
@@ -103,6 +110,7 @@ impl WebhookMetrics {
             latency,
             open_connections,
             connections_refused,
+            memory_in_use,
         })
     }
 }

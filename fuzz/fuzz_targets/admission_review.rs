@@ -1,9 +1,10 @@
-//! Arbitrary bytes as the body of a webhook request: decoding, the three handlers (mutate and
-//! validate Sites in both routing modes, validate the platform configuration) and encoding of
-//! every answer. Nothing panics, every answer encodes, a mutation's patch applies to the object
-//! it was computed for, and the Site handlers answer the same on the server's typed decoding
-//! (objects decoded as Sites) as on the generic one, and the review reader decodes a body it reads
-//! as serde_json does.
+//! Arbitrary bytes as the body of a webhook request: the server's answers on each path (what
+//! the HTTP layer calls: decoding, the handlers, encoding), then decoding, the three handlers
+//! (mutate and validate Sites in both routing modes, validate the platform configuration) and
+//! encoding of every answer. Nothing panics, no answer is a 5xx, every answer encodes, a
+//! mutation's patch applies to the object it was computed for, and the Site handlers answer
+//! the same on the server's typed decoding (objects decoded as Sites) as on the generic one,
+//! and the review reader decodes a body it reads as serde_json does.
 
 #![no_main]
 
@@ -12,6 +13,15 @@ use sites_operator::admission::{self, server};
 use sites_operator_fuzz::{CONFIGS, FRESH_UUID};
 
 fuzz_target!(|data: &[u8]| {
+    let platform = admission::Platform::default();
+    for answer in [
+        server::review_mutation(data, &CONFIGS[0]),
+        server::review_validation(data, &CONFIGS[0], &platform),
+        server::review_config(data),
+    ] {
+        assert!(!answer.status().is_server_error(), "{}", answer.status());
+    }
+
     // The Site webhooks try this decoding first.
     let site_body = server::SiteBody::new(data).ok();
     if let Some(body) = &site_body

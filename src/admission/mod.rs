@@ -8,6 +8,7 @@
 //! - [`validate_config`]: the platform configuration validator on the `sites-config` ConfigMap.
 
 mod applied;
+pub mod budget;
 pub mod reader;
 pub mod selfsigned;
 pub mod server;
@@ -650,27 +651,30 @@ fn judge<K: Resource, T: Reviewed>(
 /// Platform configuration validation, for the `sites-config` ConfigMap (other ConfigMaps pass:
 /// the webhook configuration's matchConditions should not send them).
 pub fn validate_config(req: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
+    let object = req.object.as_ref();
+    let text = object
+        .and_then(|o| o.data.get("data"))
+        .and_then(|d| d.get(config::CONFIGMAP_KEY))
+        .and_then(Value::as_str);
+    validate_config_text(req, object.and_then(|o| o.metadata.name.as_deref()), text)
+}
+
+/// [`validate_config`] on what it reads of the ConfigMap: its name and `data["config.yaml"]`
+/// when that is a string.
+pub fn validate_config_text<K: Resource>(
+    req: &AdmissionRequest<K>,
+    object_name: Option<&str>,
+    text: Option<&str>,
+) -> AdmissionResponse {
     if !matches!(req.operation, Operation::Create | Operation::Update)
-        || req.name != config::CONFIGMAP_NAME
-            && req.object.as_ref().and_then(|o| o.metadata.name.as_deref())
-                != Some(config::CONFIGMAP_NAME)
+        || req.name != config::CONFIGMAP_NAME && object_name != Some(config::CONFIGMAP_NAME)
     {
         return AdmissionResponse::from(req);
     }
-    let data = req
-        .object
-        .as_ref()
-        .and_then(|o| o.data.get("data"))
-        .and_then(Value::as_object)
-        .map(|m| {
-            m.iter()
-                .filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string())))
-                .collect()
-        });
     let ctx = config::Installation {
         namespace: req.namespace.as_deref(),
     };
-    match config::validate_configmap_data(data.as_ref(), &ctx) {
+    match config::validate_configmap_text(text, &ctx) {
         Ok(_) => AdmissionResponse::from(req),
         Err(e) => deny(req, &e.into_problems(&config::data_field())),
     }

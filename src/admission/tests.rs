@@ -2330,3 +2330,267 @@ fn the_review_reader_reads_api_server_bodies_as_serde_json_does() {
         );
     }
 }
+
+/// What a review takes to decode and judge stays within [`server::decode_cost`], the budget a
+/// request holds for it, on the shapes that expand most; the generic decoding, which the server
+/// no longer uses, takes many times more on the same bodies.
+mod memory {
+    use serde_json::{Value, json};
+
+    use super::server::{self, MUTATE_SITES, VALIDATE_CONFIG, VALIDATE_SITES, decode_cost};
+    use crate::testing::peak::measure;
+
+    const N: usize = 1 << 20;
+
+    fn review(object: Value, kind: &str, operation: &str, old: Option<Value>) -> Vec<u8> {
+        serde_json::to_vec(&json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {
+                "uid": "u", "kind": {"group": "sites.ecmwf.int", "version": "v1", "kind": kind},
+                "resource": {"group": "", "version": "v1", "resource": "x"},
+                "name": "sites-config", "namespace": "sites", "operation": operation,
+                "userInfo": {"username": "a"}, "object": object, "oldObject": old
+            }
+        }))
+        .unwrap()
+    }
+
+    fn site(configuration: Value) -> Value {
+        let mut spec = json!({"name": "h", "owner": "jdoe", "type": "static",
+            "configuration": {"space": "docs", "applications": [{"name": "static"}]}});
+        for (k, v) in configuration.as_object().unwrap() {
+            spec["configuration"][k] = v.clone();
+        }
+        json!({"apiVersion": "sites.ecmwf.int/v1", "kind": "Site",
+               "metadata": {"name": "h", "namespace": "sites"}, "spec": spec})
+    }
+
+    /// `count` entries `"k<i>": value` (short keys, the most overhead per byte).
+    fn map(count: usize, value: Value) -> Value {
+        Value::Object(
+            (0..count)
+                .map(|i| (format!("k{i}"), value.clone()))
+                .collect(),
+        )
+    }
+
+    fn site_bodies() -> Vec<(&'static str, Vec<u8>)> {
+        let zeros = Value::Array(vec![json!(0); N / 2]);
+        let strings = map(N / 12, json!("v"));
+        let mut not_a_site = site(json!({"x": zeros.clone()}));
+        not_a_site["spec"]["name"] = json!(5);
+        not_a_site["metadata"]["labels"] = strings.clone();
+        let mut own_annotations = site(json!({}));
+        own_annotations["metadata"]["annotations"] = Value::Object(
+            (0..N / 24)
+                .map(|i| (format!("sites.ecmwf.int/{i}"), json!("")))
+                .collect(),
+        );
+        let many = |entry: Value| Value::Array(vec![entry; N / 12]);
+        let mut bodies = vec![
+            (
+                "an unknown array",
+                review(site(json!({"x": zeros})), "Site", "CREATE", None),
+            ),
+            (
+                "headers",
+                review(site(json!({"headers": strings})), "Site", "CREATE", None),
+            ),
+            (
+                "environment",
+                review(
+                    site(json!({"applications": [{"name": "static", "env": strings}]})),
+                    "Site",
+                    "CREATE",
+                    None,
+                ),
+            ),
+            (
+                "paths",
+                review(
+                    site(
+                        json!({"applications": [{"name": "static", "paths": many(json!({"path": "/a"}))}]}),
+                    ),
+                    "Site",
+                    "CREATE",
+                    None,
+                ),
+            ),
+            (
+                "applications",
+                review(
+                    site(json!({"applications": many(json!({"name": "a"}))})),
+                    "Site",
+                    "CREATE",
+                    None,
+                ),
+            ),
+            (
+                "routing",
+                review(
+                    site(json!({"routing": map(N / 12, json!([0]))})),
+                    "Site",
+                    "CREATE",
+                    None,
+                ),
+            ),
+            (
+                "share lists",
+                review(
+                    site(json!({"share": {"users": Value::Array(vec![json!("ab"); N / 5])}})),
+                    "Site",
+                    "CREATE",
+                    None,
+                ),
+            ),
+            (
+                "an object that is no Site",
+                review(not_a_site.clone(), "Site", "CREATE", None),
+            ),
+            (
+                "own annotations",
+                review(own_annotations, "Site", "CREATE", None),
+            ),
+            (
+                "a stored object that is no Site",
+                review(site(json!({})), "Site", "UPDATE", Some(not_a_site)),
+            ),
+        ];
+        // The `kubectl apply` annotation: cut out of a copy of the body before decoding.
+        let mut applied = site(json!({"headers": map(N / 24, json!("v"))}));
+        applied["metadata"]["annotations"] = json!({
+            "kubectl.kubernetes.io/last-applied-configuration": applied.to_string()
+        });
+        bodies.push((
+            "the apply annotation",
+            review(applied, "Site", "CREATE", None),
+        ));
+        bodies
+    }
+
+    fn config_bodies() -> Vec<(&'static str, Vec<u8>)> {
+        let configmap = |data: Value| {
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                   "metadata": {"name": "sites-config", "namespace": "sites"}, "data": data})
+        };
+        let text = |yaml: String| {
+            review(
+                configmap(json!({"config.yaml": yaml})),
+                "ConfigMap",
+                "UPDATE",
+                None,
+            )
+        };
+        let longest = crate::config::MAX_TEXT_BYTES;
+        let mut laughs = String::from("a: &a [x,x,x,x,x,x,x,x,x]\n");
+        for (prev, name) in ["a", "b", "c", "d", "e", "f", "g", "h"]
+            .iter()
+            .zip(["b", "c", "d", "e", "f", "g", "h", "i"])
+        {
+            laughs.push_str(&format!(
+                "{name}: &{name} [{}]\n",
+                vec![format!("*{prev}"); 9].join(",")
+            ));
+        }
+        vec![
+            (
+                "a flow list",
+                text(format!("x: [{}]\n", vec!["0"; longest / 2 - 4].join(","))),
+            ),
+            (
+                "a block list",
+                text("x:\n".to_string() + &"- 0\n".repeat(longest / 4 - 1)),
+            ),
+            (
+                "a mapping",
+                text(
+                    (0..)
+                        .map(|i| format!("k{i}: 0\n"))
+                        .take_while({
+                            let mut len = 0;
+                            move |l: &String| {
+                                len += l.len();
+                                len < longest
+                            }
+                        })
+                        .collect(),
+                ),
+            ),
+            ("aliases", text(laughs)),
+            (
+                "escapes",
+                text(format!("x: \"{}\"\n", "\\u00e9".repeat(longest / 7))),
+            ),
+            (
+                "many entries",
+                review(
+                    configmap(map(N / 12, json!(""))),
+                    "ConfigMap",
+                    "UPDATE",
+                    None,
+                ),
+            ),
+            (
+                "an array in data",
+                review(
+                    configmap(json!({"x": vec![0; N / 2]})),
+                    "ConfigMap",
+                    "UPDATE",
+                    None,
+                ),
+            ),
+        ]
+    }
+
+    #[test]
+    fn a_review_takes_at_most_its_decode_cost() {
+        let cfg = crate::fixtures::config();
+        let platform = super::Platform::default();
+        let mut generic_most = 0.0f64;
+        let mut check =
+            |path: &str,
+             name: &str,
+             body: &[u8],
+             answer: &dyn Fn(&[u8]) -> axum::response::Response| {
+                let (response, peak) = measure(|| answer(body));
+                let allowed = decode_cost(path, body.len());
+                assert!(
+                    peak <= allowed,
+                    "{path}, {name}: {peak} bytes for a body of {} ({:.1} per byte), over the {allowed} it holds",
+                    body.len(),
+                    peak as f64 / body.len() as f64
+                );
+                assert!(
+                    response.status().is_success(),
+                    "{path}, {name}: answered {}",
+                    response.status()
+                );
+                let (_, generic) = measure(|| server::decode(body).map(|r| r.object.is_some()));
+                generic_most = generic_most.max(generic as f64 / body.len() as f64);
+            };
+        for (name, body) in site_bodies() {
+            assert!(body.len() >= N / 2, "{name}: {} bytes", body.len());
+            check(VALIDATE_SITES, name, &body, &|b| {
+                server::review_validation(b, &cfg, &platform)
+            });
+            check(MUTATE_SITES, name, &body, &|b| {
+                server::review_mutation(b, &cfg)
+            });
+        }
+        for (name, body) in config_bodies() {
+            check(VALIDATE_CONFIG, name, &body, &|b| server::review_config(b));
+        }
+        // The shapes are hostile: decoded generically, the worst takes dozens of times its size.
+        assert!(generic_most > 40.0, "{generic_most}");
+    }
+
+    #[test]
+    fn the_smallest_budget_holds_the_largest_request() {
+        let smallest = 48 * 1024 * 1024;
+        for path in server::WEBHOOKS {
+            let largest = server::BODY_LIMIT + decode_cost(path, server::BODY_LIMIT);
+            assert!(largest <= smallest, "{path}: {largest}");
+        }
+        assert!(server::DEFAULT_MEMORY_BUDGET >= smallest);
+    }
+}

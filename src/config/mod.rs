@@ -475,7 +475,18 @@ pub fn validate_configmap_data(
     data: Option<&BTreeMap<String, String>>,
     ctx: &Installation<'_>,
 ) -> Result<PlatformConfig, ConfigError> {
-    match data.and_then(|d| d.get(CONFIGMAP_KEY)) {
+    validate_configmap_text(
+        data.and_then(|d| d.get(CONFIGMAP_KEY)).map(String::as_str),
+        ctx,
+    )
+}
+
+/// [`validate_configmap_data`] on the text under `config.yaml`, if any.
+pub fn validate_configmap_text(
+    text: Option<&str>,
+    ctx: &Installation<'_>,
+) -> Result<PlatformConfig, ConfigError> {
+    match text {
         Some(text) => PlatformConfig::from_yaml(text, &data_field(), ctx),
         None => Err(missing_configmap_key()),
     }
@@ -498,18 +509,165 @@ fn is_configmap(doc: &Value) -> bool {
         && doc.get("apiVersion").and_then(Value::as_str) == Some("v1")
 }
 
-/// Parses one YAML document into a JSON value. Mapping keys must be strings.
+/// Most bytes of configuration text: the shipped configuration is about 4 KiB. A bound on the
+/// text, with [`MAX_VALUES`], bounds the memory parsing takes (the validating webhook parses
+/// what any client sends): the YAML parser holds every event of the document at once, up to
+/// ~160 bytes per byte of text.
+pub const MAX_TEXT_BYTES: usize = 64 * 1024;
+/// Most values (scalars, lists and mappings, each use of a YAML alias counted again) in a
+/// configuration document: the shipped one has about 300. Aliases make a document of a few
+/// hundred bytes expand to millions of values ("billion laughs"); this refuses it early.
+pub const MAX_VALUES: usize = 20_000;
+
+/// Parses one YAML document into a JSON value. Mapping keys must be strings. Refuses text over
+/// [`MAX_TEXT_BYTES`] and documents of more than [`MAX_VALUES`] values, before building them.
 fn parse_yaml(text: &str, source_name: &str) -> Result<Value, ConfigError> {
     let syntax = |reason: String| ConfigError::Syntax {
         source_name: source_name.to_string(),
         reason,
     };
+    if text.len() > MAX_TEXT_BYTES {
+        return Err(syntax(format!(
+            "{} bytes: a configuration has at most {MAX_TEXT_BYTES} bytes",
+            text.len()
+        )));
+    }
     if text.trim().is_empty() {
         return Ok(Value::Object(Default::default()));
     }
-    let yaml: serde_yaml_ng::Value =
-        serde_yaml_ng::from_str(text).map_err(|e| syntax(one_line(&e.to_string())))?;
-    serde_json::to_value(&yaml).map_err(|e| syntax(one_line(&e.to_string())))
+    let left = std::cell::Cell::new(MAX_VALUES);
+    let de = serde_yaml_ng::Deserializer::from_str(text);
+    serde::de::DeserializeSeed::deserialize(bounded::Node(&left), de)
+        .map_err(|e| syntax(one_line(&e.to_string())))
+}
+
+/// A JSON value built straight from a deserializer, counting the values it builds.
+mod bounded {
+    use std::cell::Cell;
+    use std::fmt;
+
+    use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
+    use serde_json::{Map, Value};
+
+    /// Builds one value; the cell holds how many more may be built.
+    pub struct Node<'c>(pub &'c Cell<usize>);
+
+    impl Node<'_> {
+        fn count<E: de::Error>(&self) -> Result<(), E> {
+            match self.0.get().checked_sub(1) {
+                Some(left) => {
+                    self.0.set(left);
+                    Ok(())
+                }
+                None => Err(E::custom(format_args!(
+                    "more than {} values (each use of an alias counts): a configuration has fewer",
+                    super::MAX_VALUES
+                ))),
+            }
+        }
+    }
+
+    impl<'de> DeserializeSeed<'de> for Node<'_> {
+        type Value = Value;
+
+        fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for Node<'_> {
+        type Value = Value;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a YAML value")
+        }
+
+        fn visit_bool<E: de::Error>(self, v: bool) -> Result<Value, E> {
+            self.count()?;
+            Ok(Value::Bool(v))
+        }
+
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<Value, E> {
+            self.count()?;
+            Ok(v.into())
+        }
+
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<Value, E> {
+            self.count()?;
+            Ok(v.into())
+        }
+
+        fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
+            self.count()?;
+            serde_json::Number::from_f64(v)
+                .map(Value::Number)
+                .ok_or_else(|| E::custom(format_args!("{v} is not a number JSON can hold")))
+        }
+
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<Value, E> {
+            self.count()?;
+            Ok(Value::String(v.to_owned()))
+        }
+
+        fn visit_string<E: de::Error>(self, v: String) -> Result<Value, E> {
+            self.count()?;
+            Ok(Value::String(v))
+        }
+
+        fn visit_unit<E: de::Error>(self) -> Result<Value, E> {
+            self.count()?;
+            Ok(Value::Null)
+        }
+
+        fn visit_none<E: de::Error>(self) -> Result<Value, E> {
+            self.visit_unit()
+        }
+
+        fn visit_some<D: de::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+            d.deserialize_any(self)
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+            self.count()?;
+            let mut out = Vec::new();
+            while let Some(v) = seq.next_element_seed(Node(self.0))? {
+                out.push(v);
+            }
+            Ok(Value::Array(out))
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+            self.count()?;
+            let mut out = Map::new();
+            while let Some(key) = map.next_key::<String>()? {
+                let value = map.next_value_seed(Node(self.0))?;
+                match out.entry(key) {
+                    serde_json::map::Entry::Vacant(v) => {
+                        v.insert(value);
+                    }
+                    serde_json::map::Entry::Occupied(o) => {
+                        return Err(de::Error::custom(format_args!(
+                            "duplicate entry with key {:?}",
+                            o.key()
+                        )));
+                    }
+                }
+            }
+            Ok(Value::Object(out))
+        }
+
+        /// A tagged value (`!tag value`): a mapping of the tag to the value, as YAML libraries
+        /// represent it. Nothing is constructed from the tag.
+        fn visit_enum<A: de::EnumAccess<'de>>(self, data: A) -> Result<Value, A::Error> {
+            use de::VariantAccess;
+            self.count()?;
+            let (tag, variant) = data.variant::<String>()?;
+            let value = variant.newtype_variant_seed(Node(self.0))?;
+            let mut out = Map::new();
+            out.insert(format!("!{tag}"), value);
+            Ok(Value::Object(out))
+        }
+    }
 }
 
 fn one_line(s: &str) -> String {

@@ -1014,7 +1014,13 @@ fn hostile_yaml_is_rejected_not_obeyed() {
         let refs = vec![format!("*{prev}"); 9].join(",");
         bomb.push_str(&format!("{name}: &{name} [{refs}]\n"));
     }
-    assert!(syntax(&bomb).contains("repetition limit exceeded"));
+    assert!(syntax(&bomb).contains("more than 20000 values"));
+    // Already seven levels (4.8 million values, a 1,000-byte document) are refused before they
+    // are built; so is text longer than a configuration has.
+    let seven = bomb.lines().take(7).collect::<Vec<_>>().join("\n");
+    assert!(syntax(&seven).contains("more than 20000 values"), "{seven}");
+    let long = format!("{version}# {}\n", "x".repeat(MAX_TEXT_BYTES));
+    assert!(syntax(&long).contains("a configuration has at most 65536 bytes"));
     // Tags: a local tag makes a mapping where a string belongs; a tagged document or section is
     // not the mapping it must be. Nothing is constructed from a tag.
     let p = invalid(&format!(

@@ -156,6 +156,14 @@ impl Fingerprints {
             .is_some_and(|print| print.fingerprint != stored.facts.fingerprint)
     }
 
+    /// Whether the operator wrote or saw the object `name` of kind `K` (it has a record).
+    pub(crate) fn known<K: Resource>(&self, name: &str) -> bool
+    where
+        K::DynamicType: Default,
+    {
+        self.lock().contains_key(&Self::key::<K>(name))
+    }
+
     /// While the cache has not shown the operator's last write of `desired`'s object (at most
     /// [`PENDING`]), the cached copy is older than that write and says nothing: Some(true) when
     /// that write was `desired` itself (nothing to write), Some(false) when the rendering has

@@ -340,6 +340,7 @@ fn watch_kind_observed<S, K, C>(
                 Ok(event) => event,
                 Err(e) => {
                     turn.take();
+                    cache.watch_failed();
                     tracing::warn!(%kind, error = %e, "watch error; retrying");
                     continue;
                 }

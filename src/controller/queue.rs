@@ -325,6 +325,16 @@ impl<K: Clone + Eq + Hash + Send + 'static> Queue<K> {
         s.queue.is_empty() && s.waiting.is_empty() && s.processing.is_empty()
     }
 
+    /// Whether nothing is queued or being processed and no delayed key comes due within
+    /// `horizon` from now (delayed keys due later do not count).
+    pub fn is_idle_within(&self, horizon: Duration) -> bool {
+        let s = self.lock();
+        let limit = Instant::now() + horizon;
+        s.queue.is_empty()
+            && s.processing.is_empty()
+            && s.waiting.keys().next().is_none_or(|(at, _)| *at > limit)
+    }
+
     /// Whether nothing is queued (delayed keys do not count).
     pub fn is_empty(&self) -> bool {
         self.len() == 0
@@ -379,6 +389,14 @@ mod tests {
         q.add_after("a", Duration::from_secs(30));
         q.add_after("a", Duration::from_secs(90));
         assert_eq!(q.len(), 0);
+        assert!(
+            !q.is_idle_within(Duration::from_secs(30)),
+            "due within 30 s"
+        );
+        assert!(
+            q.is_idle_within(Duration::from_secs(29)),
+            "not due within 29 s"
+        );
         let start = Instant::now();
         assert_eq!(q.get().await, Some("a"));
         assert_eq!(start.elapsed(), Duration::from_secs(30));

@@ -330,7 +330,16 @@ async fn apply_in_order(
 ) -> Result<()> {
     let id = site.name_any();
     let c = &ctx.caches;
-    write_owned(ctx, site, writes, gathered.secret.clone(), rendered.secret).await?;
+    // The Secret was read from the API server when the cache had none (`gather`).
+    write_owned(
+        ctx,
+        site,
+        writes,
+        gathered.secret.clone(),
+        true,
+        rendered.secret,
+    )
+    .await?;
     step(ctx, site, writes, &c.secrets, rendered.oauth2_secret).await?;
     step(ctx, site, writes, &c.configmaps, rendered.env_configmap).await?;
     step(ctx, site, writes, &c.configmaps, rendered.files_configmap).await?;
@@ -345,7 +354,15 @@ async fn apply_in_order(
             what: format!("volume {pv} to be released by the previous claim"),
         });
     }
-    let (_, claim) = write_owned(ctx, site, writes, gathered.claim.clone(), rendered.pvc).await?;
+    let (_, claim) = write_owned(
+        ctx,
+        site,
+        writes,
+        gathered.claim.clone(),
+        c.pvcs.live(),
+        rendered.pvc,
+    )
+    .await?;
     // The claim as written, or else as cached (rebuilt from its record only then).
     let claim = claim.or_else(|| c.pvcs.get(&id).map(|c| c.body.claim()));
     volumes::label_later(ctx, &id, claim.as_ref());
@@ -436,15 +453,16 @@ where
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
     let stored = store.get(&desired.name_any());
-    write_owned(ctx, site, writes, stored, desired).await
+    write_owned(ctx, site, writes, stored, store.live(), desired).await
 }
 
-/// [`step`] with what exists already looked up.
+/// [`step`] with what exists already looked up (`live`: [`existing`]).
 async fn write_owned<K>(
     ctx: &Context,
     site: &Site,
     writes: &mut Writes,
     stored: Option<Arc<Kept<K>>>,
+    live: bool,
     desired: K,
 ) -> Result<(Written, Option<K>)>
 where
@@ -456,13 +474,39 @@ where
         + std::fmt::Debug,
     K::DynamicType: Default,
 {
+    let name = desired.name_any();
+    let stored = existing(ctx, stored, live, &name).await?;
     if let Some(existing) = &stored {
         controlled(existing.as_ref(), site)?;
     }
-    let name = desired.name_any();
     let (written, obj) = apply::apply(ctx, stored.as_deref(), desired).await?;
     writes.record::<K>(&name, written);
     Ok((written, obj))
+}
+
+/// What exists of the object `name`: the cache's copy (`stored`); when the cache has none, is not
+/// `live` ([`Records::live`]: its watch failed and has delivered nothing since, so an object
+/// created meanwhile may be missing) and the operator never wrote nor saw the object, the API
+/// server's. Nothing is applied, with force, onto an object that was not judged; a live cache
+/// costs no read.
+async fn existing<K>(
+    ctx: &Context,
+    stored: Option<Arc<Kept<K>>>,
+    live: bool,
+    name: &str,
+) -> Result<Option<Arc<Kept<K>>>>
+where
+    K: Resource<Scope = kube::core::NamespaceResourceScope>
+        + Keep
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    match stored {
+        None if !live && !ctx.fingerprints.known::<K>(name) => ctx.read_kept::<K>(name).await,
+        stored => Ok(stored),
+    }
 }
 
 /// The route of the active mode (created, updated, or deleted when the site has no public
@@ -526,7 +570,10 @@ where
             None => Ok(()),
         };
     };
-    let stored = store.get(&id);
+    let stored = match desired {
+        Some(_) => existing(ctx, store.get(&id), store.live(), &id).await?,
+        None => store.get(&id),
+    };
     if let Some(existing) = stored.as_deref() {
         match controlled(existing, site) {
             Err(Error::ObjectConflict { controller, .. }) => {

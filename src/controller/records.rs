@@ -9,6 +9,7 @@
 
 use std::collections::HashSet;
 use std::hash::Hash;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use kube::Resource;
@@ -39,6 +40,8 @@ pub trait Cache<K>: Clone + Send + Sync + 'static {
     fn cached(&self, obj: &K) -> Option<Arc<K>> {
         self.get_id(&Self::id(obj))
     }
+    /// The watch feeding the cache failed: it may miss objects until its next event.
+    fn watch_failed(&self) {}
 }
 
 impl<K> Cache<K> for Store<K>
@@ -129,6 +132,10 @@ where
 
     fn cached(&self, obj: &V) -> Option<Arc<V>> {
         self.get(obj.name())
+    }
+
+    fn watch_failed(&self) {
+        self.inner.live.store(false, Ordering::Relaxed);
     }
 }
 
@@ -286,6 +293,9 @@ struct Inner<H> {
     relist: Mutex<Option<Map<H>>>,
     /// True once the first list is complete.
     ready: tokio::sync::watch::Sender<bool>,
+    /// Whether the watch is known to deliver: a list is complete and no watch error came since
+    /// the last event ([`Table::live`]).
+    live: AtomicBool,
 }
 
 impl<V, H> Clone for Table<V, H> {
@@ -304,6 +314,7 @@ impl<V, H> Default for Table<V, H> {
                 values: RwLock::default(),
                 relist: Mutex::default(),
                 ready: tokio::sync::watch::channel(false).0,
+                live: AtomicBool::new(false),
             }),
             kind: std::marker::PhantomData,
         }
@@ -342,17 +353,30 @@ impl<V: Named, H: Hold<V>> Table<V, H> {
         let _ = ready.wait_for(|r| *r).await;
     }
 
+    /// Whether the cache follows the cluster as closely as a watch can: its list is complete,
+    /// and no watch error came since its last event. When not, an object missing from it may
+    /// exist (created while the watch was down): the reconciler reads it before writing.
+    pub fn live(&self) -> bool {
+        self.inner.live.load(Ordering::Relaxed)
+    }
+
     /// Applies a watch event, as kube's reflector store does.
     pub fn apply(&self, event: &watcher::Event<V>) {
         let relist = || self.inner.relist.lock().unwrap_or_else(|e| e.into_inner());
+        let live = |on: bool| self.inner.live.store(on, Ordering::Relaxed);
         match event {
             watcher::Event::Apply(obj) => {
                 self.write().replace(Entry(H::hold(obj)));
+                live(true);
             }
             watcher::Event::Delete(obj) => {
                 self.write().remove(obj.name());
+                live(true);
             }
-            watcher::Event::Init => *relist() = Some(Map::default()),
+            watcher::Event::Init => {
+                *relist() = Some(Map::default());
+                live(false);
+            }
             watcher::Event::InitApply(obj) => {
                 if let Some(map) = relist().as_mut() {
                     map.replace(Entry(H::hold(obj)));
@@ -361,6 +385,7 @@ impl<V: Named, H: Hold<V>> Table<V, H> {
             watcher::Event::InitDone => {
                 let listed = relist().take().unwrap_or_default();
                 *self.write() = listed;
+                live(true);
                 self.inner.ready.send_replace(true);
             }
         }

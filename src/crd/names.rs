@@ -102,6 +102,83 @@ thread_local! {
     static SKIM: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
+/// A Site's applications; within [`Names::skimmed`] at most [`super::MAX_APPLICATIONS`] (the
+/// schema's `maxItems`): the webhook refuses a longer list before decoding it whole, where each
+/// entry costs several hundred bytes.
+pub(crate) fn applications<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    struct Capped<T>(std::marker::PhantomData<T>);
+    impl<'de, T: Deserialize<'de>> Visitor<'de> for Capped<T> {
+        type Value = Vec<T>;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a sequence")
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<T>, A::Error> {
+            let max = super::MAX_APPLICATIONS;
+            let cap = SKIM.get();
+            let mut out = Vec::new();
+            while let Some(app) = seq.next_element()? {
+                if cap && out.len() == max {
+                    return Err(serde::de::Error::invalid_length(
+                        max + 1,
+                        &format!("at most {max} applications").as_str(),
+                    ));
+                }
+                out.push(app);
+            }
+            Ok(out)
+        }
+    }
+    d.deserialize_seq(Capped(std::marker::PhantomData))
+}
+
+/// Per-site routing settings (refused whatever they hold); within [`Names::skimmed`] only
+/// whether they are there is kept: an object of any size costs nothing.
+pub(crate) fn routing<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<serde_json::Map<String, serde_json::Value>>, D::Error> {
+    if !SKIM.get() {
+        return Option::deserialize(d);
+    }
+    struct Present;
+    impl<'de> Visitor<'de> for Present {
+        type Value = Option<serde_json::Map<String, serde_json::Value>>;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a map")
+        }
+
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_none<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<Self::Value, D2::Error> {
+            d.deserialize_map(self)
+        }
+
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut map: A,
+        ) -> Result<Self::Value, A::Error> {
+            while map
+                .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+                .is_some()
+            {}
+            Ok(Some(serde_json::Map::new()))
+        }
+    }
+    d.deserialize_option(Present)
+}
+
 impl<'de> Deserialize<'de> for Names {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         deserializer.deserialize_seq(NamesVisitor)

@@ -6,7 +6,10 @@
 //! Verdicts are cached briefly per token and path (by SHA-256 digest: the token itself is never
 //! kept, logged or echoed), so a Prometheus scraping every few seconds costs two reviews a
 //! minute, and a revoked grant stops working within [`ALLOWED_TTL`]. Failed reviews are not
-//! cached: they answer 500 and the next scrape asks again.
+//! cached: they answer 500 and the next scrape asks again. Concurrent requests with one token
+//! share one review, at most [`REVIEWS_AT_ONCE`] reviews run at a time, and a path that is not
+//! served is answered 404 before anything is reviewed (the gate is a route layer): a caller
+//! cannot make the operator flood the API server with reviews.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -26,8 +29,10 @@ use kube::api::{Api, PostParams};
 pub const ALLOWED_TTL: Duration = Duration::from_secs(60);
 /// How long a refused caller (401 or 403) is not reviewed again.
 pub const REFUSED_TTL: Duration = Duration::from_secs(10);
-/// Most verdicts kept; past it, expired ones are dropped, then all.
+/// Most verdicts kept; past it, expired ones are dropped, then the ones expiring soonest.
 const CAPACITY: usize = 1024;
+/// Most reviews (a TokenReview and maybe a SubjectAccessReview each) in flight at once.
+pub const REVIEWS_AT_ONCE: usize = 4;
 /// How long one review may take before the request answers 500.
 const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -136,13 +141,21 @@ impl Cache {
             REFUSED_TTL
         };
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        if entries.len() >= CAPACITY {
+        let key = digest(path, token);
+        if entries.len() >= CAPACITY && !entries.contains_key(&key) {
             entries.retain(|_, (_, until)| now < *until);
             if entries.len() >= CAPACITY {
-                entries.clear();
+                // Evicted one at a time: the verdicts of steady callers stay.
+                let soonest = entries
+                    .iter()
+                    .min_by_key(|(_, (_, until))| *until)
+                    .map(|(k, _)| *k);
+                if let Some(k) = soonest {
+                    entries.remove(&k);
+                }
             }
         }
-        entries.insert(digest(path, token), (verdict, now + ttl));
+        entries.insert(key, (verdict, now + ttl));
     }
 
     pub fn len(&self) -> usize {
@@ -154,10 +167,16 @@ impl Cache {
     }
 }
 
+/// A review in flight, shared by the requests that wait for it.
+type Pending = Arc<tokio::sync::OnceCell<Result<Verdict, String>>>;
+
 /// Reviews callers through the API server.
 pub struct Gate {
     client: kube::Client,
     cache: Cache,
+    /// Reviews in flight by digest of (path, token).
+    pending: Mutex<HashMap<[u8; 32], Pending>>,
+    reviews: tokio::sync::Semaphore,
 }
 
 impl Gate {
@@ -165,6 +184,8 @@ impl Gate {
         Arc::new(Gate {
             client,
             cache: Cache::default(),
+            pending: Mutex::default(),
+            reviews: tokio::sync::Semaphore::new(REVIEWS_AT_ONCE),
         })
     }
 
@@ -181,9 +202,33 @@ impl Gate {
         if let Some(v) = self.cache.get(path, token, Instant::now()) {
             return Ok(v);
         }
-        let verdict = self.review(token, path).await?;
-        self.cache.put(path, token, verdict.clone(), Instant::now());
-        Ok(verdict)
+        let key = digest(path, token);
+        let pending = self
+            .pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(key)
+            .or_default()
+            .clone();
+        // The first request reviews; the others wait for its verdict (and one of them takes over
+        // if the first goes away before the review ends).
+        let verdict = pending
+            .get_or_init(|| async {
+                let _turn = self.reviews.acquire().await.map_err(|e| e.to_string())?;
+                let verdict = self.review(token, path).await?;
+                self.cache.put(path, token, verdict.clone(), Instant::now());
+                Ok(verdict)
+            })
+            .await
+            .clone();
+        let mut pending_now = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        if pending_now
+            .get(&key)
+            .is_some_and(|p| Arc::ptr_eq(p, &pending))
+        {
+            pending_now.remove(&key);
+        }
+        verdict
     }
 
     async fn review(&self, token: &str, path: &str) -> Result<Verdict, String> {
@@ -370,12 +415,157 @@ mod tests {
         assert_eq!(cache.get("/metrics", "bad", later), None);
         assert_eq!(cache.get("/metrics", "good", later), Some(Verdict::Allowed));
         assert_eq!(cache.get("/metrics", "good", t0 + ALLOWED_TTL), None);
-        // Past the capacity, expired verdicts go first, then all.
+        // Past the capacity, expired verdicts go first, then the ones expiring soonest, one at a
+        // time: a steady caller's verdict stays while new tokens come and go.
+        cache.put("/metrics", "steady", Verdict::Allowed, later + REFUSED_TTL);
         for i in 0..CAPACITY * 2 {
-            cache.put("/metrics", &format!("t{i}"), Verdict::Allowed, later);
+            let at = later + Duration::from_millis(i as u64);
+            cache.put("/metrics", &format!("t{i}"), Verdict::Allowed, at);
         }
-        assert!(cache.len() <= CAPACITY, "{}", cache.len());
-        assert!(!cache.is_empty());
+        assert_eq!(cache.len(), CAPACITY);
+        assert_eq!(
+            cache.get("/metrics", "steady", later),
+            Some(Verdict::Allowed)
+        );
+        let last = format!("t{}", CAPACITY * 2 - 1);
+        assert_eq!(cache.get("/metrics", &last, later), Some(Verdict::Allowed));
+        assert_eq!(cache.get("/metrics", "t0", later), None);
+    }
+
+    /// An API server that counts the reviews it is asked for, answers them after `gate` opens,
+    /// and authenticates the token "good" (allowed), "other" (not allowed) or fails with 500 for
+    /// "broken".
+    #[derive(Clone, Default)]
+    struct Reviewer {
+        token_reviews: Arc<std::sync::atomic::AtomicUsize>,
+        access_reviews: Arc<std::sync::atomic::AtomicUsize>,
+        gate: Arc<tokio::sync::Notify>,
+        hold: Arc<std::sync::atomic::AtomicBool>,
+    }
+
+    impl Reviewer {
+        fn client(&self) -> kube::Client {
+            let me = self.clone();
+            let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+                let me = me.clone();
+                async move {
+                    use http_body_util::BodyExt as _;
+                    use std::sync::atomic::Ordering::SeqCst;
+                    let path = req.uri().path().to_string();
+                    let body = req.into_body().collect().await.unwrap().to_bytes();
+                    let mut review: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                    let tokens = path.ends_with("/tokenreviews");
+                    if tokens {
+                        me.token_reviews.fetch_add(1, SeqCst);
+                    } else {
+                        me.access_reviews.fetch_add(1, SeqCst);
+                    }
+                    if me.hold.load(SeqCst) {
+                        me.gate.notified().await;
+                    }
+                    let status = if tokens {
+                        let token = review["spec"]["token"].as_str().unwrap().to_string();
+                        if token == "broken" {
+                            return Ok::<_, std::convert::Infallible>(
+                                http::Response::builder()
+                                    .status(500)
+                                    .body(axum::body::Body::from("{}"))
+                                    .unwrap(),
+                            );
+                        }
+                        serde_json::json!({"authenticated": true, "user": {"username": token}})
+                    } else {
+                        let user = review["spec"]["user"].as_str().unwrap().to_string();
+                        serde_json::json!({"allowed": user == "good"})
+                    };
+                    review["status"] = status;
+                    Ok(http::Response::new(axum::body::Body::from(
+                        review.to_string(),
+                    )))
+                }
+            });
+            kube::Client::new(service, "default")
+        }
+
+        fn counts(&self) -> (usize, usize) {
+            use std::sync::atomic::Ordering::SeqCst;
+            (
+                self.token_reviews.load(SeqCst),
+                self.access_reviews.load(SeqCst),
+            )
+        }
+    }
+
+    fn protected(gate: Arc<Gate>) -> axum::Router {
+        axum::Router::new()
+            .route("/metrics", axum::routing::get(|| async { "metrics" }))
+            .route_layer(axum::middleware::from_fn_with_state(gate, require))
+    }
+
+    async fn get(app: &axum::Router, path: &str, token: &str) -> StatusCode {
+        use tower::ServiceExt as _;
+        let req = http::Request::get(path)
+            .header(header::AUTHORIZATION, format!("Bearer {token}"))
+            .body(axum::body::Body::empty())
+            .unwrap();
+        app.clone().oneshot(req).await.unwrap().status()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn concurrent_requests_with_one_token_share_one_review() {
+        let reviewer = Reviewer::default();
+        reviewer
+            .hold
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let app = protected(Gate::new(reviewer.client()));
+        let requests: Vec<_> = (0..16)
+            .map(|_| {
+                let app = app.clone();
+                tokio::spawn(async move { get(&app, "/metrics", "good").await })
+            })
+            .collect();
+        // With the clock paused, this returns once every task waits: all sixteen requests wait
+        // for the one review in flight.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(reviewer.counts(), (1, 0));
+        reviewer
+            .hold
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+        reviewer.gate.notify_waiters();
+        for r in requests {
+            assert_eq!(r.await.unwrap(), StatusCode::OK);
+        }
+        assert_eq!(reviewer.counts(), (1, 1));
+        // Cached: no further review.
+        assert_eq!(get(&app, "/metrics", "good").await, StatusCode::OK);
+        assert_eq!(reviewer.counts(), (1, 1));
+    }
+
+    #[tokio::test]
+    async fn unknown_paths_are_404_before_any_review_and_failed_reviews_500() {
+        let reviewer = Reviewer::default();
+        let app = protected(Gate::new(reviewer.client()));
+        for (path, token) in [("/other", "good"), ("/metrics/x", "t1"), ("/", "t2")] {
+            assert_eq!(
+                get(&app, path, token).await,
+                StatusCode::NOT_FOUND,
+                "{path}"
+            );
+        }
+        assert_eq!(reviewer.counts(), (0, 0));
+        assert_eq!(get(&app, "/metrics", "other").await, StatusCode::FORBIDDEN);
+        assert_eq!(reviewer.counts(), (1, 1));
+        // A review that fails is a 500, not kept: the next request asks again.
+        assert_eq!(
+            get(&app, "/metrics", "broken").await,
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
+        assert_eq!(
+            get(&app, "/metrics", "broken").await,
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
+        assert_eq!(reviewer.counts(), (3, 1));
+        assert_eq!(get(&app, "/metrics", "good").await, StatusCode::OK);
     }
 
     #[test]

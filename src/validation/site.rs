@@ -85,6 +85,16 @@ pub fn violations<S: Str>(
             ROUTING_IS_PLATFORM_WIDE,
         );
     }
+    if c.applications.len() > crate::crd::MAX_APPLICATIONS {
+        v.add(
+            "spec.configuration.applications",
+            format!(
+                "at most {} applications, found {}",
+                crate::crd::MAX_APPLICATIONS,
+                c.applications.len()
+            ),
+        );
+    }
     applications(site, cfg, &mut v);
     for (name, value) in &c.headers {
         v.check_at(

@@ -426,7 +426,10 @@ const APPLIED: &[&str] = &[
     "httproutes.gateway.networking.k8s.io",
 ];
 
-/// API calls of paths the lifecycle above does not take, with the test that takes each.
+/// API calls of paths the lifecycle above does not take, with the test that takes each
+/// (`module::test`, a test of `tests/integration/<module>.rs`), or, for a path no test takes,
+/// the function that makes the call (`src/<file> (Type::function)`). Each must exist:
+/// [`other_paths_name_places_that_exist`].
 const OTHER_PATHS: &[(&str, &str, &str)] = &[
     // Gateway mode, and the route of the other mode removed after a switch.
     (
@@ -438,6 +441,23 @@ const OTHER_PATHS: &[(&str, &str, &str)] = &[
         "patch",
         "httproutes.gateway.networking.k8s.io",
         "reconcile::switching_the_routing_mode_moves_the_route",
+    ),
+    // An object the operator neither wrote nor saw, while the watch of its kind is down, is read
+    // and judged before it is applied.
+    (
+        "get",
+        "httproutes.gateway.networking.k8s.io",
+        "src/controller/reconcile.rs (existing)",
+    ),
+    (
+        "get",
+        "services",
+        "ownership::an_object_the_cache_has_not_seen_is_judged_before_it_is_written",
+    ),
+    (
+        "get",
+        "persistentvolumeclaims",
+        "src/controller/reconcile.rs (existing)",
     ),
     (
         "create",
@@ -471,7 +491,7 @@ const OTHER_PATHS: &[(&str, &str, &str)] = &[
     (
         "get",
         "ingresses.networking.k8s.io",
-        "src/controller/reconcile.rs (Context::public_host)",
+        "src/controller/context.rs (Context::public_host)",
     ),
     // Retention: archive (merge patch) and delete.
     (
@@ -484,11 +504,11 @@ const OTHER_PATHS: &[(&str, &str, &str)] = &[
         "sites.sites.ecmwf.int",
         "upgrade::retention_archives_then_deletes_and_touches_nothing_else",
     ),
-    // `--self-signed` renewing its certificate.
+    // `--self-signed` replacing its stored certificate (expiring, or missing a name).
     (
         "update",
         "secrets",
-        "src/admission/selfsigned.rs (renewal of an expiring certificate)",
+        "webhook_e2e::a_self_signed_certificate_missing_a_name_is_replaced_and_both_cas_stay_trusted",
     ),
     // Secure metrics: who may read /metrics.
     (
@@ -508,6 +528,61 @@ const OTHER_PATHS: &[(&str, &str, &str)] = &[
         "reconcile::only_the_leader_writes_and_a_follower_takes_over",
     ),
 ];
+
+/// Every place OTHER_PATHS names exists: a test it names is a test function of its module, a
+/// source function it names is defined in the file it names. A test renamed or removed, or a
+/// function moved to another file, fails here, rather than leaving a grant that nothing
+/// justifies any more.
+#[test]
+fn other_paths_name_places_that_exist() {
+    let read = |file: &str| {
+        std::fs::read_to_string(repo_file(file))
+            .unwrap_or_else(|e| panic!("OTHER_PATHS names {file}, which cannot be read: {e}"))
+    };
+    for (verb, resource, place) in OTHER_PATHS {
+        let (target, note) = match place.split_once(" (") {
+            Some((target, note)) => (target, note.strip_suffix(')')),
+            None => (*place, None),
+        };
+        let what = format!("{verb} {resource}: {place}");
+        if target.starts_with("src/") {
+            let function = note
+                .and_then(|n| n.rsplit("::").next())
+                .unwrap_or_else(|| panic!("{what}: name the function, `src/<file> (Type::name)`"));
+            let text = read(target);
+            let defined = text.lines().any(|l| {
+                l.contains(&format!("fn {function}(")) || l.contains(&format!("fn {function}<"))
+            });
+            assert!(defined, "{what}: no function {function} in {target}");
+        } else {
+            let (module, test) = target
+                .split_once("::")
+                .unwrap_or_else(|| panic!("{what}: name the test, `module::test`"));
+            let file = format!("tests/integration/{module}.rs");
+            assert!(
+                is_test_function(&read(&file), test),
+                "{what}: no test function {test} in {file}"
+            );
+        }
+    }
+}
+
+/// Whether `source` defines the top-level function `name` with a test attribute (`#[test]`,
+/// `#[tokio::test(...)]`) among the attributes and comments above it.
+fn is_test_function(source: &str, name: &str) -> bool {
+    let lines: Vec<&str> = source.lines().collect();
+    lines.iter().enumerate().any(|(i, line)| {
+        let defines = [format!("fn {name}("), format!("async fn {name}(")]
+            .iter()
+            .any(|start| line.starts_with(start.as_str()));
+        defines
+            && lines[..i]
+                .iter()
+                .rev()
+                .take_while(|l| l.starts_with("#[") || l.starts_with("//"))
+                .any(|l| l.starts_with("#[test]") || l.starts_with("#[tokio::test"))
+    })
+}
 
 /// (verb, resource) pairs the shipped Roles and ClusterRoles grant, with the resource spelled as
 /// the request accounting spells it (`<plural>[.<group>][/<subresource>]`).

@@ -554,3 +554,96 @@ async fn a_planted_secret_never_chooses_a_sites_tokens() {
     assert_eq!(again.data.unwrap(), tokens);
     op.stop().await;
 }
+
+/// An object the operator's cache has not seen (the watches of ConfigMaps and Services are
+/// down: the watch and the relist fail) is read from the API server and judged before anything
+/// is applied: a Service created by someone else under a new Site's name is reported as a
+/// conflict and left as it is, never force-applied and taken over; the Site's ConfigMaps, read
+/// and found absent, are created. With the watches back, no such read is made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_the_cache_has_not_seen_is_judged_before_it_is_written() {
+    use sites_emulator::faults::FaultRule;
+    const BLIND: [&str; 2] = ["configmaps", "services"];
+    let c = Cluster::start(false).await;
+    prepare(&c).await;
+    // Watches end every 200 ms and are made again (the emulator sets a watch's end when it
+    // starts); then the watches of three kinds, and their relists, fail.
+    let faults = c.emulator.faults();
+    faults.drop_watches_every(Some(Duration::from_millis(200)));
+    let op = operator(&c, config(RoutingMode::Ingress)).await;
+    for resource in BLIND {
+        for verb in ["watch", "list"] {
+            faults.add(FaultRule {
+                verb: Some(verb.into()),
+                resource: Some(resource.into()),
+                rate: 1.0,
+                codes: vec![503],
+                latency_ms: 0,
+            });
+        }
+    }
+    eventually("the two watches to fail", WAIT, || async {
+        (faults.injected(503) >= 2).then_some(())
+    })
+    .await;
+    let planted = create::<Service>(
+        &c,
+        json!({"metadata": {"name": "docs-handbook", "namespace": NS},
+               "spec": {"selector": {"app": "mine"}, "ports": [{"port": 80}]}}),
+    )
+    .await;
+    sites(&c)
+        .create(&PostParams::default(), &example("site.yaml"))
+        .await
+        .unwrap();
+    let site = wait_condition(&c, "docs-handbook", "Progressing", "True", "ObjectConflict").await;
+    assert_eq!(
+        condition(&site, "Progressing").unwrap().2,
+        "Service docs-handbook exists and is not controlled by any Site; it is left alone and retried in 60s"
+    );
+    assert_eq!(stored::<Service>(&c, "docs-handbook").await, Some(planted));
+    assert!(
+        stored::<ConfigMap>(&c, "docs-handbook-files")
+            .await
+            .is_some()
+    );
+    // GETs of a kind, whatever their answer (404: absent).
+    let reads = |resource: &str| -> f64 {
+        let labels = format!("resource=\"{resource}\",verb=\"get\"}}");
+        sites_operator::metrics::encode(&op.registry)
+            .lines()
+            .filter(|l| l.starts_with("sites_api_requests_total{") && l.contains(&labels))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    for resource in BLIND {
+        assert!(reads(resource) >= 1.0, "no read of {resource}");
+    }
+    faults.clear();
+    faults.drop_watches_every(None);
+    // The watches back and delivering again (an event of each kind came): a new Site's
+    // objects are not read first.
+    create::<ConfigMap>(&c, json!({"metadata": {"name": "marker", "namespace": NS}})).await;
+    create::<Service>(
+        &c,
+        json!({"metadata": {"name": "marker", "namespace": NS}, "spec": {"ports": [{"port": 80}]}}),
+    )
+    .await;
+    let caches = op.caches();
+    eventually("the caches to follow their watches again", WAIT, || async {
+        (caches.configmaps.live() && caches.services.live()).then_some(())
+    })
+    .await;
+    let before: Vec<f64> = BLIND.iter().map(|r| reads(r)).collect();
+    let mut other = example("site.yaml");
+    other.metadata.name = Some("other".into());
+    other.spec.name = "other".into();
+    sites(&c)
+        .create(&PostParams::default(), &other)
+        .await
+        .unwrap();
+    wait_available(&c, "other").await;
+    let after: Vec<f64> = BLIND.iter().map(|r| reads(r)).collect();
+    assert_eq!(before, after, "reads of {BLIND:?} with live caches");
+    op.stop().await;
+}

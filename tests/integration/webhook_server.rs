@@ -75,7 +75,7 @@ async fn start_limited(client_ca: Option<&Bundle>, limits: server::Limits) -> Se
     let task = tokio::spawn(server::serve_tls_limited(
         listener,
         tls_config,
-        server::router(state),
+        server::router(state, &limits),
         async move {
             let _ = stopped.await;
         },
@@ -623,7 +623,7 @@ fn regex_free_remove(text: &str, prefix: &str) -> Vec<u8> {
     format!("{}{}", &text[..start], &text[end..]).into_bytes()
 }
 
-/// Bodies at and past the 7 MiB limit on every webhook: at the limit the review is answered, one
+/// Bodies at and past the 5 MiB limit on every webhook: at the limit the review is answered, one
 /// byte more is a 413 with a reason, also when the client streams the body without announcing
 /// its length.
 #[tokio::test]
@@ -652,7 +652,10 @@ async fn bodies_at_and_past_the_limit() {
             .unwrap();
         let text = String::from_utf8_lossy(&text);
         assert_eq!(status, 413, "{path} past the limit: {text}");
-        assert!(text.contains("length limit exceeded"), "{path}: {text}");
+        assert!(
+            text.contains("at most 5242880 are accepted"),
+            "{path}: {text}"
+        );
 
         // Streamed in 64 KiB chunks without a content-length.
         let body = padded(BODY_LIMIT + 1);
@@ -672,7 +675,10 @@ async fn bodies_at_and_past_the_limit() {
         let (status, text) = exchange(tls, req).await.unwrap();
         let text = String::from_utf8_lossy(&text);
         assert_eq!(status, 413, "{path} streamed past the limit: {text}");
-        assert!(text.contains("length limit exceeded"), "{path}: {text}");
+        assert!(
+            text.contains("at most 5242880 are accepted"),
+            "{path}: {text}"
+        );
     }
 }
 
@@ -702,7 +708,7 @@ async fn an_abandoned_request_is_no_longer_in_flight() {
         STUCK,
         axum::routing::post(std::future::pending::<&'static str>),
     );
-    let app = server::with_layers(routes, &[STUCK], state);
+    let app = server::with_layers(routes, &[STUCK], state, &server::Limits::default());
     let req = http::Request::post(STUCK)
         .body(axum::body::Body::empty())
         .unwrap();
@@ -732,7 +738,7 @@ async fn a_review_truncated_at_any_offset_is_a_400() {
         metrics: WebhookMetrics::register(&Registry::new()).unwrap(),
         platform: Default::default(),
     };
-    let app = server::router(state);
+    let app = server::router(state, &server::Limits::default());
     for path in server::WEBHOOKS {
         let valid = valid_review(path);
         for cut in 0..valid.len() {
@@ -964,7 +970,9 @@ fn client_hello_with(version: [u8; 2], suites: &[u8]) -> Vec<u8> {
     record
 }
 
-/// The first bytes the server answers a raw ClientHello with.
+/// The first bytes (up to 7, one alert record) the server answers a raw ClientHello with, up to
+/// the point it closes the connection. The deadline only guards against a hang: a server that
+/// says nothing is not refusing anything, and the callers require an answer.
 async fn raw_answer(addr: std::net::SocketAddr, hello: &[u8]) -> Vec<u8> {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let mut tcp = TcpStream::connect(addr).await.unwrap();
@@ -972,7 +980,7 @@ async fn raw_answer(addr: std::net::SocketAddr, hello: &[u8]) -> Vec<u8> {
     let mut answer = vec![0u8; 7];
     let mut got = 0;
     while got < answer.len() {
-        match tokio::time::timeout(Duration::from_secs(5), tcp.read(&mut answer[got..])).await {
+        match tokio::time::timeout(Duration::from_secs(60), tcp.read(&mut answer[got..])).await {
             Ok(Ok(0)) | Err(_) | Ok(Err(_)) => break,
             Ok(Ok(n)) => got += n,
         }
@@ -981,23 +989,51 @@ async fn raw_answer(addr: std::net::SocketAddr, hello: &[u8]) -> Vec<u8> {
     answer
 }
 
+/// The TLS alert descriptions a refusal may carry (RFC 8446 6.2).
+const PROTOCOL_VERSION: u8 = 70;
+const HANDSHAKE_FAILURE: u8 = 40;
+
+/// The description of the fatal alert `answer` is (a whole alert record: content type 21,
+/// length 2, level fatal), or None for anything else: a ServerHello, another record, silence.
+fn fatal_alert(answer: &[u8]) -> Option<u8> {
+    match answer {
+        [0x15, 0x03, _, 0x00, 0x02, 0x02, description] => Some(*description),
+        _ => None,
+    }
+}
+
+/// Whether `answer` starts with a ServerHello (a handshake record of type 2).
+fn server_hello(answer: &[u8]) -> bool {
+    answer.first() == Some(&0x16) && answer.get(5) == Some(&0x02)
+}
+
+/// TLS 1.0, 1.1 and weak TLS 1.2 suites are refused: the server answers with a fatal alert that
+/// names the reason (protocol_version, handshake_failure), not merely silence, which a server that
+/// is down gives too. Each refused hello is paired with the same hello at TLS 1.2 with a strong
+/// suite, answered with a ServerHello by the same server, so only the version or the suite
+/// decides; a rustls client then still completes a handshake.
 #[tokio::test]
 async fn tls_below_1_2_and_weak_suites_are_refused() {
     let s = start(None).await;
-    // The TLS 1.2 hello gets a ServerHello (handshake record) ...
-    let tls12 = raw_answer(s.addr, &client_hello([0x03, 0x03])).await;
-    assert_eq!(tls12.first(), Some(&0x16), "{tls12:02x?}");
-    assert_eq!(tls12.get(5), Some(&0x02), "ServerHello, got {tls12:02x?}");
-    // ... the same hello as TLS 1.1 and 1.0 an alert, never a ServerHello.
-    for version in [[0x03, 0x02], [0x03, 0x01]] {
-        let old = raw_answer(s.addr, &client_hello(version)).await;
+    let accepted = || async {
+        let answer = raw_answer(s.addr, &client_hello([0x03, 0x03])).await;
         assert!(
-            old.is_empty() || old[0] == 0x15,
+            server_hello(&answer),
+            "a TLS 1.2 hello gets a ServerHello, got {answer:02x?}"
+        );
+    };
+    // The same hello as TLS 1.1 and 1.0: a protocol_version alert, never a ServerHello.
+    for version in [[0x03, 0x02], [0x03, 0x01]] {
+        accepted().await;
+        let old = raw_answer(s.addr, &client_hello(version)).await;
+        assert_eq!(
+            fatal_alert(&old),
+            Some(PROTOCOL_VERSION),
             "the server answered a {version:02x?} hello with {old:02x?}"
         );
     }
-    // TLS 1.2 offering only weak suites (static RSA key exchange, CBC, 3DES, RC4, NULL): an
-    // alert, never a ServerHello.
+    // TLS 1.2 offering only weak suites (static RSA key exchange, CBC, 3DES, RC4, NULL): a
+    // handshake_failure alert, never a ServerHello.
     for (name, suite) in [
         ("RSA-AES128-CBC-SHA", [0x00, 0x2f]),
         ("RSA-AES256-GCM-SHA384", [0x00, 0x9d]),
@@ -1006,18 +1042,24 @@ async fn tls_below_1_2_and_weak_suites_are_refused() {
         ("RSA-RC4-128-SHA", [0x00, 0x05]),
         ("RSA-NULL-SHA256", [0x00, 0x3b]),
     ] {
+        accepted().await;
         let weak = raw_answer(s.addr, &client_hello_with([0x03, 0x03], &suite)).await;
-        assert!(
-            weak.is_empty() || weak[0] == 0x15,
-            "the server accepted {name}: {weak:02x?}"
+        assert_eq!(
+            fatal_alert(&weak),
+            Some(HANDSHAKE_FAILURE),
+            "the server answered {name} with {weak:02x?}"
         );
     }
-    // The same server still serves TLS 1.2.
+    // The same server still completes a TLS 1.2 handshake.
     let client = Client {
         versions: &[&rustls::version::TLS12],
         ..Client::new(&s.bundle.ca_pem)
     };
-    assert!(client.connect(s.addr).await.is_ok());
+    let tls = client.connect(s.addr).await.expect("a TLS 1.2 handshake");
+    assert_eq!(
+        tls.get_ref().1.protocol_version(),
+        Some(rustls::ProtocolVersion::TLSv1_2)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1140,6 +1182,7 @@ fn short_limits() -> server::Limits {
         header_read_timeout: Duration::from_millis(500),
         idle_timeout: Duration::from_secs(60),
         max_connections: 100,
+        ..server::Limits::default()
     }
 }
 
@@ -1199,6 +1242,7 @@ async fn the_connection_past_the_limit_is_refused_and_counted() {
         header_read_timeout: Duration::from_secs(30),
         idle_timeout: Duration::from_secs(60),
         max_connections: 3,
+        ..server::Limits::default()
     };
     let s = start_limited(None, limits).await;
     let client = Client::new(&s.bundle.ca_pem);
@@ -1251,6 +1295,7 @@ async fn an_idle_keep_alive_connection_is_closed_after_the_idle_timeout() {
         header_read_timeout: Duration::from_secs(30),
         idle_timeout: Duration::from_millis(500),
         max_connections: 100,
+        ..server::Limits::default()
     };
     let s = start_limited(None, limits).await;
     // HTTP/1.1, raw: one keep-alive request, its response, then silence until the server closes.
@@ -1336,4 +1381,202 @@ async fn an_idle_keep_alive_connection_is_closed_after_the_idle_timeout() {
             started.elapsed()
         );
     }
+}
+
+/// Writes a request header announcing a body of `len` bytes on a fresh connection, and `sent`
+/// bytes of that body (spaces), then nothing more.
+async fn begin_body(
+    client: &Client<'_>,
+    addr: std::net::SocketAddr,
+    len: usize,
+    sent: usize,
+) -> TlsStream<TcpStream> {
+    use tokio::io::AsyncWriteExt as _;
+    let mut tls = client.connect(addr).await.unwrap();
+    let head = format!(
+        "POST /validate-sites HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {len}\r\n\r\n"
+    );
+    tls.write_all(head.as_bytes()).await.unwrap();
+    tls.write_all(&vec![b' '; sent]).await.unwrap();
+    tls.flush().await.unwrap();
+    tls
+}
+
+/// Clients that trickle their bodies, holding every connection slot but the API server's: its
+/// keep-alive connection is served all along; each slow client is answered 408 once the body
+/// timeout passes, however steadily it sends, and its connection closed, which frees the slots.
+#[tokio::test]
+async fn slow_bodies_at_the_connection_cap_leave_the_api_server_served() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    const CAP: usize = 6;
+    let limits = server::Limits {
+        header_read_timeout: Duration::from_secs(30),
+        idle_timeout: Duration::from_secs(60),
+        max_connections: CAP,
+        body_timeout: Duration::from_secs(5),
+        ..server::Limits::default()
+    };
+    let s = start_limited(None, limits).await;
+    let client = Client::new(&s.bundle.ca_pem);
+    // The API server's connection, opened first and kept alive across its requests.
+    let io = TokioIo::new(client.connect(s.addr).await.unwrap());
+    let (mut api, conn) = hyper::client::conn::http1::handshake(io).await.unwrap();
+    tokio::spawn(conn);
+    let mut trickles = Vec::new();
+    for _ in 1..CAP {
+        let mut tls = begin_body(&client, s.addr, 1 << 20, 1).await;
+        // One byte every 50 ms, until the answer comes; then the answer, until the server closes.
+        trickles.push(tokio::spawn(async move {
+            let mut answer = Vec::new();
+            let mut buf = [0u8; 1024];
+            loop {
+                tokio::select! {
+                    read = tls.read(&mut buf) => match read {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => answer.extend_from_slice(&buf[..n]),
+                    },
+                    _ = tokio::time::sleep(Duration::from_millis(50)), if answer.is_empty() => {
+                        let _ = tls.write_all(b" ").await;
+                        let _ = tls.flush().await;
+                    }
+                }
+            }
+            String::from_utf8_lossy(&answer).into_owned()
+        }));
+    }
+    let in_flight = r#"controller_runtime_webhook_requests_in_flight{webhook="/validate-sites"}"#;
+    eventually(
+        "the slow requests in flight",
+        Duration::from_secs(10),
+        || async { (metric_line(&s.registry, in_flight) == Some((CAP - 1) as f64)).then_some(()) },
+    )
+    .await;
+    assert!(
+        client.connect(s.addr).await.is_err(),
+        "at the cap, a new connection is refused"
+    );
+    for _ in 0..3 {
+        let req = http::Request::post("https://localhost/validate-sites")
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(review(site(8080)))))
+            .unwrap();
+        let resp = api.send_request(req).await.unwrap();
+        assert_eq!(resp.status(), 200);
+        resp.into_body().collect().await.unwrap();
+    }
+    // The slow requests were in flight all along (the API server's were served beside them).
+    assert_eq!(metric_line(&s.registry, in_flight), Some((CAP - 1) as f64));
+    for trickle in trickles {
+        let answer = tokio::time::timeout(Duration::from_secs(60), trickle)
+            .await
+            .expect("the slow client is answered")
+            .unwrap();
+        assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+        assert!(
+            answer.contains("the body did not arrive within 5s"),
+            "{answer}"
+        );
+    }
+    eventually(
+        "the slots to come free",
+        Duration::from_secs(10),
+        || async {
+            (metric_line(&s.registry, "sites_webhook_open_connections") == Some(1.0)).then_some(())
+        },
+    )
+    .await;
+    let (status, _) = send(
+        client.connect(s.addr).await.unwrap(),
+        "POST",
+        "/validate-sites",
+        review(site(8080)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, 200);
+}
+
+/// The memory budget: a body counts as it arrives (not as announced); a request that finds the
+/// budget held waits, then is answered 503 naming it; the budget comes back when its holders
+/// go; a request that alone needs more than the whole budget is a 413.
+#[tokio::test]
+async fn requests_past_the_memory_budget_wait_then_get_503() {
+    const MIB: usize = 1 << 20;
+    let limits = server::Limits {
+        body_timeout: Duration::from_secs(120),
+        memory_budget: 2 * MIB,
+        ..server::Limits::default()
+    };
+    let s = start_limited(None, limits).await;
+    let client = Client::new(&s.bundle.ca_pem);
+    let in_use =
+        || metric_line(&s.registry, "sites_webhook_memory_in_use_bytes").unwrap_or(-1.0) as usize;
+    let held = |at_least: usize| {
+        eventually(
+            "the bodies sent to be held",
+            Duration::from_secs(30),
+            move || async move { (in_use() >= at_least).then_some(()) },
+        )
+    };
+    // 300 KiB sent of a body announced as 4 MiB, more than the whole budget: what came is held
+    // (with room to grow, at most twice as much), not what was announced.
+    let first = begin_body(&client, s.addr, 4 * MIB, 300 * 1024).await;
+    held(300 * 1024).await;
+    let first_holds = in_use();
+    assert!(first_holds <= 601 * 1024, "{first_holds}");
+    // A review (with what decoding it takes, about 270 KiB) fits beside it.
+    let ask = || async {
+        let (status, text) = send(
+            client.connect(s.addr).await.unwrap(),
+            "POST",
+            "/validate-sites",
+            review(site(8080)),
+        )
+        .await
+        .unwrap();
+        (status, String::from_utf8_lossy(&text).into_owned())
+    };
+    assert_eq!(ask().await.0, 200);
+    // A second slow client takes all but 100 KiB: a review waits, then is refused.
+    let rest = 2 * MIB - first_holds - 100 * 1024;
+    let second = begin_body(&client, s.addr, rest + 1, rest).await;
+    held(first_holds + rest).await;
+    let (status, text) = ask().await;
+    assert_eq!(status, 503, "{text}");
+    assert!(
+        text.contains("requests in flight hold its memory budget (2 MiB)"),
+        "{text}"
+    );
+    // The slow clients go: the budget is back, and the review is served.
+    drop((first, second));
+    eventually(
+        "the budget to come back",
+        Duration::from_secs(10),
+        || async { (in_use() == 0).then_some(()) },
+    )
+    .await;
+    assert_eq!(ask().await.0, 200);
+    // 300 KiB whose decoding may take eight times as much: more than the whole budget.
+    let mut big = review(site(8080));
+    big.resize(300 * 1024, b' ');
+    let (status, text) = send(
+        client.connect(s.addr).await.unwrap(),
+        "POST",
+        "/validate-sites",
+        big,
+    )
+    .await
+    .unwrap();
+    let text = String::from_utf8_lossy(&text);
+    assert_eq!(status, 413, "{text}");
+    assert!(
+        text.contains("more memory than the webhook's whole budget (2 MiB)"),
+        "{text}"
+    );
+    assert!(
+        metric_line(
+            &s.registry,
+            r#"controller_runtime_webhook_requests_total{code="503",webhook="/validate-sites"}"#
+        ) == Some(1.0)
+    );
 }

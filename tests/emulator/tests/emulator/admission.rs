@@ -10,7 +10,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-use crate::support::{Cluster, Site, api_error, site};
+use crate::support::{Cluster, Phase, Site, api_error, site};
 
 /// A CA that signs webhook serving certificates.
 struct TestCa {
@@ -283,12 +283,20 @@ async fn status_writes_skip_a_webhook_that_matches_only_sites() {
     );
 }
 
+/// failurePolicy Ignore lets a request through when its webhook call fails, and a rule for
+/// `sites/*` matches the status subresource. The webhook is reachable and records what it is
+/// sent, but answers with something that is not an AdmissionReview, so every call fails: what it
+/// saw shows both writes were sent to it (the create, and the status update through `sites/*`),
+/// and the same webhook with failurePolicy Fail refuses the same writes, so the calls did fail
+/// and Ignore is what let them through.
 #[tokio::test]
 async fn failure_policy_ignore_lets_requests_through_and_sites_star_matches_status() {
     let c = Cluster::start(false).await;
     let ca = TestCa::new();
-    c.emulator
-        .map_service("sites", "hooks", 443, "127.0.0.1:9".parse().unwrap());
+    let broken: Handler =
+        Arc::new(|_: &Value| json!({"apiVersion": "v1", "kind": "Status", "status": "Success"}));
+    let hook = TestWebhook::start(ca.serving("hooks.sites.svc"), broken).await;
+    c.emulator.map_service("sites", "hooks", 443, hook.addr);
     install_validating(
         &c,
         vec![webhook(
@@ -307,10 +315,73 @@ async fn failure_policy_ignore_lets_requests_through_and_sites_star_matches_stat
         .await
         .expect("Ignore skips the failed call");
     let status = json!({"status": {"phase": "Running"}});
-    sites
+    let written = sites
         .patch_status("a", &PatchParams::default(), &Patch::Merge(&status))
         .await
+        .expect("Ignore skips the failed call on the status too");
+    assert_eq!(written.status.and_then(|s| s.phase), Some(Phase::Running));
+    let seen: Vec<(String, String)> = hook
+        .requests()
+        .iter()
+        .map(|r| {
+            let field = |name: &str| r["request"][name].as_str().unwrap_or_default().to_string();
+            (field("operation"), field("subResource"))
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("CREATE".to_string(), String::new()),
+            ("UPDATE".to_string(), "status".to_string())
+        ],
+        "both writes were sent to the webhook"
+    );
+
+    // The same webhook, failing closed: the same answer refuses the same writes.
+    let api: Api<ValidatingWebhookConfiguration> = Api::all(c.client.clone());
+    api.delete("test-validating", &DeleteParams::default())
+        .await
         .unwrap();
+    install_validating(
+        &c,
+        vec![webhook(
+            "refused.sites.ecmwf.int",
+            &ca,
+            "/x",
+            &["sites", "sites/*"],
+            "Fail",
+            "None",
+        )],
+    )
+    .await;
+    let failed = |e: kube::Error| {
+        let e = api_error(e);
+        assert_eq!(e.code, 500, "{}", e.message);
+        assert_eq!(
+            e.message,
+            "Internal error occurred: failed calling webhook \"refused.sites.ecmwf.int\": \
+             expected webhook response of admission.k8s.io/v1, Kind=AdmissionReview"
+        );
+    };
+    failed(
+        sites
+            .create(&PostParams::default(), &site("b"))
+            .await
+            .unwrap_err(),
+    );
+    let status = json!({"status": {"phase": "Failed"}});
+    failed(
+        sites
+            .patch_status("a", &PatchParams::default(), &Patch::Merge(&status))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(
+        hook.requests().len(),
+        4,
+        "both refused writes were sent too"
+    );
+    let _ = hook.stop.send(());
 }
 
 #[tokio::test]

@@ -169,18 +169,46 @@ async fn restarted_at_rolls_pods_and_a_never_ready_update_stalls_until_the_pod_i
             .then_some(())
     })
     .await;
-    // Reverting the template does not help: the controller waits for the unready pod.
+    // Reverting the template does not help: the controller waits for the unready pod. The
+    // stall is checked once the controller has handled the reverted template: it writes the
+    // status (observedGeneration, updateRevision) at the end of the pass that decides whether
+    // to replace a pod, so a replacement would have happened by then.
+    let stuck_uid = pods.get("site-1").await.unwrap().metadata.uid;
     let good = json!({"spec": {"template": {"spec": {"containers": [{"name": "web", "image": "good:1"}]}}}});
-    sts.patch("site", &PatchParams::default(), &Patch::Strategic(&good))
+    let reverted = sts
+        .patch("site", &PatchParams::default(), &Patch::Strategic(&good))
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let stuck = pods.get("site-1").await.unwrap();
+    let generation = reverted.metadata.generation;
+    let status = eventually("the reverted template observed", WAIT, || async {
+        let s = sts.get("site").await.ok()?.status?;
+        (s.observed_generation == generation).then_some(s)
+    })
+    .await;
+    assert_eq!(
+        status.update_revision.as_deref(),
+        Some(rev_after.as_str()),
+        "the reverted template is the restart's revision again"
+    );
+    let stuck = pods
+        .get_opt("site-1")
+        .await
+        .unwrap()
+        .expect("rollout stalls: site-1 not removed");
+    assert_eq!(
+        stuck.metadata.uid, stuck_uid,
+        "rollout stalls: site-1 not replaced"
+    );
+    assert!(
+        stuck.metadata.deletion_timestamp.is_none(),
+        "rollout stalls: site-1 not deleted"
+    );
     assert_eq!(
         stuck.spec.unwrap().containers[0].image.as_deref(),
         Some("bad:1"),
         "rollout stalls"
     );
+    assert_eq!(status.ready_replicas, Some(1), "site-1 is still not ready");
     assert_eq!(
         pods.get("site-0").await.unwrap().spec.unwrap().containers[0]
             .image

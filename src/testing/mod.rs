@@ -1,0 +1,3 @@
+//! Test support shared by the unit tests.
+
+pub mod peak;
