@@ -4,6 +4,7 @@
 //! comment because the comments become the schema descriptions `kubectl explain` shows.
 //! `manifests/base/crd.yaml` is the output of [`crd_yaml`]; a test fails when the two drift.
 
+pub(crate) mod maps;
 mod names;
 mod text;
 

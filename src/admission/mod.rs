@@ -236,29 +236,10 @@ fn own_annotations<'de, D: serde::Deserializer<'de>>(
     d: D,
 ) -> Result<Option<std::collections::BTreeMap<String, String>>, D::Error> {
     struct Own;
-    impl<'de> serde::de::Visitor<'de> for Own {
-        type Value = Option<std::collections::BTreeMap<String, String>>;
+    impl<'de> crate::crd::maps::Entries<'de> for Own {
+        type Value = std::collections::BTreeMap<String, String>;
 
-        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("a map of strings")
-        }
-
-        fn visit_unit<E>(self) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-
-        fn visit_none<E>(self) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-
-        fn visit_some<D2: serde::Deserializer<'de>>(self, d: D2) -> Result<Self::Value, D2::Error> {
-            d.deserialize_map(self)
-        }
-
-        fn visit_map<A: serde::de::MapAccess<'de>>(
-            self,
-            mut map: A,
-        ) -> Result<Self::Value, A::Error> {
+        fn read<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
             let mut out = std::collections::BTreeMap::new();
             while let Some(key) = map.next_key::<String>()? {
                 if key.starts_with("sites.ecmwf.int/") {
@@ -271,10 +252,10 @@ fn own_annotations<'de, D: serde::Deserializer<'de>>(
                     }
                 }
             }
-            Ok(Some(out))
+            Ok(out)
         }
     }
-    d.deserialize_option(Own)
+    crate::crd::maps::optional_map(d, Own, "a map of strings")
 }
 
 impl Resource for SiteObject<'_> {

@@ -623,29 +623,10 @@ fn config_text<'de, D: serde::Deserializer<'de>>(
     d: D,
 ) -> Result<Option<std::borrow::Cow<'de, str>>, D::Error> {
     struct Data;
-    impl<'de> serde::de::Visitor<'de> for Data {
+    impl<'de> crate::crd::maps::Entries<'de> for Data {
         type Value = Option<std::borrow::Cow<'de, str>>;
 
-        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("a map")
-        }
-
-        fn visit_unit<E>(self) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-
-        fn visit_none<E>(self) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-
-        fn visit_some<D2: serde::Deserializer<'de>>(self, d: D2) -> Result<Self::Value, D2::Error> {
-            d.deserialize_map(self)
-        }
-
-        fn visit_map<A: serde::de::MapAccess<'de>>(
-            self,
-            mut map: A,
-        ) -> Result<Self::Value, A::Error> {
+        fn read<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
             let mut text = None;
             while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
                 if key == crate::config::CONFIGMAP_KEY {
@@ -659,7 +640,7 @@ fn config_text<'de, D: serde::Deserializer<'de>>(
             Ok(text)
         }
     }
-    d.deserialize_option(Data)
+    Ok(crate::crd::maps::optional_map(d, Data, "a map")?.flatten())
 }
 
 /// The answer of the configuration webhook to a body.

@@ -146,37 +146,18 @@ pub(crate) fn routing<'de, D: Deserializer<'de>>(
         return Option::deserialize(d);
     }
     struct Present;
-    impl<'de> Visitor<'de> for Present {
-        type Value = Option<serde_json::Map<String, serde_json::Value>>;
+    impl<'de> super::maps::Entries<'de> for Present {
+        type Value = serde_json::Map<String, serde_json::Value>;
 
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("a map")
-        }
-
-        fn visit_unit<E>(self) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-
-        fn visit_none<E>(self) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-
-        fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<Self::Value, D2::Error> {
-            d.deserialize_map(self)
-        }
-
-        fn visit_map<A: serde::de::MapAccess<'de>>(
-            self,
-            mut map: A,
-        ) -> Result<Self::Value, A::Error> {
+        fn read<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
             while map
                 .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
                 .is_some()
             {}
-            Ok(Some(serde_json::Map::new()))
+            Ok(serde_json::Map::new())
         }
     }
-    d.deserialize_option(Present)
+    super::maps::optional_map(d, Present, "a map")
 }
 
 impl<'de> Deserialize<'de> for Names {

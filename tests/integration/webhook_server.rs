@@ -1217,15 +1217,7 @@ async fn a_client_that_sends_half_a_header_is_dropped_within_the_header_timeout(
         );
     }
     // A client that completes its request in time is served.
-    let (status, _) = send(
-        client.connect(s.addr).await.unwrap(),
-        "POST",
-        "/validate-sites",
-        review(site(8080)),
-    )
-    .await
-    .unwrap();
-    assert_eq!(status, 200);
+    served(&s, &client).await;
     eventually(
         "the closed connections to be uncounted",
         Duration::from_secs(10),
@@ -1269,19 +1261,7 @@ async fn the_connection_past_the_limit_is_refused_and_counted() {
     );
     // One closes: there is room again.
     drop(open.pop());
-    eventually("a slot to free up", Duration::from_secs(10), || async {
-        (metric_line(&s.registry, "sites_webhook_open_connections") == Some(2.0)).then_some(())
-    })
-    .await;
-    let (status, _) = send(
-        client.connect(s.addr).await.unwrap(),
-        "POST",
-        "/validate-sites",
-        review(site(8080)),
-    )
-    .await
-    .unwrap();
-    assert_eq!(status, 200);
+    served_once_open(&s, &client, 2.0).await;
     assert_eq!(
         metric_line(&s.registry, "sites_webhook_connections_refused_total"),
         Some(1.0)
@@ -1477,15 +1457,28 @@ async fn slow_bodies_at_the_connection_cap_leave_the_api_server_served() {
             "{answer}"
         );
     }
-    eventually(
-        "the slots to come free",
-        Duration::from_secs(10),
-        || async {
-            (metric_line(&s.registry, "sites_webhook_open_connections") == Some(1.0)).then_some(())
-        },
-    )
+    served_once_open(&s, &client, 1.0).await;
+}
+
+/// Waits until `open` connections are open (slots came free), then a review on a new connection
+/// is served.
+async fn served_once_open(s: &Server, client: &Client<'_>, open: f64) {
+    eventually("slots to come free", Duration::from_secs(10), || async {
+        (metric_line(&s.registry, "sites_webhook_open_connections") == Some(open)).then_some(())
+    })
     .await;
-    let (status, _) = send(
+    served(s, client).await;
+}
+
+/// A Site review on a new connection is answered 200.
+async fn served(s: &Server, client: &Client<'_>) {
+    let (status, text) = ask(s, client).await;
+    assert_eq!(status, 200, "{text}");
+}
+
+/// The answer to a Site review on a new connection: status and text.
+async fn ask(s: &Server, client: &Client<'_>) -> (u16, String) {
+    let (status, text) = send(
         client.connect(s.addr).await.unwrap(),
         "POST",
         "/validate-sites",
@@ -1493,7 +1486,7 @@ async fn slow_bodies_at_the_connection_cap_leave_the_api_server_served() {
     )
     .await
     .unwrap();
-    assert_eq!(status, 200);
+    (status, String::from_utf8_lossy(&text).into_owned())
 }
 
 /// The memory budget: a body counts as it arrives (not as announced); a request that finds the
@@ -1525,17 +1518,7 @@ async fn requests_past_the_memory_budget_wait_then_get_503() {
     let first_holds = in_use();
     assert!(first_holds <= 601 * 1024, "{first_holds}");
     // A review (with what decoding it takes, about 270 KiB) fits beside it.
-    let ask = || async {
-        let (status, text) = send(
-            client.connect(s.addr).await.unwrap(),
-            "POST",
-            "/validate-sites",
-            review(site(8080)),
-        )
-        .await
-        .unwrap();
-        (status, String::from_utf8_lossy(&text).into_owned())
-    };
+    let ask = || ask(&s, &client);
     assert_eq!(ask().await.0, 200);
     // A second slow client takes all but 100 KiB: a review waits, then is refused.
     let rest = 2 * MIB - first_holds - 100 * 1024;

@@ -51,15 +51,6 @@ pub struct Operator {
 }
 
 impl Operator {
-    /// The controller's context (its caches).
-    pub fn context(&self) -> &std::sync::Arc<sites_operator::controller::context::Context> {
-        &self
-            .controller
-            .as_ref()
-            .expect("a running controller")
-            .context
-    }
-
     /// Sum of a metric's samples whose line starts with `prefix` (name and labels).
     pub fn metric(&self, prefix: &str) -> f64 {
         metrics::encode(&self.registry)
