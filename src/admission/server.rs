@@ -201,41 +201,53 @@ impl Observed {
         }
         let mut share = self.budget.share();
         let (parts, mut body) = req.into_parts();
-        // Grown as the body arrives, never past what is held: memory is taken for bytes that
-        // came, not for a length a client announced.
-        let mut buf: Vec<u8> = Vec::new();
-        loop {
-            let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
-                Err(_) => return Err(body_timeout(self.body_timeout, buf.len())),
-                Ok(None) => break,
-                Ok(Some(Err(e))) => {
-                    return Err(bad_request(format!("the body could not be read: {e}")));
+        let mut received = 0;
+        let read = async {
+            // Grown as the body arrives, never past what is held: memory is taken for bytes
+            // that came, not for a length a client announced.
+            let mut buf: Vec<u8> = Vec::new();
+            while let Some(frame) = body.frame().await {
+                let frame =
+                    frame.map_err(|e| bad_request(format!("the body could not be read: {e}")))?;
+                let Ok(data) = frame.into_data() else {
+                    continue;
+                };
+                let len = buf.len() + data.len();
+                received = len;
+                if len > BODY_LIMIT {
+                    return Err(too_large(len));
                 }
-                Ok(Some(Ok(frame))) => frame,
-            };
-            let Ok(data) = frame.into_data() else {
-                continue;
-            };
-            let len = buf.len() + data.len();
-            if len > BODY_LIMIT {
-                return Err(too_large(len));
-            }
-            if len > buf.capacity() {
-                // Doubling (few copies), up to the announced length (no more once it came).
-                let announced = declared.unwrap_or(BODY_LIMIT).max(len);
-                let capacity = len.max(buf.capacity() * 2).min(announced);
-                if let Err(spent) = share.grow_to(capacity).await {
-                    return Err(self.busy(spent));
+                // The whole body in one piece, the common case: kept as it came.
+                if buf.is_empty() && declared == Some(len) {
+                    share.grow_to(len).await.map_err(|spent| self.busy(spent))?;
+                    return Ok(data);
                 }
-                buf.reserve_exact(capacity - buf.len());
+                if len > buf.capacity() {
+                    // Doubling (few copies), up to the announced length (no more once it came).
+                    let announced = declared.unwrap_or(BODY_LIMIT).max(len);
+                    let capacity = len.max(buf.capacity() * 2).min(announced);
+                    share
+                        .grow_to(capacity)
+                        .await
+                        .map_err(|spent| self.busy(spent))?;
+                    buf.reserve_exact(capacity - buf.len());
+                }
+                buf.extend_from_slice(&data);
             }
-            buf.extend_from_slice(&data);
-        }
-        let len = buf.len();
-        if let Err(spent) = share.grow_to(buf.capacity() + decode_cost(path, len)).await {
+            Ok(bytes::Bytes::from(buf))
+        };
+        let body = match tokio::time::timeout_at(deadline, read).await {
+            Ok(read) => read?,
+            Err(_) => return Err(body_timeout(self.body_timeout, received)),
+        };
+        let len = body.len();
+        if let Err(spent) = share
+            .grow_to(share.bytes().max(len) + decode_cost(path, len))
+            .await
+        {
             return Err(self.busy(spent));
         }
-        Ok((Request::from_parts(parts, Body::from(buf)), share))
+        Ok((Request::from_parts(parts, Body::from(body)), share))
     }
 
     fn busy(&self, spent: Spent) -> Response {
