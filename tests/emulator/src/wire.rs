@@ -53,8 +53,22 @@ impl Serialize for Object<'_> {
             }
         }
         let table = m.get("kind").and_then(Value::as_str) == Some("Table");
+        // A Status: its members in the order of the API server's `metav1.Status`.
+        let status = m.get("kind").and_then(Value::as_str) == Some("Status");
+        if status {
+            for k in STATUS {
+                match (k, m.get(k)) {
+                    ("details", Some(d)) => out.serialize_entry(k, &Ordered(d, DETAILS))?,
+                    (_, Some(v)) => out.serialize_entry(k, v)?,
+                    (_, None) => {}
+                }
+            }
+        }
         for (k, v) in m {
-            if FIRST.contains(&k.as_str()) || (event && k == "type") {
+            if FIRST.contains(&k.as_str())
+                || (event && k == "type")
+                || (status && STATUS.contains(&k.as_str()))
+            {
                 continue;
             }
             match (k.as_str(), v) {
@@ -62,6 +76,50 @@ impl Serialize for Object<'_> {
                 ("object", _) => out.serialize_entry(k, &Object(v))?,
                 ("rows", Value::Array(rows)) if table => out.serialize_entry(k, &Rows(rows))?,
                 _ => out.serialize_entry(k, v)?,
+            }
+        }
+        out.end()
+    }
+}
+
+/// `metav1.Status` after its type and object meta, `StatusDetails` and `StatusCause`, in Go's
+/// field order.
+const STATUS: [&str; 5] = ["status", "message", "reason", "details", "code"];
+const DETAILS: &[&str] = &[
+    "name",
+    "group",
+    "kind",
+    "uid",
+    "causes",
+    "retryAfterSeconds",
+];
+const CAUSE: &[&str] = &["reason", "message", "field"];
+
+/// An object with the members `order` names first, in that order, then the others; the
+/// `causes` of a StatusDetails in [`CAUSE`] order.
+struct Ordered<'a>(&'a Value, &'static [&'static str]);
+
+impl Serialize for Ordered<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let Value::Object(m) = self.0 else {
+            return self.0.serialize(s);
+        };
+        let mut out = s.serialize_map(Some(m.len()))?;
+        let mut entry = |k: &str, v: &Value| match (k, v) {
+            ("causes", Value::Array(causes)) if self.1 == DETAILS => {
+                let causes: Vec<Ordered> = causes.iter().map(|c| Ordered(c, CAUSE)).collect();
+                out.serialize_entry(k, &causes)
+            }
+            _ => out.serialize_entry(k, v),
+        };
+        for &k in self.1 {
+            if let Some(v) = m.get(k) {
+                entry(k, v)?;
+            }
+        }
+        for (k, v) in m {
+            if !self.1.contains(&k.as_str()) {
+                entry(k, v)?;
             }
         }
         out.end()

@@ -525,6 +525,49 @@ async fn aggregated_discovery_and_legacy_discovery() {
     assert!(c.kubectl_ok(&["api-resources"]).contains("sites"));
 }
 
+/// Error `Status` bodies come with their members in the API server's order (Go's field order of
+/// `metav1.Status`, `StatusDetails`, `StatusCause`), byte for byte for a 404.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_bodies_keep_the_api_servers_member_order() {
+    let c = Cluster::start(false).await;
+    let (code, _, body) = curl(
+        &c,
+        "GET",
+        "/api/v1/namespaces/default/configmaps/nope",
+        &[],
+        None,
+    )
+    .await;
+    assert_eq!(code, 404);
+    assert_eq!(
+        body,
+        r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"configmaps \"nope\" not found","reason":"NotFound","details":{"name":"nope","kind":"configmaps"},"code":404}"#
+    );
+    let (code, _, body) = curl(
+        &c,
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        &["Content-Type: application/json"],
+        Some(r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"Bad_Name"}}"#),
+    )
+    .await;
+    assert_eq!(code, 422, "{body}");
+    let at = |member: &str| {
+        body.find(member)
+            .unwrap_or_else(|| panic!("{member} in {body}"))
+    };
+    let order = [
+        r#""kind":"Status""#,
+        r#""status":"Failure""#,
+        r#""message":"ConfigMap"#,
+        r#""reason":"Invalid""#,
+        r#""details":{"name":"Bad_Name","kind":"ConfigMap","causes":[{"reason":"FieldValueInvalid","message":"#,
+        r#""field":"metadata.name"}]},"code":422}"#,
+    ];
+    let positions: Vec<usize> = order.iter().map(|m| at(m)).collect();
+    assert!(positions.windows(2).all(|w| w[0] < w[1]), "{body}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn responses_put_type_meta_first() {
     let c = Cluster::start(false).await;
