@@ -488,7 +488,8 @@ where
 /// `live` ([`Records::live`]: its watch failed and has delivered nothing since, so an object
 /// created meanwhile may be missing) and the operator never wrote nor saw the object, the API
 /// server's. Nothing is applied, with force, onto an object that was not judged; a live cache
-/// costs no read.
+/// costs no read. What a live watch has not delivered yet (an object created within its delay,
+/// milliseconds, before the apply) is not seen: that window is accepted.
 async fn existing<K>(
     ctx: &Context,
     stored: Option<Arc<Kept<K>>>,

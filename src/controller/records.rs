@@ -415,6 +415,31 @@ mod tests {
         .unwrap()
     }
 
+    /// A table is live from its first complete list until its watch fails, and again from the
+    /// next event; not during a re-list.
+    #[test]
+    fn live_from_a_complete_list_until_a_watch_error_and_again_from_the_next_event() {
+        let records = Records::<ConfigMap>::default();
+        let kept = |name: &str| Kept::new(cm(name, "1"));
+        assert!(!records.live(), "before the first list");
+        records.apply(&Event::Init);
+        records.apply(&Event::InitApply(kept("a")));
+        assert!(!records.live(), "during the list");
+        records.apply(&Event::InitDone);
+        assert!(records.live());
+        Cache::watch_failed(&records);
+        assert!(!records.live(), "after a watch error");
+        records.apply(&Event::Apply(kept("b")));
+        assert!(records.live(), "an event came");
+        Cache::watch_failed(&records);
+        records.apply(&Event::Delete(kept("b")));
+        assert!(records.live(), "a deletion came");
+        records.apply(&Event::Init);
+        assert!(!records.live(), "a re-list");
+        records.apply(&Event::InitDone);
+        assert!(records.live());
+    }
+
     /// The records hold after every event what kube's reflector store holds.
     #[tokio::test]
     async fn records_follow_watch_events_as_a_reflector_store() {
