@@ -562,34 +562,79 @@ fn selectors(t: &Target, query: &Query) -> Result<(LabelSelector, FieldSelector)
 
 fn supported_field(r: &ResourceInfo, f: &str) -> bool {
     matches!(f, "metadata.name" | "metadata.namespace")
-        || (r.is_builtin()
-            && r.group.is_empty()
-            && r.kind == "Pod"
-            && matches!(
-                f,
-                "status.phase"
-                    | "spec.nodeName"
-                    | "spec.restartPolicy"
-                    | "spec.schedulerName"
-                    | "spec.serviceAccountName"
-                    | "status.podIP"
-            ))
         || (crate::events::is_core(r) && crate::events::supported_field(f))
-        || (r.kind == "Secret" && f == "type")
+        || (r.is_builtin() && kind_fields(&r.group, &r.kind).iter().any(|(k, _)| *k == f))
+}
+
+/// The field selectors the API server registers for a built-in kind (`GetAttrs` of its registry
+/// strategy) besides `metadata.name` and `metadata.namespace`, each with where its value is
+/// read and what it selects on when unset. Events have their own ([`crate::events`]).
+fn kind_fields(group: &str, kind: &str) -> &'static [(&'static str, Field)] {
+    const POD: &[(&str, Field)] = &[
+        ("spec.nodeName", Field::Text("spec.nodeName")),
+        ("spec.restartPolicy", Field::Text("spec.restartPolicy")),
+        ("spec.schedulerName", Field::Text("spec.schedulerName")),
+        (
+            "spec.serviceAccountName",
+            Field::Text("spec.serviceAccountName"),
+        ),
+        ("status.phase", Field::Text("status.phase")),
+        ("status.podIP", Field::Text("status.podIP")),
+        (
+            "status.nominatedNodeName",
+            Field::Text("status.nominatedNodeName"),
+        ),
+    ];
+    match (group, kind) {
+        ("", "Pod") => POD,
+        ("", "Node") => &[("spec.unschedulable", Field::Bool("spec.unschedulable"))],
+        ("", "Namespace") => &[("status.phase", Field::Text("status.phase"))],
+        ("", "Secret") => &[("type", Field::Text("type"))],
+        ("batch", "Job") => &[("status.successful", Field::Count("status.succeeded"))],
+        ("apps", "ReplicaSet") | ("", "ReplicationController") => {
+            &[("status.replicas", Field::Count("status.replicas"))]
+        }
+        _ => &[],
+    }
+}
+
+/// Where a selectable field's value is read, and its value when unset (Go's zero value, as the
+/// API server formats it).
+#[derive(Clone, Copy)]
+enum Field {
+    /// A string; unset: empty.
+    Text(&'static str),
+    /// A boolean; unset: `false`.
+    Bool(&'static str),
+    /// A number; unset: `0`.
+    Count(&'static str),
 }
 
 fn field_value(o: &Value, field: &str) -> Option<String> {
     if o["kind"] == "Event" && o["apiVersion"] == "v1" {
         return crate::events::field_value(o, field);
     }
-    let mut cur = o;
-    for part in field.split('.') {
-        cur = cur.get(part)?;
-    }
-    match cur {
-        Value::String(s) => Some(s.clone()),
-        Value::Null => None,
-        other => Some(other.to_string()),
+    let at = |path: &str| {
+        let mut cur = o;
+        for part in path.split('.') {
+            cur = cur.get(part)?;
+        }
+        match cur {
+            Value::String(s) => Some(s.clone()),
+            Value::Null => None,
+            other => Some(other.to_string()),
+        }
+    };
+    let kind = o["kind"].as_str().unwrap_or_default();
+    let group = o["apiVersion"]
+        .as_str()
+        .and_then(|v| v.split_once('/'))
+        .map_or("", |(g, _)| g);
+    match kind_fields(group, kind).iter().find(|(k, _)| *k == field) {
+        Some((_, Field::Text(path))) => Some(at(path).unwrap_or_default()),
+        Some((_, Field::Bool(path))) => Some(at(path).unwrap_or_else(|| "false".into())),
+        Some((_, Field::Count(path))) => Some(at(path).unwrap_or_else(|| "0".into())),
+        None => at(field),
     }
 }
 

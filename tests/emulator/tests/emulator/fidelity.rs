@@ -776,3 +776,131 @@ async fn kubectl_typed_generators_send_protobuf_bodies() {
         "docs.example.org 80"
     );
 }
+
+/// Field selectors per kind, as the API server registers them: nodes by `spec.unschedulable`,
+/// jobs by `status.successful`, replica sets by `status.replicas`, namespaces by `status.phase`,
+/// pods by `status.nominatedNodeName`; an unset field selects as Go's zero value. A field a kind
+/// does not register is a 400.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn field_selectors_are_those_each_kind_registers() {
+    use k8s_openapi::api::apps::v1::ReplicaSet;
+    use k8s_openapi::api::batch::v1::Job;
+    use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+    let c = Cluster::start(false).await;
+    async fn select<K>(api: &Api<K>, selector: &str) -> Vec<String>
+    where
+        K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    {
+        let mut names: Vec<String> = api
+            .list(&ListParams::default().fields(selector))
+            .await
+            .unwrap_or_else(|e| panic!("{selector}: {e}"))
+            .items
+            .iter()
+            .map(|o| o.name_any())
+            .collect();
+        names.sort();
+        names
+    }
+    let nodes: Api<Node> = Api::all(c.client.clone());
+    for (name, spec) in [
+        ("cordoned", json!({"unschedulable": true})),
+        ("open", json!({})),
+    ] {
+        nodes
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap(),
+            )
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        select(&nodes, "spec.unschedulable=true").await,
+        ["cordoned"]
+    );
+    let schedulable = select(&nodes, "spec.unschedulable=false").await;
+    assert!(schedulable.contains(&"open".to_string()), "{schedulable:?}");
+    assert!(
+        !schedulable.contains(&"cordoned".to_string()),
+        "{schedulable:?}"
+    );
+
+    let jobs: Api<Job> = Api::namespaced(c.client.clone(), "default");
+    let job = json!({"metadata": {"name": "once"}, "spec": {"template": {"spec": {
+        "restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}}});
+    jobs.create(
+        &PostParams::default(),
+        &serde_json::from_value(job).unwrap(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(select(&jobs, "status.successful=0").await, ["once"]);
+    jobs.patch_status(
+        "once",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"succeeded": 1}})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(select(&jobs, "status.successful=1").await, ["once"]);
+    assert!(select(&jobs, "status.successful=0").await.is_empty());
+
+    let sets: Api<ReplicaSet> = Api::namespaced(c.client.clone(), "default");
+    let set = json!({"metadata": {"name": "web"}, "spec": {"replicas": 0,
+        "selector": {"matchLabels": {"app": "web"}},
+        "template": {"metadata": {"labels": {"app": "web"}},
+                     "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}});
+    sets.create(
+        &PostParams::default(),
+        &serde_json::from_value(set).unwrap(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(select(&sets, "status.replicas=0").await, ["web"]);
+    assert!(select(&sets, "status.replicas=1").await.is_empty());
+
+    let namespaces: Api<Namespace> = Api::all(c.client.clone());
+    assert!(
+        select(&namespaces, "status.phase=Active")
+            .await
+            .contains(&"default".to_string())
+    );
+
+    let pods: Api<Pod> = Api::namespaced(c.client.clone(), "default");
+    let pod = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}});
+    pods.create(
+        &PostParams::default(),
+        &serde_json::from_value(pod).unwrap(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(select(&pods, "status.nominatedNodeName=").await, ["p"]);
+
+    for (what, result) in [
+        (
+            "nodes",
+            nodes
+                .list(&ListParams::default().fields("spec.podCIDR=x"))
+                .await
+                .map(|_| ()),
+        ),
+        (
+            "jobs",
+            jobs.list(&ListParams::default().fields("status.active=1"))
+                .await
+                .map(|_| ()),
+        ),
+    ] {
+        match result {
+            Err(kube::Error::Api(e)) => {
+                assert_eq!(e.code, 400, "{what}: {e:?}");
+                assert!(
+                    e.message.contains("is not a known field selector"),
+                    "{what}: {e:?}"
+                );
+            }
+            other => panic!("{what}: {other:?}"),
+        }
+    }
+}
