@@ -904,3 +904,49 @@ async fn field_selectors_are_those_each_kind_registers() {
         }
     }
 }
+
+/// An Event about a cluster-scoped object (kube's `Recorder` for a Namespace, its reference
+/// without a namespace) is created in `default`, as the API server keeps it, and listed there
+/// through core v1. (kube's Recorder names an Event `<object name>.<hex>`: for an object named
+/// like `system:basic-user` that is no DNS subdomain, and events.k8s.io/v1's strict validation
+/// refuses it with 422, here as in the API server.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_about_cluster_scoped_objects_live_in_default() {
+    use k8s_openapi::api::core::v1::Namespace;
+    let c = Cluster::start(false).await;
+    let namespaces: Api<Namespace> = Api::all(c.client.clone());
+    let namespace = namespaces.get("default").await.unwrap();
+    let reference = namespace.object_ref(&());
+    assert_eq!(reference.namespace, None);
+    let recorder = Recorder::new(
+        c.client.clone(),
+        Reporter {
+            controller: "kube".into(),
+            instance: None,
+        },
+    );
+    let event = Event {
+        type_: EventType::Normal,
+        reason: "NoNamespace".into(),
+        note: Some("about a cluster-scoped object".into()),
+        action: "Test".into(),
+        secondary: None,
+    };
+    recorder.publish(&event, &reference).await.unwrap();
+    let events: Api<CoreEvent> = Api::namespaced(c.client.clone(), "default");
+    let found = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .find(|e| e.reason.as_deref() == Some("NoNamespace"))
+        .expect("the Event in default");
+    assert_eq!(found.metadata.namespace.as_deref(), Some("default"));
+    assert_eq!(
+        found.message.as_deref(),
+        Some("about a cluster-scoped object")
+    );
+    assert_eq!(found.involved_object.kind.as_deref(), Some("Namespace"));
+    assert_eq!(found.involved_object.namespace, None);
+}
