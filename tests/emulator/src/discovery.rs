@@ -83,7 +83,15 @@ pub fn categories(r: &ResourceInfo) -> Vec<String> {
     if r.is_builtin()
         && matches!(
             r.kind.as_str(),
-            "Pod" | "Service" | "StatefulSet" | "Deployment" | "ReplicaSet" | "Job" | "CronJob"
+            "Pod"
+                | "Service"
+                | "StatefulSet"
+                | "Deployment"
+                | "ReplicaSet"
+                | "DaemonSet"
+                | "ReplicationController"
+                | "Job"
+                | "CronJob"
         )
     {
         categories.push("all".into());

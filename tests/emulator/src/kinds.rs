@@ -1,5 +1,6 @@
 //! Built-in kinds served in addition to the core table of `registry.rs`: nodes, resource
-//! quotas, Jobs and CronJobs, APIServices, endpoint slices, PodDisruptionBudgets, CertificateSigningRequests, and the create-only review kinds
+//! quotas, Jobs and CronJobs, DaemonSets and ReplicationControllers (stored, their status left as
+//! a cluster without their controllers leaves it), APIServices, endpoint slices, PodDisruptionBudgets, CertificateSigningRequests, and the create-only review kinds
 //! (TokenReview, SubjectAccessReview and friends, SelfSubjectReview) that are answered and never
 //! stored. Also the subresources discovery lists for them (`scale`, `eviction`, `token`,
 //! `approval`).
@@ -29,7 +30,10 @@ fn info(
         short_names: short.iter().map(|s| s.to_string()).collect(),
         categories: Vec::new(),
         status_subresource: status,
-        tracks_generation: matches!(kind, "PodDisruptionBudget" | "Job" | "CronJob"),
+        tracks_generation: matches!(
+            kind,
+            "PodDisruptionBudget" | "Job" | "CronJob" | "DaemonSet" | "ReplicationController"
+        ),
         name_rule: NameRule::Subdomain,
         custom: None,
     }
@@ -49,6 +53,15 @@ pub fn extra() -> Vec<ResourceInfo> {
         ),
         info("batch", "jobs", "Job", true, &[], true),
         info("batch", "cronjobs", "CronJob", true, &["cj"], true),
+        info("apps", "daemonsets", "DaemonSet", true, &["ds"], true),
+        info(
+            "",
+            "replicationcontrollers",
+            "ReplicationController",
+            true,
+            &["rc"],
+            true,
+        ),
         ResourceInfo {
             categories: vec!["api-extensions".into()],
             ..info(
@@ -163,6 +176,8 @@ pub fn schema(group: &str, kind: &str) -> Option<KindSchema> {
         ("", "ResourceQuota") => generate::<api::core::v1::ResourceQuota>(),
         ("batch", "Job") => generate::<api::batch::v1::Job>(),
         ("batch", "CronJob") => generate::<api::batch::v1::CronJob>(),
+        ("apps", "DaemonSet") => generate::<api::apps::v1::DaemonSet>(),
+        ("", "ReplicationController") => generate::<api::core::v1::ReplicationController>(),
         ("apiregistration.k8s.io", "APIService") => {
             generate::<k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService>()
         }

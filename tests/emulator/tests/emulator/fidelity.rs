@@ -950,3 +950,73 @@ async fn events_about_cluster_scoped_objects_live_in_default() {
     assert_eq!(found.involved_object.kind.as_deref(), Some("Namespace"));
     assert_eq!(found.involved_object.namespace, None);
 }
+
+/// apps/v1 DaemonSets and v1 ReplicationControllers are served as the API server serves them
+/// (their short names, the `all` category, generation, the status subresource), their status
+/// left as a cluster without their controllers leaves it; kubectl reaches them by short name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn daemonsets_and_replication_controllers_are_served() {
+    use k8s_openapi::api::apps::v1::DaemonSet;
+    use k8s_openapi::api::core::v1::ReplicationController;
+    let c = Cluster::start(false).await;
+    let template = json!({"metadata": {"labels": {"app": "agent"}},
+        "spec": {"containers": [{"name": "c", "image": "agent:1"}]}});
+    let sets: Api<DaemonSet> = Api::namespaced(c.client.clone(), "default");
+    let set = sets
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "agent"},
+                "spec": {"selector": {"matchLabels": {"app": "agent"}}, "template": template}}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(set.metadata.generation, Some(1));
+    let controllers: Api<ReplicationController> = Api::namespaced(c.client.clone(), "default");
+    controllers
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "legacy"},
+                "spec": {"replicas": 2, "selector": {"app": "agent"}, "template": template}}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    // A spec change moves the generation; a status write does not.
+    let changed = controllers
+        .patch(
+            "legacy",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 3}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(changed.metadata.generation, Some(2));
+    let status = controllers
+        .patch_status(
+            "legacy",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"replicas": 3}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status.metadata.generation, Some(2));
+    assert_eq!(status.status.map(|s| s.replicas), Some(3));
+    // Nothing runs them: no pods were made.
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(c.client.clone(), "default");
+    assert!(
+        pods.list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    let names = c.kubectl_ok(&["get", "ds,rc", "-n", "default", "-o", "name"]);
+    assert_eq!(
+        names.lines().collect::<Vec<_>>(),
+        ["daemonset.apps/agent", "replicationcontroller/legacy"]
+    );
+    let all = c.kubectl_ok(&["get", "all", "-n", "default", "-o", "name"]);
+    assert!(all.contains("daemonset.apps/agent"), "{all}");
+    assert!(all.contains("replicationcontroller/legacy"), "{all}");
+}
