@@ -443,6 +443,17 @@ impl<'b> SiteBody<'b> {
         decode_site_text(self.text)
     }
 
+    /// The request as the Site handlers take it: [`SiteBody::decode`], or for a body it
+    /// refuses, [`SiteBody::decode_each`].
+    pub fn decode_all(
+        &self,
+    ) -> Result<(AdmissionRequest<SiteObject<'_>>, Option<FieldError>), String> {
+        match self.decode() {
+            Ok(req) => Ok((req, None)),
+            Err(_) => self.decode_each(),
+        }
+    }
+
     /// The request with the objects that decode as Sites, and for the object (not the stored
     /// one) that does not, why: for a body [`SiteBody::decode`] refuses. The objects are first
     /// taken as raw text, so an object that is no Site is never decoded whole.
@@ -731,18 +742,13 @@ pub fn encode(response: &AdmissionResponse) -> serde_json::Result<Vec<u8>> {
 
 /// The answer of the mutating Site webhook to a body.
 pub fn review_mutation(body: &[u8], config: &PlatformConfig) -> Response {
-    let body = match SiteBody::new(body) {
-        Ok(body) => body,
-        Err(reason) => return bad_request(reason),
-    };
-    let fresh = uuid::Uuid::new_v4;
-    match body.decode() {
-        Ok(req) => respond(&super::mutate_site(&req, config, fresh)),
-        // An object that is no Site gets no patch: the validating webhook refuses it.
-        Err(_) => match body.decode_each() {
-            Ok((req, _)) => respond(&super::mutate_site(&req, config, fresh)),
-            Err(reason) => bad_request(reason),
-        },
+    // An object that is no Site gets no patch: the validating webhook refuses it.
+    match SiteBody::new(body).and_then(|b| {
+        b.decode_all()
+            .map(|(req, _)| super::mutate_site(&req, config, uuid::Uuid::new_v4))
+    }) {
+        Ok(response) => respond(&response),
+        Err(reason) => bad_request(reason),
     }
 }
 
@@ -752,18 +758,14 @@ pub fn review_validation(
     config: &PlatformConfig,
     platform: &super::Platform,
 ) -> Response {
-    let body = match SiteBody::new(body) {
-        Ok(body) => body,
-        Err(reason) => return bad_request(reason),
-    };
-    match body.decode() {
-        Ok(req) => respond(&super::validate_site_object_in(req, config, platform)),
-        // The typed decoding refused the body: the request decoded object by object names why.
-        Err(_) => match body.decode_each() {
-            Ok((req, None)) => respond(&super::validate_site_object_in(req, config, platform)),
-            Ok((req, Some(refused))) => respond(&super::deny(&req, &[refused])),
-            Err(reason) => bad_request(reason),
-        },
+    match SiteBody::new(body).and_then(|b| {
+        b.decode_all().map(|(req, refused)| match refused {
+            None => super::validate_site_object_in(req, config, platform),
+            Some(refused) => super::deny(&req, &[refused]),
+        })
+    }) {
+        Ok(response) => respond(&response),
+        Err(reason) => bad_request(reason),
     }
 }
 

@@ -2338,7 +2338,7 @@ mod memory {
     use serde_json::{Value, json};
 
     use super::server::{self, MUTATE_SITES, VALIDATE_CONFIG, VALIDATE_SITES, decode_cost};
-    use crate::testing::peak::measure;
+    use crate::testing::measure;
 
     const N: usize = 1 << 20;
 

@@ -16,7 +16,7 @@ use serde_json::json;
 use sites_operator::config::RoutingMode;
 use sites_operator::crd::Site;
 
-use crate::support::operator::{NS, config, example, prepare, sites};
+use crate::support::operator::{NS, config, example_named, prepare, sites};
 use crate::support::{Cluster, OperatorProcess, eventually_every};
 
 const SITES: usize = 200;
@@ -111,9 +111,7 @@ async fn killed_at_random_points_the_operator_converges_exactly_once() {
     // Phase 1: creation, with 10 kills.
     let create = async {
         for name in &names {
-            let mut s = example("site.yaml");
-            s.metadata.name = Some(name.clone());
-            s.spec.name = name.clone();
+            let s = example_named(name, name);
             sites(&c).create(&PostParams::default(), &s).await.unwrap();
         }
     };

@@ -462,7 +462,7 @@ async fn flux_argo_cd_and_the_hub_reapply_sites_and_change_nothing() {
 /// `wait --for=condition=Ready` on the same Sites.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_argo_cd_health_check_reads_what_the_operator_writes() {
-    use crate::support::operator::{config, example, operator, prepare, sites};
+    use crate::support::operator::{config, example_named, operator, prepare, sites};
     use k8s_openapi::api::core::v1::Secret;
     use sites_emulator::controllers::Behaviour;
     use sites_operator::config::RoutingMode;
@@ -487,9 +487,7 @@ async fn the_argo_cd_health_check_reads_what_the_operator_writes() {
         }
     };
     let create = |id: &'static str, edit: &dyn Fn(&mut Site)| {
-        let mut site = example("site.yaml");
-        site.metadata.name = Some(id.into());
-        site.spec.name = id.into();
+        let mut site = example_named(id, id);
         site.spec.configuration.applications[0].image =
             Some("registry.example.org/sites/static:2.4.0".into());
         edit(&mut site);

@@ -18,8 +18,8 @@ use sites_operator::crd::Site;
 use sites_operator::upgrade::{self, Action, Target};
 
 use crate::support::operator::{
-    NS, Operator, WAIT, api, config, container_image, counted_client, example, prepare, sites,
-    start_following, wait_available,
+    NS, Operator, WAIT, api, config, container_image, counted_client, example_named, prepare,
+    sites, start_following, wait_available,
 };
 use crate::support::{Cluster, eventually, repo_file};
 
@@ -113,9 +113,7 @@ async fn two_sites_following_the_configmap() -> (Cluster, Operator) {
     )
     .await;
     for name in SITES {
-        let mut site = example("site.yaml");
-        site.metadata.name = Some(name.into());
-        site.spec.name = name.trim_start_matches("docs-").into();
+        let mut site = example_named(name, name.trim_start_matches("docs-"));
         site.spec.configuration.applications = upgrade::recorded_applications(&site, &cfg, None);
         sites(&c)
             .create(&PostParams::default(), &site)
@@ -320,9 +318,7 @@ async fn an_invalid_change_is_refused_and_the_last_valid_configuration_stays() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_site_without_recorded_images_keeps_its_pin_through_a_new_version() {
     let (c, op) = two_sites_following_the_configmap().await;
-    let mut unrecorded = example("site.yaml");
-    unrecorded.metadata.name = Some("docs-unrecorded".into());
-    unrecorded.spec.name = "unrecorded".into();
+    let unrecorded = example_named("docs-unrecorded", "unrecorded");
     assert!(
         unrecorded.spec.configuration.applications[0]
             .image
@@ -421,9 +417,7 @@ async fn a_site_without_recorded_images_keeps_its_pin_through_a_new_version() {
 async fn recorded_images_keep_a_new_version_from_rolling_older_sites() {
     let (c, op) = two_sites_following_the_configmap().await;
     // A Site of before: no image recorded.
-    let mut legacy = example("site.yaml");
-    legacy.metadata.name = Some("docs-legacy".into());
-    legacy.spec.name = "legacy".into();
+    let legacy = example_named("docs-legacy", "legacy");
     assert!(legacy.spec.configuration.applications[0].image.is_none());
     sites(&c)
         .create(&PostParams::default(), &legacy)

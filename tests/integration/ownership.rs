@@ -14,8 +14,8 @@ use sites_operator::config::RoutingMode;
 use sites_operator::crd::Phase;
 
 use crate::support::operator::{
-    NS, api, condition, config, edit_and_settle, example, merge, operator, prepare, sites,
-    wait_available, wait_condition,
+    NS, api, condition, config, edit_and_settle, example, example_named, merge, operator, prepare,
+    sites, wait_available, wait_condition,
 };
 use crate::support::{Cluster, eventually};
 
@@ -200,9 +200,7 @@ async fn deleting_a_site_never_deletes_what_it_did_not_create() {
 
     // A second Site whose Service would take a Service it does not control: the objects before
     // it are written, the Service and the route are not.
-    let mut other = example("site.yaml");
-    other.metadata.name = Some("other-site".into());
-    other.spec.name = "other".into();
+    let other = example_named("other-site", "other");
     sites(&c)
         .create(&PostParams::default(), &other)
         .await
@@ -239,15 +237,11 @@ async fn a_site_never_takes_another_sites_objects() {
     prepare(&c).await;
     let op = operator(&c, config(RoutingMode::Ingress)).await;
     // Site `a` owns the ConfigMap `a-files`; Site `a-files` would name its own ConfigMap so.
-    let mut a = example("site.yaml");
-    a.metadata.name = Some("a".into());
-    a.spec.name = "a".into();
+    let a = example_named("a", "a");
     sites(&c).create(&PostParams::default(), &a).await.unwrap();
     wait_available(&c, "a").await;
     let files = stored::<ConfigMap>(&c, "a-files").await.unwrap();
-    let mut b = example("site.yaml");
-    b.metadata.name = Some("a-files".into());
-    b.spec.name = "b".into();
+    let b = example_named("a-files", "b");
     sites(&c).create(&PostParams::default(), &b).await.unwrap();
     let b = wait_condition(&c, "a-files", "Progressing", "True", "ObjectConflict").await;
     assert!(
@@ -635,9 +629,7 @@ async fn an_object_the_cache_has_not_seen_is_judged_before_it_is_written() {
     })
     .await;
     let before: Vec<f64> = BLIND.iter().map(|r| reads(r)).collect();
-    let mut other = example("site.yaml");
-    other.metadata.name = Some("other".into());
-    other.spec.name = "other".into();
+    let other = example_named("other", "other");
     sites(&c)
         .create(&PostParams::default(), &other)
         .await

@@ -22,8 +22,8 @@ use sites_operator::metrics;
 
 use crate::support::operator::{
     HANG_GUARD, NS, SeenErrors, WAIT, api, condition, config, count_panics, edit_and_settle,
-    elected_operator, example, install_http_routes, merge, operator, prepare, prepare_platform,
-    restarted_at, sites, wait_available, wait_condition, writes_after,
+    elected_operator, example, example_named, install_http_routes, merge, operator, prepare,
+    prepare_platform, restarted_at, sites, wait_available, wait_condition, writes_after,
 };
 use crate::support::{Cluster, eventually, eventually_every};
 
@@ -1006,9 +1006,7 @@ async fn switching_the_routing_mode_moves_the_route() {
         .create(&PostParams::default(), &example("site.yaml"))
         .await
         .unwrap();
-    let mut other = example("site.yaml");
-    other.metadata.name = Some("docs-other".into());
-    other.spec.name = "other".into();
+    let other = example_named("docs-other", "other");
     sites(&c)
         .create(&PostParams::default(), &other)
         .await
@@ -1150,9 +1148,7 @@ async fn a_restarted_operator_writes_nothing_for_converged_sites() {
     let op = operator(&c, config(RoutingMode::Ingress)).await;
     let n = 1000;
     for i in 0..n {
-        let mut s = example("site.yaml");
-        s.metadata.name = Some(format!("site-{i}"));
-        s.spec.name = format!("site-{i}");
+        let s = example_named(&format!("site-{i}"), &format!("site-{i}"));
         sites(&c).create(&PostParams::default(), &s).await.unwrap();
     }
     eventually_every(
@@ -1261,9 +1257,7 @@ async fn only_the_leader_writes_and_a_follower_takes_over() {
     // checked (the deadline only guards against a hang); that it waited for the expiry is.
     leader.stop().await;
     let last = leases.get("sites-operator").await.unwrap().spec.unwrap();
-    let mut other = example("site.yaml");
-    other.metadata.name = Some("docs-other".into());
-    other.spec.name = "other".into();
+    let other = example_named("docs-other", "other");
     sites(&c)
         .create(&PostParams::default(), &other)
         .await
@@ -1379,9 +1373,7 @@ async fn sites_converge_through_api_errors_latency_spikes_dropped_watches_and_ed
                     let name = format!("site-{i}");
                     match patch {
                         None => {
-                            let mut s = example("site.yaml");
-                            s.metadata.name = Some(name.clone());
-                            s.spec.name = name;
+                            let s = example_named(&name.clone(), &name);
                             match api.create(&PostParams::default(), &s).await {
                                 Err(kube::Error::Api(e))
                                     if e.code == 409 && e.reason == "AlreadyExists" =>
@@ -1627,9 +1619,7 @@ async fn a_relist_after_410_queues_only_what_changed_in_the_gap() {
         .drop_watches_every(Some(Duration::from_secs(1)));
     let op = operator(&c, config(RoutingMode::Ingress)).await;
     for name in ["relist-a", "relist-b"] {
-        let mut s = example("site.yaml");
-        s.metadata.name = Some(name.into());
-        s.spec.name = name.into();
+        let s = example_named(name, name);
         sites(&c).create(&PostParams::default(), &s).await.unwrap();
         wait_available(&c, name).await;
     }
@@ -1643,9 +1633,7 @@ async fn a_relist_after_410_queues_only_what_changed_in_the_gap() {
     })
     .await;
     // A Site created after the expiry: listed or watched, it is queued once.
-    let mut s = example("site.yaml");
-    s.metadata.name = Some("relist-c".into());
-    s.spec.name = "relist-c".into();
+    let s = example_named("relist-c", "relist-c");
     sites(&c).create(&PostParams::default(), &s).await.unwrap();
     eventually("relist-c cached", WAIT, || async {
         op.caches().sites.get("relist-c").map(|_| ())
@@ -1656,9 +1644,7 @@ async fn a_relist_after_410_queues_only_what_changed_in_the_gap() {
     // after the re-list (which ended before relist-c was cached, if it delivered it) and after
     // relist-c. Its key is queued after its own count, and it is reconciled (its Secret made)
     // only once queued: by then every key the re-list queued has been counted.
-    let mut marker = example("site.yaml");
-    marker.metadata.name = Some("relist-marker".into());
-    marker.spec.name = "relist-marker".into();
+    let marker = example_named("relist-marker", "relist-marker");
     sites(&c)
         .create(&PostParams::default(), &marker)
         .await
@@ -1692,9 +1678,7 @@ async fn an_object_deleted_while_its_watch_was_down_is_recreated_after_the_relis
     // Watches end every second, so the Service watch reconnects soon after each fault below.
     faults.drop_watches_every(Some(Duration::from_secs(1)));
     let op = operator(&c, config(RoutingMode::Ingress)).await;
-    let mut s = example("site.yaml");
-    s.metadata.name = Some("gap".into());
-    s.spec.name = "gap".into();
+    let s = example_named("gap", "gap");
     sites(&c).create(&PostParams::default(), &s).await.unwrap();
     wait_available(&c, "gap").await;
     op.settled_after(0.0).await;

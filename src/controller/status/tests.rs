@@ -34,6 +34,16 @@ fn terminated(name: &str, reason: &str) -> Value {
            "state": {"terminated": {"exitCode": 1, "reason": reason}}})
 }
 
+/// A running pod whose one container (`static`) is ready.
+fn ready_pod(name: &str) -> SitePod {
+    pod(
+        name,
+        "Running",
+        all_good(),
+        json!([running("static", true)]),
+    )
+}
+
 fn all_good() -> Value {
     json!([
         cond("PodScheduled", "True", "2026-01-01T00:00:00Z"),
@@ -67,7 +77,7 @@ fn resolve_pod_status_cases() {
     let cases = vec![
         (
             "running and ready",
-            pod("p", "Running", all_good(), json!([running("static", true)])),
+            ready_pod("p"),
             Phase::Running,
             vec![],
             true,
@@ -252,12 +262,7 @@ fn disabled_sites_report_disabled_whatever_the_pods_say() {
 #[test]
 fn conditions_follow_the_outcome_and_the_pods() {
     let now = time("2026-11-29T10:00:00Z");
-    let ready = pod(
-        "p-0",
-        "Running",
-        all_good(),
-        json!([running("static", true)]),
-    );
+    let ready = ready_pod("p-0");
     let starting = pod(
         "p-1",
         "Running",
@@ -361,12 +366,7 @@ fn conditions_follow_the_outcome_and_the_pods() {
 #[test]
 fn kstatus_conditions_follow_available_progressing_and_the_error_class() {
     let now = time("2026-11-29T10:00:00Z");
-    let ready = pod(
-        "p-0",
-        "Running",
-        all_good(),
-        json!([running("static", true)]),
-    );
+    let ready = ready_pod("p-0");
     let invalid = || {
         Error::InvalidSite(vec![FieldError::new(
             "spec.configuration.space",
@@ -538,12 +538,7 @@ fn kstatus_conditions_follow_available_progressing_and_the_error_class() {
 fn transition_times_are_stable_and_recomputing_is_a_fixed_point() {
     let t0 = time("2026-11-29T10:00:00Z");
     let t1 = time("2026-11-29T11:00:00Z");
-    let ready = pod(
-        "p-0",
-        "Running",
-        all_good(),
-        json!([running("static", true)]),
-    );
+    let ready = ready_pod("p-0");
     let s = SiteBuilder::new("docs-handbook")
         .namespace("sites")
         .generation(4)
@@ -595,12 +590,7 @@ fn transition_times_are_stable_and_recomputing_is_a_fixed_point() {
 
 #[test]
 fn pods_aggregate_to_the_worst_phase_and_the_union_of_problems() {
-    let ready = pod(
-        "p-0",
-        "Running",
-        all_good(),
-        json!([running("static", true)]),
-    );
+    let ready = ready_pod("p-0");
     let crash = pod(
         "p-1",
         "Running",
@@ -682,12 +672,7 @@ fn the_phase_follows_what_is_deployed_not_the_spec() {
         );
     }
     // Archived in the spec while the pods still run: the phase is not Disabled.
-    let running = pod(
-        "p-0",
-        "Running",
-        all_good(),
-        json!([running("static", true)]),
-    );
+    let running = ready_pod("p-0");
     let s = site_status(
         &site(false),
         &[&running],

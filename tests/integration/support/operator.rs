@@ -321,6 +321,14 @@ pub fn example(file: &str) -> Site {
     site
 }
 
+/// The example `site.yaml` as the Site `id` with the spec name `name`.
+pub fn example_named(id: &str, name: &str) -> Site {
+    let mut site = example("site.yaml");
+    site.metadata.name = Some(id.into());
+    site.spec.name = name.into();
+    site
+}
+
 pub fn sites(c: &Cluster) -> Api<Site> {
     Api::namespaced(c.client.clone(), NS)
 }

@@ -1,3 +1,0 @@
-//! Test support shared by the unit tests.
-
-pub mod peak;
