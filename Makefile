@@ -14,7 +14,7 @@ KUBERNETES_VALIDATE_VERSION := 1.37.0
 # Kubernetes version the manifests are validated against (the emulator's and kubectl's).
 KUBERNETES_VERSION := 1.32.0
 
-.PHONY: bench bench-full prometheus-tools all build run test lint fmt fmt-check clippy unit crd crd-check validate-manifests promtool-test kind-e2e-check image kind-e2e fuzz tools clean
+.PHONY: rbac-mutation-check bench bench-full prometheus-tools all build run test lint fmt fmt-check clippy unit crd crd-check validate-manifests promtool-test kind-e2e-check image kind-e2e fuzz tools clean
 
 all: build
 
@@ -28,7 +28,7 @@ run:
 
 ## test: formatting, lints, every test, CRD drift, manifest validation, kind-e2e dry run, and
 ## the bounded fuzzing run.
-test: fmt-check clippy unit crd-check validate-manifests promtool-test kind-e2e-check fuzz
+test: fmt-check clippy unit rbac-mutation-check crd-check validate-manifests promtool-test kind-e2e-check fuzz
 
 ## lint: formatting and clippy with warnings as errors.
 lint: fmt-check clippy
@@ -53,6 +53,12 @@ unit: prometheus-tools
 	else \
 		$(CARGO) test --locked --workspace --no-fail-fast; \
 	fi
+
+## rbac-mutation-check: the e2e suite runs the operator as manifests/overlays/kind-e2e deploys
+## it, under its RBAC; with one grant removed from a copy of manifests/, its lifecycle test must
+## fail with the API server's 403 for that grant (scripts/rbac-mutation-check.sh).
+rbac-mutation-check:
+	scripts/rbac-mutation-check.sh
 
 ## crd: regenerate manifests/base/crd.yaml from the Rust types.
 crd:

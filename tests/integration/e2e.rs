@@ -1,23 +1,31 @@
 //! The black-box end-to-end suite: the life of a site, driven only through kubectl.
 //!
-//! By default it runs against the emulator with the real `sites-operator run --self-signed`
-//! binary. With `SITES_E2E_KUBECONFIG` pointing at a cluster where the operator is deployed
-//! (`make kind-e2e` does this), the same steps run against that cluster instead.
+//! By default it runs against an emulator that authorizes like an RBAC cluster, with the
+//! operator installed as a user installs it: `manifests/overlays/kind-e2e` applied with kubectl
+//! and the real binary run as that Deployment's pod (its args and env, a token of its
+//! ServiceAccount: [`support::deployed`](crate::support::deployed)). A grant missing from the
+//! shipped RBAC fails the suite with the API server's 403. `SITES_E2E_MANIFESTS` deploys another
+//! copy of `manifests/` (the RBAC mutation check, `make rbac-mutation-check`). With
+//! `SITES_E2E_KUBECONFIG` pointing at a cluster where the operator is deployed (`make kind-e2e`
+//! does this), the same steps run against that cluster instead.
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use crate::support::{Cluster, OperatorProcess, eventually_every, repo_file, serve_webhooks};
+use crate::support::deployed::{self, Pod};
+use crate::support::process::https_get;
+use crate::support::{Cluster, eventually_every, repo_file};
 
 const NS: &str = "sites";
 
-/// Where the suite runs: a kubeconfig, and when it is the emulator, the emulator and operator.
+/// Where the suite runs: a kubeconfig, and when it is the emulator, the emulator and the
+/// operator's pod.
 struct Target {
     kubeconfig: PathBuf,
     cache: PathBuf,
     timeout: Duration,
-    _local: Option<(Cluster, OperatorProcess)>,
+    local: Option<(Cluster, Pod)>,
 }
 
 impl Target {
@@ -28,22 +36,26 @@ impl Target {
                 kubeconfig: PathBuf::from(path),
                 cache,
                 timeout: Duration::from_secs(300),
-                _local: None,
+                local: None,
             };
         }
-        let c = Cluster::start(true).await;
+        let c = deployed::authorizing_cluster().await;
         let t = Target {
             kubeconfig: c.kubeconfig(),
             cache: c.dir.join("cache"),
             timeout: Duration::from_secs(60),
-            _local: None,
+            local: None,
         };
-        // What an installation provides: namespace, storage class, session key, webhooks.
-        t.ok(&["create", "namespace", NS]);
+        // As scripts/kind-e2e.sh installs it: the storage class, the overlay, the session key.
         t.ok(&[
             "apply",
             "-f",
-            path("manifests/dev/storageclass-sites-retain.yaml"),
+            &display(deployed::manifest("dev/storageclass-sites-retain.yaml")),
+        ]);
+        t.ok(&[
+            "apply",
+            "-k",
+            &display(deployed::manifest("overlays/kind-e2e")),
         ]);
         t.ok(&[
             "create",
@@ -54,11 +66,19 @@ impl Target {
             NS,
             "--from-literal=secret_key=e2e-session-key",
         ]);
-        t.ok(&["apply", "-f", path("manifests/base/webhooks.yaml")]);
-        // Debug logging: the suite checks that no secret reaches the log.
-        let op = serve_webhooks(&c, NS, &["--log-level", "debug"], t.timeout).await;
+        // Debug logging, set as an administrator would: the suite checks that no secret reaches
+        // the log.
+        t.ok(&[
+            "set",
+            "env",
+            "deployment/sites-operator",
+            "-n",
+            NS,
+            "SITES_OPERATOR_LOG_LEVEL=debug",
+        ]);
+        let pod = deployed::run_deployment(&c, NS, "sites-operator", t.timeout).await;
         Target {
-            _local: Some((c, op)),
+            local: Some((c, pod)),
             ..t
         }
     }
@@ -92,8 +112,16 @@ impl Target {
             .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
+    /// Polls `check` until it answers; fails at once, with the log line, when the operator
+    /// was refused a call (a grant the deployed RBAC lacks), rather than at the deadline.
     async fn until(&self, what: &str, check: impl Fn() -> Option<String>) -> String {
         eventually_every(what, self.timeout, Duration::from_millis(200), || {
+            if let Some((_, pod)) = &self.local {
+                let log = pod.process.log();
+                if let Some(line) = deployed::forbidden_line(&log) {
+                    panic!("the operator was refused by the API server while waiting for {what}:\n{line}");
+                }
+            }
             let v = check();
             async move { v }
         })
@@ -101,8 +129,12 @@ impl Target {
     }
 }
 
+fn display(p: PathBuf) -> String {
+    p.display().to_string()
+}
+
 fn path(p: &str) -> &'static str {
-    Box::leak(repo_file(p).display().to_string().into_boxed_str())
+    Box::leak(display(deployed::manifest(p.trim_start_matches("manifests/"))).into_boxed_str())
 }
 
 fn restarted_at(t: &Target) -> String {
@@ -118,16 +150,19 @@ fn restarted_at(t: &Target) -> String {
     .unwrap_or_default()
 }
 
-fn wait_available(t: &Target) {
-    let timeout = format!("--timeout={}s", t.timeout.as_secs());
-    t.ok(&[
-        "wait",
-        "--for=condition=Available",
-        "site/docs-handbook",
-        "-n",
-        NS,
-        &timeout,
-    ]);
+async fn wait_available(t: &Target) {
+    t.until("the site to be Available", || {
+        t.get(&[
+            "get",
+            "site/docs-handbook",
+            "-n",
+            NS,
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Available\")].status}",
+        ])
+        .filter(|s| s == "True")
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -142,7 +177,7 @@ async fn the_life_of_a_site() {
         "-f",
         path("manifests/examples/site.yaml"),
     ]);
-    wait_available(&t);
+    wait_available(&t).await;
     // NAME PATH SPACE PHASE AVAILABLE PROGRESSING AGE; -o wide adds OWNER and REPLICAS.
     let table = t.ok(&["get", "site", "docs-handbook", "-n", NS]);
     let header: Vec<&str> = table
@@ -244,7 +279,7 @@ async fn the_life_of_a_site() {
             Some(restarted_at(&t)).filter(|v| !v.is_empty())
         })
         .await;
-    wait_available(&t);
+    wait_available(&t).await;
 
     // Forced upgrade -> another restart, the annotation stamped with a UUID.
     t.ok(&[
@@ -270,7 +305,7 @@ async fn the_life_of_a_site() {
         Some(restarted_at(&t)).filter(|v| !v.is_empty() && *v != first)
     })
     .await;
-    wait_available(&t);
+    wait_available(&t).await;
 
     // Archive -> zero replicas, requests redirected to the Hub's 410 page, data kept.
     t.ok(&[
@@ -283,15 +318,18 @@ async fn the_life_of_a_site() {
         "-p",
         r#"{"spec":{"configuration":{"enabled":false}}}"#,
     ]);
-    let timeout = format!("--timeout={}s", t.timeout.as_secs());
-    t.ok(&[
-        "wait",
-        "--for=jsonpath={.status.phase}=Disabled",
-        "site/docs-handbook",
-        "-n",
-        NS,
-        &timeout,
-    ]);
+    t.until("the site to be Disabled", || {
+        t.get(&[
+            "get",
+            "site/docs-handbook",
+            "-n",
+            NS,
+            "-o",
+            "jsonpath={.status.phase}",
+        ])
+        .filter(|s| s == "Disabled")
+    })
+    .await;
     assert_eq!(
         t.ok(&[
             "get",
@@ -363,9 +401,24 @@ async fn the_life_of_a_site() {
     })
     .await;
 
-    if let Some((_, op)) = &t._local {
+    if let Some((c, pod)) = &t.local {
+        // The replica is the Deployment's pod: its downward-API name holds the leader Lease.
+        let holder = t.ok(&[
+            "get",
+            "lease",
+            "sites-operator",
+            "-n",
+            NS,
+            "-o",
+            "jsonpath={.spec.holderIdentity}",
+        ]);
+        assert!(
+            holder.starts_with(&pod.name),
+            "{holder} is not {}",
+            pod.name
+        );
         // Secrets never appear in the (debug-level) log of the whole lifecycle.
-        let log = op.log();
+        let log = pod.process.log();
         assert!(log.contains("DEBUG"), "the operator logged at debug level");
         for secret in &secret_values {
             assert!(
@@ -374,7 +427,7 @@ async fn the_life_of_a_site() {
             );
         }
         // Least privilege: every API call the operator made is granted by the shipped RBAC.
-        let (_, metrics) = op.get("/metrics").await.unwrap();
+        let metrics = scrape(c, pod).await;
         let granted = granted_rules();
         let used: Vec<(String, String)> = crate::support::api_requests(&metrics)
             .into_iter()
@@ -584,6 +637,37 @@ fn is_test_function(source: &str, name: &str) -> bool {
     })
 }
 
+/// The operator's metrics, read as Prometheus reads them in a cluster: over HTTPS, verified
+/// against the operator's self-signed CA (in its `--cert-dir`, an emptyDir), with the token of
+/// a ServiceAccount bound to the shipped `sites-operator-metrics-reader` ClusterRole.
+async fn scrape(c: &Cluster, pod: &Pod) -> String {
+    c.kubectl_ok(&["create", "serviceaccount", "e2e-scraper", "-n", NS]);
+    c.kubectl_ok(&[
+        "create",
+        "clusterrolebinding",
+        "e2e-scraper-metrics",
+        "--clusterrole=sites-operator-metrics-reader",
+        "--serviceaccount=sites:e2e-scraper",
+    ]);
+    let token = c.kubectl_ok(&["create", "token", "e2e-scraper", "-n", NS]);
+    let ca_file = pod
+        .host_path("/tmp/sites-operator-certs/ca.crt")
+        .expect("the certificate directory is on an emptyDir");
+    let ca = std::fs::read_to_string(&ca_file).expect("the self-signed CA");
+    let metrics = pod.process.reported().unwrap().metrics;
+    let (status, response) = https_get(
+        metrics,
+        &ca,
+        "sites-operator-metrics.sites.svc",
+        "/metrics",
+        Some(token.trim()),
+    )
+    .await
+    .expect("a TLS session with the metrics port");
+    assert_eq!(status, 200, "{response}");
+    response
+}
+
 /// (verb, resource) pairs the shipped Roles and ClusterRoles grant, with the resource spelled as
 /// the request accounting spells it (`<plural>[.<group>][/<subresource>]`).
 fn granted_rules() -> Vec<(String, String)> {
@@ -592,7 +676,9 @@ fn granted_rules() -> Vec<(String, String)> {
         "manifests/base/rbac.yaml",
         "manifests/overlays/self-signed/rbac.yaml",
     ] {
-        let text = std::fs::read_to_string(repo_file(file)).unwrap();
+        let text =
+            std::fs::read_to_string(deployed::manifest(file.trim_start_matches("manifests/")))
+                .unwrap();
         for doc in serde_yaml_ng::Deserializer::from_str(&text) {
             let v: serde_json::Value = serde::Deserialize::deserialize(doc).unwrap();
             // Rules of non-resource URLs (the metrics reader's `get /metrics`) grant no API call.

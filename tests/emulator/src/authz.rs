@@ -3,13 +3,21 @@
 //! SelfSubjectRulesReview), answered from the stored Roles, ClusterRoles, RoleBindings and
 //! ClusterRoleBindings as kubernetes `plugin/pkg/auth/authorizer/rbac` does.
 //!
-//! The emulator does not authenticate requests: every caller is the default caller
+//! By default the emulator does not authenticate requests: every caller is the default caller
 //! ([`UserInfo::default_caller`], user `kubernetes-admin` in group `system:masters`, which is
 //! always allowed, as on real clusters), except that a bearer token issued by TokenRequest
 //! identifies its service account. `Impersonate-User`, `Impersonate-Group`, `Impersonate-Uid`
 //! and `Impersonate-Extra-*` headers (`kubectl --as`, `--as-group`) change the identity the
-//! self reviews evaluate, after checking that the caller may impersonate. RBAC is evaluated
-//! for reviews only; other requests are not authorized.
+//! self reviews evaluate, after checking that the caller may impersonate. RBAC is then evaluated
+//! for reviews only.
+//!
+//! With `Options::authorize` ([`admit`]), the emulator authenticates and authorizes as a
+//! kube-apiserver with `--authorization-mode=RBAC`: the kubeconfig's token ([`ADMIN_TOKEN`]) is
+//! the administrator, a token the emulator issued is its service account, a request without a
+//! token is `system:anonymous`, and any other token is refused with 401. Every request but the
+//! emulator's own control paths (`/__emulator/`) is then authorized against the stored RBAC
+//! from its URL ([`request_attributes`], the API server's `RequestInfoFactory`), and a denied
+//! one answers 403 with the API server's message.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -40,6 +48,16 @@ impl UserInfo {
             username: "kubernetes-admin".into(),
             uid: String::new(),
             groups: vec!["system:masters".into(), "system:authenticated".into()],
+            extra: BTreeMap::new(),
+        }
+    }
+
+    /// A request without credentials (`--anonymous-auth`, on by default).
+    pub fn anonymous() -> UserInfo {
+        UserInfo {
+            username: "system:anonymous".into(),
+            uid: String::new(),
+            groups: vec!["system:unauthenticated".into()],
             extra: BTreeMap::new(),
         }
     }
@@ -79,17 +97,35 @@ fn header_values<'a>(headers: &'a HeaderMap, name: &str) -> Vec<&'a str> {
         .collect()
 }
 
-/// The identity a request acts as: its bearer token's, then impersonation applied.
-pub fn requester(app: &App, headers: &HeaderMap) -> Result<UserInfo, ApiError> {
+/// The bearer token of the kubeconfig the emulator writes: the cluster administrator.
+pub const ADMIN_TOKEN: &str = "emulator";
+
+/// Who sent a request, from its bearer token. Without `Options::authorize` a token the emulator
+/// did not issue (or none) is the administrator; with it, the kubeconfig's token is, no token is
+/// `system:anonymous`, and a token that is neither is a 401 (as an API server whose
+/// authenticators all refuse a presented token).
+fn authenticated(app: &App, headers: &HeaderMap) -> Result<UserInfo, ApiError> {
     let bearer = headers
         .get("authorization")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim);
-    let caller = bearer
-        .and_then(|t| crate::tokens::authenticate(app, t, None).ok())
-        .map(|(u, _)| u)
-        .unwrap_or_else(UserInfo::default_caller);
+    let issued = |t: &str| crate::tokens::authenticate(app, t, None).map(|(u, _)| u);
+    if !app.authorize {
+        return Ok(bearer
+            .and_then(|t| issued(t).ok())
+            .unwrap_or_else(UserInfo::default_caller));
+    }
+    match bearer {
+        None => Ok(UserInfo::anonymous()),
+        Some(ADMIN_TOKEN) => Ok(UserInfo::default_caller()),
+        Some(t) => issued(t).map_err(|_| ApiError::new(401, "Unauthorized", "Unauthorized")),
+    }
+}
+
+/// The identity a request acts as: its bearer token's, then impersonation applied.
+pub fn requester(app: &App, headers: &HeaderMap) -> Result<UserInfo, ApiError> {
+    let caller = authenticated(app, headers)?;
     let user = header_values(headers, "impersonate-user");
     let groups: Vec<String> = header_values(headers, "impersonate-group")
         .into_iter()
@@ -383,6 +419,172 @@ pub fn authorize(st: &State, user: &UserInfo, attrs: &Attributes) -> (bool, Stri
     }
 }
 
+/// The attributes the API server authorizes a request by, from its method, path and query
+/// alone (`RequestInfoFactory.NewRequestInfo` of k8s.io/apiserver): `/api/v1/...` and
+/// `/apis/<group>/<version>/...` are resource requests, everything else a non-resource path.
+pub fn request_attributes(
+    method: &str,
+    path: &str,
+    query: &std::collections::HashMap<String, String>,
+) -> Attributes {
+    let non_resource = || Attributes::NonResource {
+        verb: method.to_ascii_lowercase(),
+        path: path.to_string(),
+    };
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (group, mut rest) = match parts.as_slice() {
+        ["api", _, _, ..] => ("", &parts[2..]),
+        ["apis", group, _, _, ..] => (*group, &parts[3..]),
+        _ => return non_resource(),
+    };
+    let mut verb = match rest[0] {
+        special @ ("watch" | "proxy") => {
+            if rest.len() < 2 {
+                // "unable to determine kind and namespace": the API server refuses such a URL.
+                return non_resource();
+            }
+            rest = &rest[1..];
+            special
+        }
+        _ => match method {
+            "POST" => "create",
+            "GET" | "HEAD" => "get",
+            "PUT" => "update",
+            "PATCH" => "patch",
+            "DELETE" => "delete",
+            _ => "",
+        },
+    }
+    .to_string();
+    let mut namespace = String::new();
+    if rest[0] == "namespaces" && rest.len() > 1 {
+        namespace = rest[1].to_string();
+        if rest.len() > 2 && !matches!(rest[2], "status" | "finalize") {
+            rest = &rest[2..];
+        }
+    }
+    let resource = rest[0].to_string();
+    let mut name = rest.get(1).map(|n| n.to_string()).unwrap_or_default();
+    let subresource = match rest.get(2) {
+        Some(sub) if verb != "proxy" => sub.to_string(),
+        _ => String::new(),
+    };
+    if name.is_empty() && verb == "get" {
+        let watch = query
+            .get("watch")
+            .is_some_and(|w| matches!(w.as_str(), "1" | "t" | "T" | "true" | "TRUE" | "True"));
+        verb = if watch { "watch" } else { "list" }.into();
+        // A list or watch of one object by `metadata.name` is authorized as that object's.
+        let exact = query.get("fieldSelector").and_then(|s| {
+            s.split(',').find_map(|term| {
+                let (field, value) = term.split_once("==").or_else(|| term.split_once('='))?;
+                (field.trim() == "metadata.name").then(|| value.trim().to_string())
+            })
+        });
+        if let Some(n) = exact.filter(|n| {
+            !n.is_empty() && n != "." && n != ".." && !n.contains('/') && !n.contains('%')
+        }) {
+            name = n;
+        }
+    }
+    if name.is_empty() && verb == "delete" {
+        verb = "deletecollection".into();
+    }
+    Attributes::Resource {
+        verb,
+        group: group.to_string(),
+        resource,
+        subresource,
+        name,
+        namespace,
+    }
+}
+
+/// The API server's 403 for a request RBAC denies (`responsewriters.Forbidden`).
+pub fn forbidden(user: &UserInfo, attrs: &Attributes, reason: &str) -> ApiError {
+    // The API server escapes these in the message (`sanitizer`).
+    let sanitize = |s: String| {
+        s.replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+    };
+    let who = &user.username;
+    let (message, details) = match attrs {
+        Attributes::NonResource { verb, path } => (
+            format!("forbidden: User {who:?} cannot {verb} path {path:?}"),
+            json!({}),
+        ),
+        Attributes::Resource {
+            verb,
+            group,
+            resource,
+            subresource,
+            name,
+            namespace,
+        } => {
+            let addressed = if subresource.is_empty() {
+                resource.clone()
+            } else {
+                format!("{resource}/{subresource}")
+            };
+            let scope = if namespace.is_empty() {
+                "at the cluster scope".to_string()
+            } else {
+                format!("in the namespace {namespace:?}")
+            };
+            let why = format!(
+                "User {who:?} cannot {verb} resource {addressed:?} in API group {group:?} {scope}"
+            );
+            let qualified = if group.is_empty() {
+                resource.clone()
+            } else {
+                format!("{resource}.{group}")
+            };
+            let message = if name.is_empty() {
+                format!("{qualified} is forbidden: {why}")
+            } else {
+                format!("{qualified} {name:?} is forbidden: {why}")
+            };
+            let mut details = serde_json::Map::new();
+            for (key, value) in [("name", name), ("group", group), ("kind", resource)] {
+                if !value.is_empty() {
+                    details.insert(key.into(), json!(value));
+                }
+            }
+            (message, Value::Object(details))
+        }
+    };
+    let message = sanitize(message);
+    let message = if reason.is_empty() {
+        message
+    } else {
+        format!("{message}: {reason}")
+    };
+    ApiError::new(403, "Forbidden", message).with_details(details)
+}
+
+/// Authentication and authorization of one request under `Options::authorize` (a no-op
+/// without it): 401 for a token nobody issued, 403 for what RBAC does not allow.
+pub fn admit(
+    app: &App,
+    method: &str,
+    path: &str,
+    query: &std::collections::HashMap<String, String>,
+    headers: &HeaderMap,
+) -> Result<(), ApiError> {
+    if !app.authorize {
+        return Ok(());
+    }
+    let user = requester(app, headers)?;
+    let attrs = request_attributes(method, path, query);
+    let (allowed, reason) = authorize(&app.store.lock(), &user, &attrs);
+    if allowed {
+        Ok(())
+    } else {
+        Err(forbidden(&user, &attrs, &reason))
+    }
+}
+
 fn invalid(t: &Target, causes: Vec<(String, &'static str, String)>) -> ApiError {
     ApiError::invalid(&t.r, "", &causes)
 }
@@ -549,4 +751,210 @@ fn rules_review(st: &State, user: &UserInfo, namespace: &str) -> Value {
         status["evaluationError"] = json!(errors.join(", "));
     }
     status
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resource(
+        verb: &str,
+        group: &str,
+        resource: &str,
+        sub: &str,
+        name: &str,
+        ns: &str,
+    ) -> String {
+        format!("{verb} {group}/{resource}/{sub} {name:?} in {ns:?}")
+    }
+
+    fn show(a: &Attributes) -> String {
+        match a {
+            Attributes::Resource {
+                verb,
+                group,
+                resource: r,
+                subresource,
+                name,
+                namespace,
+            } => resource(verb, group, r, subresource, name, namespace),
+            Attributes::NonResource { verb, path } => format!("{verb} path {path}"),
+        }
+    }
+
+    /// The request attributes of `RequestInfoFactory`, row by row.
+    #[test]
+    fn request_attributes_are_the_api_servers() {
+        let rows: &[(&str, &str, &str, String)] = &[
+            ("GET", "/version", "", "get path /version".into()),
+            ("GET", "/apis", "", "get path /apis".into()),
+            ("GET", "/apis/apps", "", "get path /apis/apps".into()),
+            ("GET", "/api/v1", "", "get path /api/v1".into()),
+            ("GET", "/apis/apps/v1", "", "get path /apis/apps/v1".into()),
+            ("POST", "/metrics", "", "post path /metrics".into()),
+            (
+                "GET",
+                "/api/v1/namespaces/apps/pods",
+                "",
+                resource("list", "", "pods", "", "", "apps"),
+            ),
+            (
+                "GET",
+                "/api/v1/pods",
+                "watch=true",
+                resource("watch", "", "pods", "", "", ""),
+            ),
+            (
+                "GET",
+                "/api/v1/namespaces/apps/pods",
+                "watch=1&fieldSelector=metadata.name%3Dweb",
+                resource("watch", "", "pods", "", "web", "apps"),
+            ),
+            (
+                "GET",
+                "/api/v1/namespaces/apps/pods",
+                "fieldSelector=status.phase%3DRunning,metadata.name%3D%3Dweb",
+                resource("list", "", "pods", "", "web", "apps"),
+            ),
+            (
+                "GET",
+                "/api/v1/namespaces/apps/pods",
+                "fieldSelector=metadata.name!%3Dweb",
+                resource("list", "", "pods", "", "", "apps"),
+            ),
+            (
+                "GET",
+                "/api/v1/namespaces/apps/pods/web",
+                "watch=true",
+                resource("get", "", "pods", "", "web", "apps"),
+            ),
+            (
+                "GET",
+                "/api/v1/watch/namespaces/apps/pods/web",
+                "",
+                resource("watch", "", "pods", "", "web", "apps"),
+            ),
+            (
+                "PATCH",
+                "/apis/apps/v1/namespaces/apps/deployments/web/scale",
+                "",
+                resource("patch", "apps", "deployments", "scale", "web", "apps"),
+            ),
+            (
+                "POST",
+                "/apis/apps/v1/namespaces/apps/deployments",
+                "",
+                resource("create", "apps", "deployments", "", "", "apps"),
+            ),
+            (
+                "PUT",
+                "/apis/sites.ecmwf.int/v1/namespaces/apps/sites/a/status",
+                "",
+                resource("update", "sites.ecmwf.int", "sites", "status", "a", "apps"),
+            ),
+            (
+                "DELETE",
+                "/api/v1/namespaces/apps/configmaps",
+                "",
+                resource("deletecollection", "", "configmaps", "", "", "apps"),
+            ),
+            (
+                "DELETE",
+                "/api/v1/namespaces/apps/configmaps/c",
+                "",
+                resource("delete", "", "configmaps", "", "c", "apps"),
+            ),
+            // A namespace is its own namespace; its status and finalize are its subresources.
+            (
+                "GET",
+                "/api/v1/namespaces/apps",
+                "",
+                resource("get", "", "namespaces", "", "apps", "apps"),
+            ),
+            (
+                "PUT",
+                "/api/v1/namespaces/apps/finalize",
+                "",
+                resource("update", "", "namespaces", "finalize", "apps", "apps"),
+            ),
+            (
+                "GET",
+                "/api/v1/namespaces",
+                "",
+                resource("list", "", "namespaces", "", "", ""),
+            ),
+            (
+                "GET",
+                "/api/v1/nodes/n1/proxy/metrics",
+                "",
+                resource("get", "", "nodes", "proxy", "n1", ""),
+            ),
+            (
+                "GET",
+                "/api/v1/proxy/nodes/n1/metrics",
+                "",
+                resource("proxy", "", "nodes", "", "n1", ""),
+            ),
+        ];
+        for (method, path, query, want) in rows {
+            let query = form_urlencoded::parse(query.as_bytes())
+                .into_owned()
+                .collect();
+            assert_eq!(
+                &show(&request_attributes(method, path, &query)),
+                want,
+                "{method} {path}"
+            );
+        }
+    }
+
+    #[test]
+    fn forbidden_messages_are_the_api_servers() {
+        let robot = UserInfo::service_account("apps", "robot", "u1");
+        let attrs = |verb: &str, group: &str, res: &str, sub: &str, name: &str, ns: &str| {
+            Attributes::Resource {
+                verb: verb.into(),
+                group: group.into(),
+                resource: res.into(),
+                subresource: sub.into(),
+                name: name.into(),
+                namespace: ns.into(),
+            }
+        };
+        let rows: &[(Attributes, &str, &str, Value)] = &[
+            (
+                attrs("list", "", "pods", "", "", "apps"),
+                "",
+                r#"pods is forbidden: User "system:serviceaccount:apps:robot" cannot list resource "pods" in API group "" in the namespace "apps""#,
+                json!({"kind": "pods"}),
+            ),
+            (
+                attrs("patch", "apps", "deployments", "scale", "web", "apps"),
+                "",
+                r#"deployments.apps "web" is forbidden: User "system:serviceaccount:apps:robot" cannot patch resource "deployments/scale" in API group "apps" in the namespace "apps""#,
+                json!({"name": "web", "group": "apps", "kind": "deployments"}),
+            ),
+            (
+                attrs("get", "", "nodes", "", "n1", ""),
+                r#"RBAC: clusterrole.rbac.authorization.k8s.io "gone" not found"#,
+                r#"nodes "n1" is forbidden: User "system:serviceaccount:apps:robot" cannot get resource "nodes" in API group "" at the cluster scope: RBAC: clusterrole.rbac.authorization.k8s.io "gone" not found"#,
+                json!({"name": "n1", "kind": "nodes"}),
+            ),
+            (
+                Attributes::NonResource {
+                    verb: "get".into(),
+                    path: "/metrics".into(),
+                },
+                "",
+                r#"forbidden: User "system:serviceaccount:apps:robot" cannot get path "/metrics""#,
+                json!({}),
+            ),
+        ];
+        for (attrs, reason, message, details) in rows {
+            let e = forbidden(&robot, attrs, reason);
+            assert_eq!((e.code, e.reason.as_str()), (403, "Forbidden"));
+            assert_eq!(e.message, *message);
+            assert_eq!(e.details.as_ref(), Some(details));
+        }
+    }
 }

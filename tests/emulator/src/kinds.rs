@@ -1,6 +1,7 @@
 //! Built-in kinds served in addition to the core table of `registry.rs`: nodes, resource
 //! quotas, Jobs and CronJobs, DaemonSets and ReplicationControllers (stored, their status left as
-//! a cluster without their controllers leaves it), APIServices, endpoint slices, PodDisruptionBudgets, CertificateSigningRequests, and the create-only review kinds
+//! a cluster without their controllers leaves it), NetworkPolicies (stored, enforced by no
+//! network plugin), APIServices, endpoint slices, PodDisruptionBudgets, CertificateSigningRequests, and the create-only review kinds
 //! (TokenReview, SubjectAccessReview and friends, SelfSubjectReview) that are answered and never
 //! stored. Also the subresources discovery lists for them (`scale`, `eviction`, `token`,
 //! `approval`).
@@ -32,7 +33,12 @@ fn info(
         status_subresource: status,
         tracks_generation: matches!(
             kind,
-            "PodDisruptionBudget" | "Job" | "CronJob" | "DaemonSet" | "ReplicationController"
+            "PodDisruptionBudget"
+                | "Job"
+                | "CronJob"
+                | "DaemonSet"
+                | "ReplicationController"
+                | "NetworkPolicy"
         ),
         name_rule: NameRule::Subdomain,
         custom: None,
@@ -54,6 +60,14 @@ pub fn extra() -> Vec<ResourceInfo> {
         info("batch", "jobs", "Job", true, &[], true),
         info("batch", "cronjobs", "CronJob", true, &["cj"], true),
         info("apps", "daemonsets", "DaemonSet", true, &["ds"], true),
+        info(
+            "networking.k8s.io",
+            "networkpolicies",
+            "NetworkPolicy",
+            true,
+            &["netpol"],
+            false,
+        ),
         info(
             "",
             "replicationcontrollers",
@@ -177,6 +191,7 @@ pub fn schema(group: &str, kind: &str) -> Option<KindSchema> {
         ("batch", "Job") => generate::<api::batch::v1::Job>(),
         ("batch", "CronJob") => generate::<api::batch::v1::CronJob>(),
         ("apps", "DaemonSet") => generate::<api::apps::v1::DaemonSet>(),
+        ("networking.k8s.io", "NetworkPolicy") => generate::<api::networking::v1::NetworkPolicy>(),
         ("", "ReplicationController") => generate::<api::core::v1::ReplicationController>(),
         ("apiregistration.k8s.io", "APIService") => {
             generate::<k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService>()

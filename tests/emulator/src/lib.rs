@@ -63,6 +63,10 @@ pub struct Options {
     pub port: u16,
     /// Watch events kept for resuming watches; older positions get 410 Gone.
     pub history: usize,
+    /// Authenticate bearer tokens and authorize every request against the stored RBAC, as an
+    /// API server with `--authorization-mode=RBAC` ([`authz::admit`]); the kubeconfig's token
+    /// stays the unrestricted administrator.
+    pub authorize: bool,
 }
 
 impl Default for Options {
@@ -71,6 +75,7 @@ impl Default for Options {
             tls: false,
             port: 0,
             history: 200_000,
+            authorize: false,
         }
     }
 }
@@ -100,6 +105,7 @@ impl Emulator {
             kubelet: Default::default(),
             faults: Default::default(),
             cluster: Default::default(),
+            authorize: opts.authorize,
         });
         let listener = TcpListener::bind(("127.0.0.1", opts.port)).await?;
         let addr = listener.local_addr()?;
@@ -191,7 +197,7 @@ impl Emulator {
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [{"name": "emulator", "cluster": cluster}],
-            "users": [{"name": "emulator", "user": {"token": "emulator"}}],
+            "users": [{"name": "emulator", "user": {"token": authz::ADMIN_TOKEN}}],
             "contexts": [{"name": "emulator", "context": {"cluster": "emulator", "user": "emulator", "namespace": "default"}}],
             "current-context": "emulator",
         });

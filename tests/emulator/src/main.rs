@@ -14,6 +14,11 @@ struct Cli {
     /// Serve HTTPS with a generated CA (written into the kubeconfig).
     #[arg(long)]
     tls: bool,
+    /// Authorize requests as an RBAC cluster: the tokens it issues (`kubectl create token`) act
+    /// as their service accounts and are refused (403) what the stored RBAC does not grant; the
+    /// written kubeconfig stays the administrator.
+    #[arg(long)]
+    authorize: bool,
     /// Where to write the kubeconfig.
     #[arg(long, default_value = "emulator.kubeconfig")]
     kubeconfig: PathBuf,
@@ -40,6 +45,7 @@ async fn main() -> std::process::ExitCode {
     let emulator = match sites_emulator::Emulator::start(sites_emulator::Options {
         tls: cli.tls,
         port: cli.port,
+        authorize: cli.authorize,
         ..Default::default()
     })
     .await

@@ -36,6 +36,9 @@ pub struct App {
     pub services: crate::admission::ServiceMap,
     /// Cluster-wide state outside the store (CA, issued tokens).
     pub cluster: crate::cluster::Cluster,
+    /// Authenticate tokens and authorize every request against the stored RBAC
+    /// (`Options::authorize`, [`crate::authz::admit`]).
+    pub authorize: bool,
 }
 
 type Query = HashMap<String, String>;
@@ -121,6 +124,9 @@ async fn route(
     }
     if segs.first() == Some(&"__emulator") {
         return other(crate::admin::handle(app, method, &segs[1..], query, &body));
+    }
+    if let Err(e) = crate::authz::admit(app, method.as_str(), path, query, headers) {
+        return other(error_response(&e));
     }
     // Discovery.
     let accept = headers.get(header::ACCEPT).and_then(|a| a.to_str().ok());

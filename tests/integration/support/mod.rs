@@ -13,6 +13,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use sites_emulator::{Emulator, Options};
 
 pub mod argocd;
+pub mod deployed;
 pub mod operator;
 pub mod process;
 
@@ -46,20 +47,25 @@ pub async fn client_config(emulator: &Emulator) -> kube::Config {
 impl Cluster {
     /// Starts an emulator (HTTP or HTTPS) with the Site CRD registered.
     pub async fn start(tls: bool) -> Cluster {
-        let emulator = Emulator::start(Options {
+        let c = Cluster::empty(Options {
             tls,
             ..Default::default()
         })
-        .await
-        .expect("emulator starts");
+        .await;
+        let crds: Api<CustomResourceDefinition> = Api::all(c.client.clone());
+        crds.create(&PostParams::default(), &sites_operator::crd::crd())
+            .await
+            .expect("Site CRD is accepted");
+        c
+    }
+
+    /// Starts an emulator with `options` and nothing installed.
+    pub async fn empty(options: Options) -> Cluster {
+        let emulator = Emulator::start(options).await.expect("emulator starts");
         let dir = std::env::temp_dir().join(format!("sites-it-{}", uuid::Uuid::new_v4()));
         std::fs::create_dir_all(&dir).unwrap();
         emulator.write_kubeconfig(&dir.join("kubeconfig")).unwrap();
         let client = kube::Client::try_from(client_config(&emulator).await).expect("client");
-        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-        crds.create(&PostParams::default(), &sites_operator::crd::crd())
-            .await
-            .expect("Site CRD is accepted");
         Cluster {
             emulator,
             client,

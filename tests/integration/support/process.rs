@@ -51,18 +51,30 @@ impl OperatorProcess {
         cert_dir: &std::path::Path,
         extra: &[&str],
     ) -> OperatorProcess {
-        // Per start: a restarted operator must not be taken for its predecessor.
-        let run = uuid::Uuid::new_v4().simple().to_string();
-        let log = cert_dir.with_extension(format!("{run}.log"));
-        let report = cert_dir.with_extension(format!("{run}.listening"));
-        let file = std::fs::File::create(&log).expect("log file");
         ensure_config_map(
             kubeconfig,
             namespace,
             &cert_dir.with_extension("kubectl-cache"),
         );
-        let child = Command::new(env!("CARGO_BIN_EXE_sites-operator"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_sites-operator"));
+        command
             .args(["run", "--self-signed", "--namespace", namespace])
+            .arg("--cert-dir")
+            .arg(cert_dir)
+            .args(extra)
+            .env("KUBECONFIG", kubeconfig);
+        Self::launch(command, &cert_dir.with_extension("run"))
+    }
+
+    /// Starts `command` (the binary with its arguments for `run`), listening on ports it picks
+    /// and reporting them; its log and report are files beside `base` (`<base>.<run>.log`).
+    pub fn launch(mut command: Command, base: &std::path::Path) -> OperatorProcess {
+        // Per start: a restarted operator must not be taken for its predecessor.
+        let run = uuid::Uuid::new_v4().simple().to_string();
+        let log = base.with_extension(format!("{run}.log"));
+        let report = base.with_extension(format!("{run}.listening"));
+        let file = std::fs::File::create(&log).expect("log file");
+        let child = command
             .args([
                 "--webhook-addr",
                 "127.0.0.1:0",
@@ -73,10 +85,6 @@ impl OperatorProcess {
             ])
             .arg("--listen-report")
             .arg(&report)
-            .arg("--cert-dir")
-            .arg(cert_dir)
-            .args(extra)
-            .env("KUBECONFIG", kubeconfig)
             .stdout(std::process::Stdio::null())
             .stderr(file)
             .spawn()

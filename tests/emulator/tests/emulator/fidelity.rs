@@ -1020,3 +1020,49 @@ async fn daemonsets_and_replication_controllers_are_served() {
     assert!(all.contains("daemonset.apps/agent"), "{all}");
     assert!(all.contains("replicationcontroller/legacy"), "{all}");
 }
+
+/// networking.k8s.io/v1 NetworkPolicies are stored and applied with kubectl (its validation
+/// reads their OpenAPI), with the short name `netpol`; no network plugin enforces them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn network_policies_are_served() {
+    let c = Cluster::start(false).await;
+    let policy = r#"
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata:
+  name: webhook-ingress
+spec:
+  podSelector:
+    matchLabels:
+      app: web
+  policyTypes: [Ingress]
+  ingress:
+    - ports:
+        - port: 9443
+          protocol: TCP
+"#;
+    let out = c.kubectl_stdin(&["apply", "-f", "-"], Some(policy));
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "networkpolicy.networking.k8s.io/webhook-ingress created"
+    );
+    let port = c.kubectl_ok(&[
+        "get",
+        "netpol",
+        "webhook-ingress",
+        "-o",
+        "jsonpath={.spec.ingress[0].ports[0].port} {.metadata.generation}",
+    ]);
+    assert_eq!(port, "9443 1");
+    // Its schema is known: an unknown field is refused under kubectl's strict validation.
+    let out = c.kubectl_stdin(
+        &["apply", "-f", "-"],
+        Some(&policy.replace("policyTypes:", "policyTypez:")),
+    );
+    assert!(!out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(r#"unknown field "spec.policyTypez""#),
+        "{out:?}"
+    );
+}

@@ -3,6 +3,7 @@
 
 mod admission;
 mod api;
+mod authorization;
 mod cluster;
 mod controllers;
 mod fidelity;

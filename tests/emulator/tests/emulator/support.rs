@@ -158,12 +158,16 @@ async fn client_config(emulator: &Emulator) -> kube::Config {
 impl Cluster {
     /// Starts an emulator (HTTP or HTTPS) with the Site CRD registered.
     pub async fn start(tls: bool) -> Cluster {
-        let emulator = Emulator::start(Options {
+        Cluster::start_with(Options {
             tls,
             ..Default::default()
         })
         .await
-        .expect("emulator starts");
+    }
+
+    /// [`Cluster::start`] with any options.
+    pub async fn start_with(options: Options) -> Cluster {
+        let emulator = Emulator::start(options).await.expect("emulator starts");
         let dir = std::env::temp_dir().join(format!("sites-emulator-it-{}", uuid::Uuid::new_v4()));
         std::fs::create_dir_all(&dir).unwrap();
         emulator.write_kubeconfig(&dir.join("kubeconfig")).unwrap();
@@ -181,6 +185,27 @@ impl Cluster {
 
     pub fn kubeconfig(&self) -> PathBuf {
         self.dir.join("kubeconfig")
+    }
+
+    /// A kubeconfig of the emulator with `token` as its credentials, written as `<name>.kubeconfig`.
+    pub fn kubeconfig_with_token(&self, name: &str, token: &str) -> PathBuf {
+        let mut config: Value = serde_yaml_ng::from_str(&self.emulator.kubeconfig_yaml()).unwrap();
+        config["users"][0]["user"]["token"] = Value::String(token.to_string());
+        let path = self.dir.join(format!("{name}.kubeconfig"));
+        std::fs::write(&path, serde_yaml_ng::to_string(&config).unwrap()).unwrap();
+        path
+    }
+
+    /// Runs kubectl with another kubeconfig (and this cluster's cache directory).
+    pub fn kubectl_as(&self, kubeconfig: &std::path::Path, args: &[&str]) -> Output {
+        Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .arg("--cache-dir")
+            .arg(self.dir.join("cache"))
+            .args(args)
+            .output()
+            .expect("kubectl runs")
     }
 
     /// Runs kubectl against the emulator; never with `--validate=false`.
