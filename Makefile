@@ -14,7 +14,7 @@ KUBERNETES_VALIDATE_VERSION := 1.37.0
 # Kubernetes version the manifests are validated against (the emulator's and kubectl's).
 KUBERNETES_VERSION := 1.32.0
 
-.PHONY: rbac-mutation-check bench bench-full prometheus-tools all build run test lint fmt fmt-check clippy unit crd crd-check validate-manifests promtool-test kind-e2e-check image kind-e2e fuzz tools clean
+.PHONY: merge-table merge-table-check rbac-mutation-check bench bench-full prometheus-tools all build run test lint fmt fmt-check clippy unit crd crd-check validate-manifests promtool-test kind-e2e-check image kind-e2e fuzz tools clean
 
 all: build
 
@@ -28,7 +28,7 @@ run:
 
 ## test: formatting, lints, every test, CRD drift, manifest validation, kind-e2e dry run, and
 ## the bounded fuzzing run.
-test: fmt-check clippy unit rbac-mutation-check crd-check validate-manifests promtool-test kind-e2e-check fuzz
+test: fmt-check clippy unit rbac-mutation-check crd-check merge-table-check validate-manifests promtool-test kind-e2e-check fuzz
 
 ## lint: formatting and clippy with warnings as errors.
 lint: fmt-check clippy
@@ -59,6 +59,20 @@ unit: prometheus-tools
 ## fail with the API server's 403 for that grant (scripts/rbac-mutation-check.sh).
 rbac-mutation-check:
 	scripts/rbac-mutation-check.sh
+
+## merge-table: regenerate the emulator's merge-semantics table (tests/emulator/src/merge_table.txt)
+## from the Kubernetes $(KUBERNETES_VERSION) schemas kubernetes-validate publishes.
+MERGE_TABLE := tests/emulator/src/merge_table.txt
+KUBERNETES_VALIDATE_DIR = $$($(VENV)/bin/python -c 'import kubernetes_validate, os; print(os.path.dirname(kubernetes_validate.__file__))')
+merge-table: $(VENV)/bin/kubernetes-validate
+	$(VENV)/bin/python tests/emulator/merge/generate.py "$(KUBERNETES_VALIDATE_DIR)" $(KUBERNETES_VERSION) > $(MERGE_TABLE)
+
+## merge-table-check: fail when the committed merge-semantics table differs from a regenerated one.
+merge-table-check: $(VENV)/bin/kubernetes-validate
+	@$(VENV)/bin/python tests/emulator/merge/generate.py "$(KUBERNETES_VALIDATE_DIR)" $(KUBERNETES_VERSION) \
+		| diff -u $(MERGE_TABLE) - \
+		|| { echo "$(MERGE_TABLE) is out of date: run 'make merge-table'"; exit 1; }
+	@echo "merge table matches the Kubernetes $(KUBERNETES_VERSION) schemas: $$(grep -c '^kind' $(MERGE_TABLE)) kinds"
 
 ## crd: regenerate manifests/base/crd.yaml from the Rust types.
 crd:

@@ -790,9 +790,12 @@ async fn hand_edits_are_repaired() {
             "ConfigMap",
             json!({"data": {"nginx.conf": "# edited by hand"}}),
         ),
+        // A key added to the selector (a merge patch merges maps): the Service would select no
+        // pod. Its selector is atomic (`x-kubernetes-map-type`), so the repair's apply replaces
+        // it whole.
         (
             "Service",
-            json!({"spec": {"selector": {"sites.ecmwf.int/id": "other"}}}),
+            json!({"spec": {"selector": {"app": "hijacked"}}}),
         ),
         (
             "Secret",

@@ -1,17 +1,19 @@
 //! Server-side apply, in the minimal model the project relies on: each field manager owns the
 //! leaf fields it applied (recorded in `managedFields` as FieldsV1); re-applying without a field
 //! removes it unless another manager owns it; a different value for a field another apply
-//! manager owns is a conflict unless forced. Maps merge recursively; lists are atomic unless
-//! the schema keys them (`x-kubernetes-list-type: map` for custom resources, the strategic
-//! merge keys for built-ins), in which case items merge by key.
+//! manager owns is a conflict unless forced. Maps merge recursively, except atomic ones
+//! (`x-kubernetes-map-type: atomic` on the field or its type), which are one field, replaced
+//! whole; lists are atomic unless the schema makes them sets or maps (`x-kubernetes-list-type`
+//! with `x-kubernetes-list-map-keys`), in which case items merge by key. Built-in kinds read
+//! these from Kubernetes' own schemas ([`crate::merge`]), custom resources from their CRD's.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Map, Value, json};
 
+use crate::merge::{self, Node};
 use crate::meta;
 use crate::registry::ResourceInfo;
-use crate::smp::{self, ListMerge};
 use crate::status::ApiError;
 
 /// One step of a field path: a map field, or a list item identified by its key fields.
@@ -31,23 +33,28 @@ enum ListKind {
     Map(Vec<String>),
 }
 
+/// The CRD schema node at a path of field names (list items left out), if the schema has it.
+fn crd_schema<'a>(schema: &'a Value, fields: &[String]) -> Option<&'a Value> {
+    let mut s = schema;
+    for f in fields {
+        s = match s.get("properties").and_then(|p| p.get(f)) {
+            Some(child) => child,
+            None => s
+                .get("items")
+                .and_then(|i| i.get("properties"))
+                .and_then(|p| p.get(f))
+                .or_else(|| s.get("additionalProperties").filter(|a| a.is_object()))?,
+        };
+    }
+    Some(s)
+}
+
 fn list_kind(r: &ResourceInfo, fields: &[String]) -> ListKind {
     match &r.custom {
         Some(c) => {
-            let mut s = &c.schema;
-            for f in fields {
-                s = match s.get("properties").and_then(|p| p.get(f)) {
-                    Some(child) => child,
-                    None => match s
-                        .get("items")
-                        .and_then(|i| i.get("properties"))
-                        .and_then(|p| p.get(f))
-                    {
-                        Some(child) => child,
-                        None => return ListKind::Atomic,
-                    },
-                };
-            }
+            let Some(s) = crd_schema(&c.schema, fields) else {
+                return ListKind::Atomic;
+            };
             match s.get("x-kubernetes-list-type").and_then(Value::as_str) {
                 Some("map") => ListKind::Map(
                     s["x-kubernetes-list-map-keys"]
@@ -65,19 +72,55 @@ fn list_kind(r: &ResourceInfo, fields: &[String]) -> ListKind {
         }
         None => {
             let path: Vec<&str> = fields.iter().map(String::as_str).collect();
-            match smp::list_strategy(&r.kind, &path) {
-                Some(ListMerge::Key(k)) => ListKind::Map(vec![k.to_string()]),
-                Some(ListMerge::Primitive) => ListKind::Set,
-                None => ListKind::Atomic,
+            match builtin(r).at(&path).0.list() {
+                merge::ListType::Map(keys) => {
+                    ListKind::Map(keys.iter().map(|k| k.to_string()).collect())
+                }
+                merge::ListType::Set => ListKind::Set,
+                merge::ListType::Atomic => ListKind::Atomic,
             }
         }
     }
 }
 
+fn builtin(r: &ResourceInfo) -> Node {
+    Node::root(&r.group, &r.version, &r.kind)
+}
+
+/// Whether the map or struct at this path is replaced whole (`x-kubernetes-map-type: atomic`).
+fn atomic_map(r: &ResourceInfo, fields: &[String]) -> bool {
+    if fields.is_empty() {
+        return false;
+    }
+    match &r.custom {
+        Some(c) => crd_schema(&c.schema, fields)
+            .and_then(|s| s.get("x-kubernetes-map-type"))
+            .is_some_and(|t| t == "atomic"),
+        None => {
+            let path: Vec<&str> = fields.iter().map(String::as_str).collect();
+            let (field, node) = builtin(r).at(&path);
+            field.atomic(node)
+        }
+    }
+}
+
+/// Key fields the API server defaults when an applied list item leaves them out (the schemas
+/// kubernetes-validate publishes omit `default`): ports' `protocol`.
+fn defaulted_key(key: &str) -> Option<Value> {
+    (key == "protocol").then(|| json!("TCP"))
+}
+
+/// Whether a list item has these key values (a defaulted key field counts with its default).
+fn has_key(item: &Value, key: &Map<String, Value>) -> bool {
+    key.iter()
+        .all(|(k, want)| item.get(k).cloned().or_else(|| defaulted_key(k)).as_ref() == Some(want))
+}
+
 fn item_key(item: &Value, keys: &[String]) -> Option<String> {
     let mut m = Map::new();
     for k in keys {
-        m.insert(k.clone(), item.get(k)?.clone());
+        let value = item.get(k).cloned().or_else(|| defaulted_key(k))?;
+        m.insert(k.clone(), value);
     }
     Some(Value::Object(m).to_string())
 }
@@ -91,7 +134,7 @@ fn leaves(
     out: &mut BTreeSet<FieldPath>,
 ) {
     match v {
-        Value::Object(m) if !m.is_empty() => {
+        Value::Object(m) if !m.is_empty() && !atomic_map(r, fields) => {
             for (k, child) in m {
                 path.push(Seg::Field(k.clone()));
                 fields.push(k.clone());
@@ -145,9 +188,7 @@ fn get_at<'a>(v: &'a Value, path: &[Seg]) -> Option<&'a Value> {
             }
             Seg::Key(k) => {
                 let key: Map<String, Value> = serde_json::from_str(k).ok()?;
-                cur.as_array()?
-                    .iter()
-                    .find(|i| key.iter().all(|(kk, kv)| i.get(kk) == Some(kv)))?
+                cur.as_array()?.iter().find(|i| has_key(i, &key))?
             }
         };
     }
@@ -165,9 +206,7 @@ fn remove_at(v: &mut Value, path: &[Seg]) {
             Seg::Key(k) => {
                 let key: Option<Map<String, Value>> = serde_json::from_str(k).ok();
                 match (key, cur.as_array_mut()) {
-                    (Some(key), Some(items)) => items
-                        .iter_mut()
-                        .find(|i| key.iter().all(|(kk, kv)| i.get(kk) == Some(kv))),
+                    (Some(key), Some(items)) => items.iter_mut().find(|i| has_key(i, &key)),
                     _ => None,
                 }
             }
@@ -195,7 +234,7 @@ fn remove_at(v: &mut Value, path: &[Seg]) {
                 serde_json::from_str::<Map<String, Value>>(k),
                 cur.as_array_mut(),
             ) {
-                items.retain(|i| !key.iter().all(|(kk, kv)| i.get(kk) == Some(kv)));
+                items.retain(|i| !has_key(i, &key));
             }
         }
     }
@@ -207,7 +246,9 @@ fn merge(r: &ResourceInfo, target: &mut Value, src: &Value, fields: &mut Vec<Str
             for (k, v) in s {
                 fields.push(k.clone());
                 match t.get_mut(k) {
-                    Some(existing) if existing.is_object() && v.is_object() => {
+                    Some(existing)
+                        if existing.is_object() && v.is_object() && !atomic_map(r, fields) =>
+                    {
                         merge(r, existing, v, fields)
                     }
                     Some(existing) if existing.is_array() && v.is_array() => {
@@ -429,6 +470,28 @@ pub fn apply(
 
     let mut result = base.clone();
     let owned_by_others: BTreeSet<&FieldPath> = owners.values().flatten().collect();
+    // A list item of a map list that this manager applied before and no longer does, and that
+    // no other manager has fields in, goes whole (its key fields with it); deepest items first.
+    let under = |p: &FieldPath, item: &[Seg]| p.len() > item.len() && p.starts_with(item);
+    let mut dropped_items: Vec<FieldPath> = previous
+        .iter()
+        .flat_map(|p| {
+            p.iter()
+                .enumerate()
+                .filter(|(_, s)| matches!(s, Seg::Key(k) if !k.starts_with("v:")))
+                .map(|(i, _)| p[..=i].to_vec())
+        })
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .filter(|item| {
+            !new_set.iter().any(|p| under(p, item))
+                && !owned_by_others.iter().any(|p| under(p, item))
+        })
+        .collect();
+    dropped_items.sort_by_key(|item| std::cmp::Reverse(item.len()));
+    for item in &dropped_items {
+        remove_at(&mut result, item);
+    }
     for p in previous.difference(&new_set) {
         if !owned_by_others.contains(p) {
             remove_at(&mut result, p);

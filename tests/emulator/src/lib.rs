@@ -23,6 +23,7 @@ pub mod gc;
 mod gofmt;
 pub mod jsonpath;
 pub mod kinds;
+pub mod merge;
 pub mod meta;
 pub mod negotiate;
 pub mod ops;

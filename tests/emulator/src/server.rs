@@ -908,7 +908,6 @@ async fn patch(
         .trim()
         .to_string();
     let custom = !t.r.is_builtin();
-    let kind = t.r.kind.clone();
     match ct.as_str() {
         "application/apply-patch+yaml" | "application/apply-patch+json" => {
             let applied: Value = from_yaml(body)
@@ -1009,7 +1008,9 @@ async fn patch(
                         })?;
                     }
                     _ => {
-                        target = smp::apply(&shown, &patch_doc, &kind).map_err(ApiError::bad_request)?;
+                        let addressed = t.view.as_ref().unwrap_or(&t.r);
+                        let root = crate::merge::Node::root(&addressed.group, &addressed.version, &addressed.kind);
+                        target = smp::apply(&shown, &patch_doc, root).map_err(ApiError::bad_request)?;
                     }
                 }
                 let target = as_stored(t, target)?;

@@ -8,9 +8,12 @@
 //! * Maps merge recursively; a `null` value deletes the key.
 //! * A list field is merged only when its Go struct tag says `patchStrategy:"merge"`: by its
 //!   `patchMergeKey` for lists of objects, as a union for lists of primitives. Every other list is
-//!   replaced whole. The tags are in a small type table ([`list_strategy`]) keyed by the kind
-//!   being patched and the path of field names; kinds not in the table get JSON-merge-patch
-//!   semantics (maps merged, every list replaced).
+//!   replaced whole; a map whose tag says `patchStrategy:"replace"` is replaced whole. The tags
+//!   come from Kubernetes' own schemas, which mirror them as `x-kubernetes-patch-strategy` and
+//!   `x-kubernetes-patch-merge-key` ([`crate::merge`]); kinds the schemas do not have get
+//!   JSON-merge-patch semantics (maps merged, every list replaced). Maps marked
+//!   `x-kubernetes-map-type: atomic` still merge here: that extension is server-side apply's,
+//!   and the API server's strategic merge reads only the struct tags.
 //! * Directives: `$patch: replace | delete` in a map and as list elements, `$retainKeys`,
 //!   `$setElementOrder/<field>` and `$deleteFromPrimitiveList/<field>`.
 //! * Element order follows upstream: the `$setElementOrder` list wins; without it, items named in
@@ -36,6 +39,8 @@
 
 use serde_json::{Map, Value};
 
+use crate::merge::Node;
+
 type Obj = Map<String, Value>;
 
 const DIRECTIVE_MARKER: &str = "$patch";
@@ -51,21 +56,20 @@ const ERR_BAD_RETAIN_KEYS: &str = "invalid patch format of retainKeys";
 const ERR_BAD_SET_ORDER: &str = "invalid patch format of setElementOrder list";
 const ERR_LIST_OF_LISTS: &str = "lists of lists are not supported";
 
-/// The list strategy for a field path, exposed for tests and for other server code:
-/// `None` = replace; `Some(ListMerge::Primitive)` = union of primitives;
-/// `Some(ListMerge::Key("name"))` = merge by key.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ListMerge {
-    Primitive,
-    Key(&'static str),
-}
+/// A list's strategy: `None` replaces it; `Primitive` is a union of primitives, `Key("name")` a
+/// merge of objects by that key.
+pub use crate::merge::PatchMerge as ListMerge;
 
-/// Applies a strategic merge patch to `original` for built-in `kind` (e.g. "Pod",
-/// "StatefulSet", "ConfigMap"). Returns the merged object or Err(message) for malformed patches
-/// (patch not an object, bad directive values).
+/// Where in the patched object a merge is, from the schemas ([`crate::merge`]).
+type Ty = Node;
+
+/// Applies a strategic merge patch to `original`, an object of the built-in kind whose schema
+/// root is `root` ([`Node::root`]; a kind the schemas do not have merges every map and replaces
+/// every list). Returns the merged object or Err(message) for malformed patches (patch not an
+/// object, bad directive values).
 ///
 /// A `null` patch is an empty patch, as upstream (it unmarshals to an empty map).
-pub fn apply(original: &Value, patch: &Value, kind: &str) -> Result<Value, String> {
+pub fn apply(original: &Value, patch: &Value, root: Node) -> Result<Value, String> {
     let patch = match patch {
         Value::Object(m) => m.clone(),
         Value::Null => Obj::new(),
@@ -84,197 +88,18 @@ pub fn apply(original: &Value, patch: &Value, kind: &str) -> Result<Value, Strin
     if too_deep_map(&original) || too_deep_map(&patch) {
         return Err(format!("document nesting exceeds {MAX_DEPTH} levels"));
     }
-    merge_map(original, patch, root_type(kind)).map(Value::Object)
+    merge_map(original, patch, root).map(Value::Object)
 }
 
-/// The list strategy for a field path, exposed for tests and for other server code:
-/// None = replace; Some(ListMerge::Primitive) = union of primitives; Some(ListMerge::Key("name"))
-/// = merge by key.
-///
-/// `path` is the field names from the object root, list indices left out, e.g.
-/// `["spec", "template", "spec", "containers", "env"]` for a Deployment.
-pub fn list_strategy(kind: &str, path: &[&str]) -> Option<ListMerge> {
-    let (last, parents) = path.split_last()?;
-    let ty = parents
-        .iter()
-        .fold(root_type(kind), |ty, name| field(ty, name).0);
-    field(ty, last).1
-}
-
-// ---------------------------------------------------------------------------------------------
-// Type table: the patch tags of k8s.io/api (1.32) that matter for strategic merge.
-// ---------------------------------------------------------------------------------------------
-
-/// A node of the type table. `Untyped` means "no patch metadata below here": maps merge and
-/// lists are replaced.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Ty {
-    Untyped,
-    // Root kinds.
-    /// A built-in kind whose only merging lists are in ObjectMeta.
-    Object,
-    Pod,
-    PodTemplate,
-    /// Deployment, StatefulSet, DaemonSet, ReplicaSet, ReplicationController.
-    Workload,
-    Job,
-    CronJob,
-    Service,
-    Node,
-    /// Namespace, PersistentVolumeClaim, PodDisruptionBudget, HorizontalPodAutoscaler.
-    ObjectWithStatusConditions,
-    ServiceAccount,
-    WebhookConfiguration,
-    CsiNode,
-    // Nested types.
-    ObjectMeta,
-    PodTemplateSpec,
-    PodSpec,
-    Container,
-    PodStatus,
-    WorkloadSpec,
-    JobSpec,
-    CronJobSpec,
-    JobTemplateSpec,
-    ServiceSpec,
-    NodeSpec,
-    NodeStatus,
-    StatusConditions,
-    CsiNodeSpec,
-}
-
-fn root_type(kind: &str) -> Ty {
-    match kind {
-        "Pod" => Ty::Pod,
-        "PodTemplate" => Ty::PodTemplate,
-        "Deployment" | "StatefulSet" | "DaemonSet" | "ReplicaSet" | "ReplicationController" => {
-            Ty::Workload
-        }
-        "Job" => Ty::Job,
-        "CronJob" => Ty::CronJob,
-        "Service" => Ty::Service,
-        "Node" => Ty::Node,
-        "Namespace"
-        | "PersistentVolumeClaim"
-        | "PodDisruptionBudget"
-        | "HorizontalPodAutoscaler" => Ty::ObjectWithStatusConditions,
-        "ServiceAccount" => Ty::ServiceAccount,
-        "MutatingWebhookConfiguration" | "ValidatingWebhookConfiguration" => {
-            Ty::WebhookConfiguration
-        }
-        "CSINode" => Ty::CsiNode,
-        "ConfigMap"
-        | "Secret"
-        | "Endpoints"
-        | "EndpointSlice"
-        | "Event"
-        | "Lease"
-        | "PersistentVolume"
-        | "Ingress"
-        | "IngressClass"
-        | "NetworkPolicy"
-        | "LimitRange"
-        | "ResourceQuota"
-        | "Role"
-        | "ClusterRole"
-        | "RoleBinding"
-        | "ClusterRoleBinding"
-        | "StorageClass"
-        | "CSIDriver"
-        | "VolumeAttachment"
-        | "PriorityClass"
-        | "RuntimeClass"
-        | "ControllerRevision"
-        | "CertificateSigningRequest"
-        | "CustomResourceDefinition"
-        | "ValidatingAdmissionPolicy"
-        | "ValidatingAdmissionPolicyBinding" => Ty::Object,
-        _ => Ty::Untyped,
-    }
-}
-
-fn is_root(ty: Ty) -> bool {
-    matches!(
-        ty,
-        Ty::Object
-            | Ty::Pod
-            | Ty::PodTemplate
-            | Ty::Workload
-            | Ty::Job
-            | Ty::CronJob
-            | Ty::Service
-            | Ty::Node
-            | Ty::ObjectWithStatusConditions
-            | Ty::ServiceAccount
-            | Ty::WebhookConfiguration
-            | Ty::CsiNode
-    )
-}
-
-/// The type of field `name` of `ty` (for a list: of its elements) and the list strategy.
+/// The type of field `name` at `ty` (for a list: of its items) and its list strategy.
 fn field(ty: Ty, name: &str) -> (Ty, Option<ListMerge>) {
-    use ListMerge::{Key, Primitive};
-    let untyped_key = |k: &'static str| (Ty::Untyped, Some(Key(k)));
-    match (ty, name) {
-        (Ty::Untyped, _) => (Ty::Untyped, None),
-        (t, "metadata") if is_root(t) => (Ty::ObjectMeta, None),
+    let (field, child) = ty.field(name);
+    (child, field.patch_merge())
+}
 
-        (Ty::ObjectMeta, "finalizers") => (Ty::Untyped, Some(Primitive)),
-        (Ty::ObjectMeta, "ownerReferences") => untyped_key("uid"),
-
-        (Ty::Pod, "spec") => (Ty::PodSpec, None),
-        (Ty::Pod, "status") => (Ty::PodStatus, None),
-        (Ty::PodTemplate, "template") => (Ty::PodTemplateSpec, None),
-        (Ty::Workload, "spec") => (Ty::WorkloadSpec, None),
-        (Ty::Workload, "status") => (Ty::StatusConditions, None),
-        (Ty::WorkloadSpec, "template") => (Ty::PodTemplateSpec, None),
-        (Ty::Job, "spec") => (Ty::JobSpec, None),
-        (Ty::Job, "status") => (Ty::StatusConditions, None),
-        (Ty::JobSpec, "template") => (Ty::PodTemplateSpec, None),
-        (Ty::CronJob, "spec") => (Ty::CronJobSpec, None),
-        (Ty::CronJobSpec, "jobTemplate") => (Ty::JobTemplateSpec, None),
-        (Ty::JobTemplateSpec, "metadata") => (Ty::ObjectMeta, None),
-        (Ty::JobTemplateSpec, "spec") => (Ty::JobSpec, None),
-        (Ty::PodTemplateSpec, "metadata") => (Ty::ObjectMeta, None),
-        (Ty::PodTemplateSpec, "spec") => (Ty::PodSpec, None),
-
-        (Ty::PodSpec, "containers" | "initContainers" | "ephemeralContainers") => {
-            (Ty::Container, Some(Key("name")))
-        }
-        (Ty::PodSpec, "volumes" | "imagePullSecrets" | "resourceClaims" | "schedulingGates") => {
-            untyped_key("name")
-        }
-        (Ty::PodSpec, "hostAliases") => untyped_key("ip"),
-        (Ty::PodSpec, "topologySpreadConstraints") => untyped_key("topologyKey"),
-
-        (Ty::Container, "env") => untyped_key("name"),
-        (Ty::Container, "ports") => untyped_key("containerPort"),
-        (Ty::Container, "volumeMounts") => untyped_key("mountPath"),
-        (Ty::Container, "volumeDevices") => untyped_key("devicePath"),
-
-        (Ty::PodStatus, "conditions") => untyped_key("type"),
-        (Ty::PodStatus, "podIPs" | "hostIPs") => untyped_key("ip"),
-        (Ty::PodStatus, "resourceClaimStatuses") => untyped_key("name"),
-
-        (Ty::Service, "spec") => (Ty::ServiceSpec, None),
-        (Ty::Service, "status") => (Ty::StatusConditions, None),
-        (Ty::ServiceSpec, "ports") => untyped_key("port"),
-
-        (Ty::Node, "spec") => (Ty::NodeSpec, None),
-        (Ty::Node, "status") => (Ty::NodeStatus, None),
-        (Ty::NodeSpec, "podCIDRs") => (Ty::Untyped, Some(Primitive)),
-        (Ty::NodeStatus, "conditions" | "addresses") => untyped_key("type"),
-
-        (Ty::ObjectWithStatusConditions, "status") => (Ty::StatusConditions, None),
-        (Ty::StatusConditions, "conditions") => untyped_key("type"),
-
-        (Ty::ServiceAccount, "secrets") => untyped_key("name"),
-        (Ty::WebhookConfiguration, "webhooks") => untyped_key("name"),
-        (Ty::CsiNode, "spec") => (Ty::CsiNodeSpec, None),
-        (Ty::CsiNodeSpec, "drivers") => untyped_key("name"),
-
-        _ => (Ty::Untyped, None),
-    }
+/// Whether the map field `name` at `ty` is replaced whole (`patchStrategy:"replace"`).
+fn replaces(ty: Ty, name: &str) -> bool {
+    ty.field(name).0.patch_replaces()
 }
 
 fn merge_key_of(strategy: Option<ListMerge>) -> &'static str {
@@ -327,6 +152,9 @@ fn merge_map(mut original: Obj, mut patch: Obj, ty: Ty) -> Result<Obj, String> {
         };
 
         match (original_value, patch_value) {
+            (Value::Object(_), Value::Object(p)) if replaces(ty, &key) => {
+                original.insert(key, Value::Object(strip_map(p)));
+            }
             (Value::Object(o), Value::Object(p)) => {
                 let (child, _) = field(ty, &key);
                 let o = std::mem::take(o);
@@ -971,6 +799,30 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// The schema root of a kind by its name alone (the tests name kinds, not groups).
+    fn root(kind: &str) -> Node {
+        let group = match kind {
+            "Deployment" | "StatefulSet" | "DaemonSet" | "ReplicaSet" | "ControllerRevision" => {
+                "apps"
+            }
+            "Job" | "CronJob" => "batch",
+            "Ingress" | "IngressClass" | "NetworkPolicy" => "networking.k8s.io",
+            "PodDisruptionBudget" => "policy",
+            "HorizontalPodAutoscaler" => "autoscaling",
+            "ValidatingWebhookConfiguration" | "MutatingWebhookConfiguration" => {
+                "admissionregistration.k8s.io"
+            }
+            "CSINode" | "StorageClass" => "storage.k8s.io",
+            "Role" | "ClusterRole" | "RoleBinding" | "ClusterRoleBinding" => {
+                "rbac.authorization.k8s.io"
+            }
+            "Lease" => "coordination.k8s.io",
+            "Site" => "sites.ecmwf.int",
+            _ => "",
+        };
+        Node::root(group, "v1", kind)
+    }
+
     struct Case {
         name: &'static str,
         kind: &'static str,
@@ -1333,7 +1185,7 @@ mod tests {
     #[test]
     fn apply_cases() {
         for c in cases() {
-            let got = apply(&c.original, &c.patch, c.kind)
+            let got = apply(&c.original, &c.patch, root(c.kind))
                 .unwrap_or_else(|e| panic!("{}: unexpected error {e}", c.name));
             assert_eq!(got, c.want, "{}", c.name);
             // Key-by-key equality ignores map order; check list order explicitly too.
@@ -1434,13 +1286,13 @@ mod tests {
             ),
         ];
         for (name, patch, want) in cases {
-            match apply(&pod, &patch, "Pod") {
+            match apply(&pod, &patch, root("Pod")) {
                 Ok(v) => panic!("{name}: expected error, got {v}"),
                 Err(e) => assert!(e.contains(want), "{name}: error {e:?} lacks {want:?}"),
             }
         }
         assert_eq!(
-            apply(&json!([1]), &json!({}), "Pod"),
+            apply(&json!([1]), &json!({}), root("Pod")),
             Err("invalid JSON document".to_string())
         );
     }
@@ -1558,7 +1410,7 @@ mod tests {
             ("Pod", &["spec"], None),
         ];
         for (kind, path, want) in cases {
-            assert_eq!(list_strategy(kind, path), want, "{kind} {path:?}");
+            assert_eq!(root(kind).at(path).0.patch_merge(), want, "{kind} {path:?}");
         }
     }
 
@@ -1566,11 +1418,11 @@ mod tests {
     fn inputs_are_not_modified_and_results_are_stable() {
         let original = json!({"metadata": {"finalizers": ["a"]}});
         let patch = json!({"metadata": {"finalizers": ["b"]}});
-        let once = apply(&original, &patch, "Pod").unwrap();
+        let once = apply(&original, &patch, root("Pod")).unwrap();
         assert_eq!(original, json!({"metadata": {"finalizers": ["a"]}}));
         assert_eq!(patch, json!({"metadata": {"finalizers": ["b"]}}));
         // Applying the same patch again changes nothing more.
-        assert_eq!(apply(&once, &patch, "Pod").unwrap(), once);
+        assert_eq!(apply(&once, &patch, root("Pod")).unwrap(), once);
     }
 
     #[test]
@@ -1579,14 +1431,14 @@ mod tests {
         for _ in 0..MAX_DEPTH {
             deep = json!({"a": deep});
         }
-        let result = apply(&deep, &deep, "Pod");
+        let result = apply(&deep, &deep, root("Pod"));
         assert!(result.is_ok(), "{result:?}");
 
         let mut too_deep_value = json!(1);
         for _ in 0..=MAX_DEPTH + 1 {
             too_deep_value = json!([too_deep_value]);
         }
-        assert!(apply(&json!({}), &json!({ "a": too_deep_value }), "Pod").is_err());
+        assert!(apply(&json!({}), &json!({ "a": too_deep_value }), root("Pod")).is_err());
 
         let odd = [
             json!({"metadata": {"finalizers": [null, null]}}),
@@ -1610,8 +1462,8 @@ mod tests {
         ];
         for o in &originals {
             for p in &odd {
-                let _ = apply(o, p, "Pod");
-                let _ = apply(o, p, "Site");
+                let _ = apply(o, p, root("Pod"));
+                let _ = apply(o, p, root("Site"));
             }
         }
     }

@@ -8,5 +8,6 @@ mod cluster;
 mod controllers;
 mod fidelity;
 mod kubectl;
+mod merge;
 mod subresources;
 mod support;
