@@ -128,7 +128,7 @@ pub fn after_create(app: &Arc<App>, r: &ResourceInfo, stored: &Value) {
 
 /// Creates the objects every cluster has. `addr` is where the emulator serves.
 pub fn seed(app: &Arc<App>, addr: std::net::SocketAddr) {
-    crate::apiservices::sync(app);
+    crate::apiservices::sync(app, true);
     let namespaces: Vec<String> = app
         .store
         .lock()

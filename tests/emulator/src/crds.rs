@@ -138,7 +138,7 @@ pub fn after_write(app: &Arc<App>, r: &ResourceInfo, stored: Option<&Arc<Value>>
         // Validated before storing; a failure here leaves the old registration.
         let _ = st.registry.register_crd(crd);
         drop(st);
-        crate::apiservices::sync(app);
+        crate::apiservices::sync(app, false);
     }
 }
 
@@ -163,5 +163,5 @@ pub fn removed(app: &Arc<App>, crd_name: &str) {
         }
     }
     app.store.lock().registry.unregister_crd(crd_name);
-    crate::apiservices::sync(app);
+    crate::apiservices::sync(app, false);
 }

@@ -84,7 +84,7 @@ pub fn extra() -> Vec<ResourceInfo> {
                 "APIService",
                 false,
                 &[],
-                false,
+                true,
             )
         },
         info(
@@ -175,8 +175,6 @@ pub fn is_review(r: &ResourceInfo) -> bool {
 pub fn verbs(r: &ResourceInfo) -> &'static [&'static str] {
     if is_review(r) {
         &["create"]
-    } else if crate::apiservices::is_apiservice(r) {
-        &["get", "list", "watch"]
     } else {
         crate::discovery::VERBS
     }
@@ -287,6 +285,9 @@ pub fn validate(
         ("certificates.k8s.io", "CertificateSigningRequest") => {
             causes.extend(crate::subresources::validate_csr(old, obj));
         }
+        (crate::apiservices::GROUP, "APIService") => {
+            causes.extend(crate::apiservices::validate(obj));
+        }
         _ => {}
     }
     causes
@@ -294,6 +295,12 @@ pub fn validate(
 
 /// Defaults of the additional kinds, filled in on every write.
 pub fn defaults(r: &ResourceInfo, obj: &mut Value, old: Option<&Value>) {
+    // An aggregated API's Service port (`SetDefaults_ServiceReference`).
+    if crate::apiservices::is_apiservice(r)
+        && let Some(service) = obj["spec"]["service"].as_object_mut()
+    {
+        service.entry("port").or_insert(json!(443));
+    }
     if r.group == "certificates.k8s.io" && r.kind == "CertificateSigningRequest" {
         match old {
             // The requester's identity is the API server's to set, and stays.

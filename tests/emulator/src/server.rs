@@ -696,6 +696,7 @@ pub async fn create(
     }
     let stored = app.store.commit_create(&t.r, object)?;
     crate::crds::after_write(app, &t.r, Some(&stored));
+    crate::apiservices::after_write(app, &t.r, Some(&stored));
     crate::cluster::after_create(app, &t.r, &stored);
     Ok(with_warnings(
         json_response(StatusCode::CREATED, &stored),
@@ -851,6 +852,7 @@ where
                 Err(e) => return Err(e),
             };
             crate::crds::after_write(app, &t.r, Some(&stored));
+            crate::apiservices::after_write(app, &t.r, Some(&stored));
             crate::cluster::after_create(app, &t.r, &stored);
             return Ok(with_warnings(
                 json_response(StatusCode::CREATED, &stored),
@@ -874,6 +876,7 @@ where
         {
             Ok(stored) => {
                 crate::crds::after_write(app, &t.r, Some(&stored));
+                crate::apiservices::after_write(app, &t.r, Some(&stored));
                 return Ok(with_warnings(
                     json_response(StatusCode::OK, &stored),
                     &prepared.warnings,
@@ -1221,6 +1224,7 @@ pub(crate) async fn delete_one(
         {
             Ok(_) => {
                 crate::crds::after_write(app, r, None);
+                crate::apiservices::after_write(app, r, None);
                 if r.kind == "CustomResourceDefinition" {
                     crate::crds::removed(app, name);
                 }

@@ -31,9 +31,8 @@ pub fn json_response(code: StatusCode, v: &Value) -> Response {
 }
 
 /// Whether [`dispatch`] answers the request.
-fn handles(method: &Method, t: &Target) -> bool {
-    (crate::apiservices::is_apiservice(&t.r) && *method != Method::GET)
-        || crate::kinds::is_review(&t.r)
+fn handles(t: &Target) -> bool {
+    crate::kinds::is_review(&t.r)
         || (t.name.is_some()
             && matches!(
                 t.sub.as_deref(),
@@ -52,7 +51,7 @@ pub async fn dispatch(
     headers: &HeaderMap,
     body: &Bytes,
 ) -> Option<Result<Response, ApiError>> {
-    if !handles(method, t) {
+    if !handles(t) {
         return None;
     }
     let accept = headers.get(header::ACCEPT).and_then(|a| a.to_str().ok());
@@ -81,9 +80,6 @@ async fn answer(
     headers: &HeaderMap,
     body: &Bytes,
 ) -> Option<Result<Response, ApiError>> {
-    if crate::apiservices::is_apiservice(&t.r) && *method != Method::GET {
-        return Some(Err(ApiError::method_not_allowed(method.as_str())));
-    }
     if crate::kinds::is_review(&t.r) {
         if *method != Method::POST || t.name.is_some() {
             return Some(Err(ApiError::method_not_allowed(method.as_str())));

@@ -285,13 +285,77 @@ async fn apiservices_follow_the_served_group_versions() {
             Some("Local APIServices are always available")
         )
     );
-    // Read-only: writes are 405.
-    let err = api
-        .delete("v1.apps", &Default::default())
+    // Registrations can be deleted: a built-in one (`onstart`) stays deleted until the next
+    // start; one of a CRD (`true`) is restored by its registration controller.
+    api.delete("v1.apps", &Default::default()).await.unwrap();
+    assert!(api.get_opt("v1.apps").await.unwrap().is_none());
+    api.delete("v1.sites.ecmwf.int", &Default::default())
         .await
-        .map_err(crate::support::api_error)
-        .unwrap_err();
-    assert_eq!(err.code, 405);
+        .unwrap();
+    let restored = api.get("v1.sites.ecmwf.int").await.unwrap();
+    assert_eq!(
+        restored.metadata.labels.unwrap()["kube-aggregator.kubernetes.io/automanaged"],
+        "true"
+    );
+
+    // An aggregated API's registration is created and deleted by its user, and left alone.
+    let metrics = r#"
+apiVersion: apiregistration.k8s.io/v1
+kind: APIService
+metadata:
+  name: v1beta1.metrics.k8s.io
+spec:
+  group: metrics.k8s.io
+  version: v1beta1
+  service: {namespace: kube-system, name: metrics-server}
+  insecureSkipTLSVerify: true
+  groupPriorityMinimum: 100
+  versionPriority: 100
+"#;
+    let out = c.kubectl_stdin(&["apply", "-f", "-"], Some(metrics));
+    assert!(out.status.success(), "{out:?}");
+    let row = c.kubectl_ok(&[
+        "get",
+        "apiservice",
+        "v1beta1.metrics.k8s.io",
+        "--no-headers",
+    ]);
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(
+        &cells[..4],
+        [
+            "v1beta1.metrics.k8s.io",
+            "kube-system/metrics-server",
+            "False",
+            "(ServiceNotFound)"
+        ],
+        "{row}"
+    );
+    let registered = api.get("v1beta1.metrics.k8s.io").await.unwrap();
+    assert_eq!(
+        registered.spec.unwrap().service.unwrap().port,
+        Some(443),
+        "the Service port defaults to 443"
+    );
+    // A registration named otherwise than VERSION.GROUP is refused, naming the field.
+    let out = c.kubectl_stdin(
+        &["apply", "-f", "-"],
+        Some(&metrics.replace("name: v1beta1.metrics.k8s.io", "name: metrics")),
+    );
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(
+            r#"metadata.name: Invalid value: "metrics": must be `spec.version+"."+spec.group`: "v1beta1.metrics.k8s.io""#
+        ),
+        "{out:?}"
+    );
+    c.kubectl_ok(&["delete", "apiservice", "v1beta1.metrics.k8s.io"]);
+    assert!(
+        api.get_opt("v1beta1.metrics.k8s.io")
+            .await
+            .unwrap()
+            .is_none()
+    );
 
     // Deleting the CRD removes its APIService (seen by a watch, kubectl and get).
     let list = api.list(&ListParams::default()).await.unwrap();
