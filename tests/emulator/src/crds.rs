@@ -9,7 +9,7 @@ use crate::meta;
 use crate::registry::ResourceInfo;
 use crate::server::App;
 
-fn is_crd(r: &ResourceInfo) -> bool {
+pub fn is_crd(r: &ResourceInfo) -> bool {
     r.is_builtin() && r.group == "apiextensions.k8s.io" && r.kind == "CustomResourceDefinition"
 }
 

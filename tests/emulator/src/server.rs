@@ -1157,7 +1157,15 @@ pub(crate) async fn delete_one(
         admission::mutate(app, &attempt, None).await?;
         admission::validate(app, &attempt).await?;
         if dry_run {
-            return Ok(json_response(StatusCode::OK, &current));
+            let held = current["metadata"]["finalizers"]
+                .as_array()
+                .is_some_and(|f| !f.is_empty())
+                || matches!(policy, "Foreground" | "Orphan");
+            return Ok(if held {
+                json_response(StatusCode::OK, &current)
+            } else {
+                deleted_answer(r, &current)
+            });
         }
         if current["metadata"]["deletionTimestamp"].is_string() {
             return Ok(json_response(StatusCode::OK, &current));
@@ -1228,16 +1236,61 @@ pub(crate) async fn delete_one(
                 if r.kind == "CustomResourceDefinition" {
                     crate::crds::removed(app, name);
                 }
-                return Ok(json_response(
-                    StatusCode::OK,
-                    &status::delete_success(r, name, &uid),
-                ));
+                return Ok(deleted_answer(r, &current));
             }
             Err(e) if e.reason == "Conflict" => continue,
             Err(e) => return Err(e),
         }
     }
     Err(ApiError::modified(r, name))
+}
+
+/// The answer to an immediate delete: the deleted object for the kinds whose registry sets
+/// `ReturnDeletedObject` (and a CustomResourceDefinition, whose first delete answers it as
+/// terminating), a `Status` naming it for the others (`finalizeDelete` of the generic store).
+fn deleted_answer(r: &ResourceInfo, deleted: &Value) -> Response {
+    let returns_object = r.is_builtin()
+        && match r.group.as_str() {
+            "" => matches!(
+                r.plural.as_str(),
+                "pods"
+                    | "services"
+                    | "serviceaccounts"
+                    | "persistentvolumes"
+                    | "persistentvolumeclaims"
+                    | "namespaces"
+                    | "resourcequotas"
+                    | "podtemplates"
+            ),
+            "storage.k8s.io" => matches!(
+                r.plural.as_str(),
+                "storageclasses"
+                    | "csidrivers"
+                    | "csinodes"
+                    | "volumeattachments"
+                    | "volumeattributesclasses"
+            ),
+            "resource.k8s.io" => true,
+            _ => false,
+        };
+    if returns_object {
+        return json_response(StatusCode::OK, deleted);
+    }
+    if crate::crds::is_crd(r) {
+        // The API server marks it terminating and cleans up its resources first; the emulator
+        // removes it at once, and answers as the API server's first delete does.
+        let mut terminating = deleted.clone();
+        let m = meta::meta_mut(&mut terminating);
+        m.insert("deletionTimestamp".into(), json!(meta::now()));
+        m.insert(
+            "finalizers".into(),
+            json!(["customresourcecleanup.apiextensions.k8s.io"]),
+        );
+        return json_response(StatusCode::OK, &terminating);
+    }
+    let name = meta_str(deleted, "name").unwrap_or_default();
+    let uid = meta_str(deleted, "uid").unwrap_or_default();
+    json_response(StatusCode::OK, &status::delete_success(r, name, uid))
 }
 
 async fn delete_collection(

@@ -1066,3 +1066,94 @@ spec:
         "{out:?}"
     );
 }
+
+/// A DELETE answers the deleted object for the kinds whose registry returns it (pods,
+/// services, service accounts, volumes and claims, namespaces, storage classes…), as typed
+/// clients decode it, and a `Status` naming it for the others; a CRD's answer is the CRD
+/// marked terminating; dry runs answer the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deletes_answer_the_object_where_the_api_server_does() {
+    use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Service, ServiceAccount};
+    use kube::api::DeleteParams;
+    let c = Cluster::start(false).await;
+    let create = |manifest: &str| {
+        let out = c.kubectl_stdin(&["create", "-f", "-"], Some(manifest));
+        assert!(out.status.success(), "{out:?}");
+    };
+    create("apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {ports: [{port: 80}]}");
+    create("apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: robot}");
+    create(
+        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: data}\nspec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}",
+    );
+    create("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}");
+
+    let dry = DeleteParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let services: Api<Service> = Api::default_namespaced(c.client.clone());
+    let svc = services.delete("web", &dry).await.unwrap().left();
+    assert_eq!(svc.expect("the Service, dry run").name_any(), "web");
+    let svc = services
+        .delete("web", &Default::default())
+        .await
+        .unwrap()
+        .left();
+    let svc = svc.expect("the deleted Service");
+    assert_eq!(svc.spec.unwrap().ports.unwrap()[0].port, 80);
+    let accounts: Api<ServiceAccount> = Api::default_namespaced(c.client.clone());
+    assert!(
+        accounts
+            .delete("robot", &Default::default())
+            .await
+            .unwrap()
+            .is_left()
+    );
+    let claims: Api<PersistentVolumeClaim> = Api::default_namespaced(c.client.clone());
+    assert!(
+        claims
+            .delete("data", &Default::default())
+            .await
+            .unwrap()
+            .is_left()
+    );
+
+    let maps: Api<ConfigMap> = Api::default_namespaced(c.client.clone());
+    assert!(maps.delete("settings", &dry).await.unwrap().is_right());
+    let uid = maps.get("settings").await.unwrap().metadata.uid.unwrap();
+    let status = maps
+        .delete("settings", &Default::default())
+        .await
+        .unwrap()
+        .right();
+    let details = status.expect("a Status for a ConfigMap").details.unwrap();
+    assert_eq!(
+        (
+            details.name.as_str(),
+            details.kind.as_str(),
+            details.uid.as_str()
+        ),
+        ("settings", "configmaps", uid.as_str())
+    );
+    // Custom resources answer a Status; their CRD answers itself, terminating.
+    let sites: Api<Site> = Api::default_namespaced(c.client.clone());
+    sites
+        .create(&PostParams::default(), &site("a"))
+        .await
+        .unwrap();
+    assert!(
+        sites
+            .delete("a", &Default::default())
+            .await
+            .unwrap()
+            .is_right()
+    );
+    let crds: Api<CustomResourceDefinition> = Api::all(c.client.clone());
+    let crd = crds
+        .delete("sites.sites.ecmwf.int", &Default::default())
+        .await
+        .unwrap()
+        .left()
+        .expect("the CRD");
+    assert!(crd.metadata.deletion_timestamp.is_some(), "{crd:?}");
+}
