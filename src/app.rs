@@ -93,8 +93,15 @@ pub struct RunOptions {
     pub reserved_names: Vec<String>,
 }
 
-/// The metrics Service of the manifests.
-pub const METRICS_SERVICE: &str = "sites-operator-metrics";
+/// The webhook asks the controller's Site cache who uses a public path.
+impl admission::SiteDirectory for crate::controller::context::Caches {
+    fn path_users(&self, namespace: &str, name: &str, site_path: &str) -> Vec<String> {
+        self.sharing(namespace, name, site_path)
+            .iter()
+            .filter_map(|other| other.metadata.name.clone())
+            .collect()
+    }
+}
 
 /// Why the process did not start. Each prints as one line, an invalid configuration as one line
 /// per problem.

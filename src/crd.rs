@@ -21,9 +21,8 @@ use serde::{Deserialize, Serialize};
 
 pub use names::Names;
 
-/// Most applications a Site has (the schema's `maxItems`): one container each in one pod.
-pub const MAX_APPLICATIONS: usize = 64;
-pub use text::{SiteRef, Str, Text};
+pub use names::MAX_APPLICATIONS;
+pub use text::{Str, Text};
 
 /// API group of the Site resource.
 pub const GROUP: &str = "sites.ecmwf.int";
@@ -434,6 +433,49 @@ impl Site {
     /// The site id: the object name.
     pub fn id(&self) -> Option<&str> {
         self.metadata.name.as_deref()
+    }
+}
+
+/// What the Site rules read, borrowed: from a stored [`Site`] ([`Site::parts`]) or from the
+/// object of an admission review decoded without copying its text.
+#[derive(Debug)]
+pub struct SiteRef<'s, S = String> {
+    pub metadata: &'s k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    /// `spec.name`.
+    pub name: &'s str,
+    /// `spec.owner`.
+    pub owner: &'s str,
+    /// `spec.type`.
+    pub site_type: &'s str,
+    /// `spec.configuration`.
+    pub configuration: &'s SiteConfiguration<S>,
+}
+
+impl<S> Clone for SiteRef<'_, S> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<S> Copy for SiteRef<'_, S> {}
+
+impl<S: Str> SiteRef<'_, S> {
+    /// The site path: `/<space>/<name>`.
+    pub fn path(&self) -> String {
+        format!("/{}/{}", &*self.configuration.space, self.name)
+    }
+}
+
+impl Site {
+    /// The parts of the Site the rules read.
+    pub fn parts(&self) -> SiteRef<'_> {
+        SiteRef {
+            metadata: &self.metadata,
+            name: &self.spec.name,
+            owner: &self.spec.owner,
+            site_type: &self.spec.site_type,
+            configuration: &self.spec.configuration,
+        }
     }
 }
 

@@ -64,7 +64,7 @@ impl std::fmt::Display for Target {
 /// Everything that can go wrong while rendering or reconciling a Site.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The Site breaks rules of [`validation::site`] (stored while the webhook was down, or
+    /// The Site breaks rules of [`crate::rules`] (stored while the webhook was down, or
     /// before a rule tightened): every violation, with its field path.
     #[error("invalid Site: {}", validation::join(.0))]
     InvalidSite(Vec<FieldError>),

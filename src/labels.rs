@@ -36,6 +36,16 @@ pub const LABEL_KEYS: [&str; 5] = [
 /// The label naming the operator as the manager of an object.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 
+/// Annotation holding the hash of the rendered object (controller/apply.rs: an object is up to
+/// date when it carries the hash of its rendering).
+pub const DESIRED_HASH_ANNOTATION: &str = "sites.ecmwf.int/desired-hash";
+
+/// The metrics Service of the manifests.
+pub const METRICS_SERVICE: &str = "sites-operator-metrics";
+
+/// Name of the master Ingress whose host serves sites when `routing.host` is not set.
+pub const MASTER_INGRESS: &str = "sites-ingress-master";
+
 /// The annotation `kubectl apply` keeps a copy of the whole object in.
 pub const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
 

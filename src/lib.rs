@@ -3,8 +3,8 @@
 //!
 //! The library holds everything but process start-up (docs/architecture.md draws the map):
 //! - pure logic: the Site types and CRD ([`crd`]), the platform configuration and its validator
-//!   ([`config`]), the Site rules and the field-error type every validator speaks
-//!   ([`validation`]), the restart decision ([`restart`]), names, labels and owner references of
+//!   ([`config`]), the field-error type every validator speaks ([`validation`]), the Site rules
+//!   ([`rules`]), the restart decision ([`restart`]), names, labels and owner references of
 //!   owned objects ([`labels`]), rendering of every owned object ([`render`]), the one error type
 //!   ([`error`]) and the condition and Event reasons ([`reasons`]);
 //! - the admission handlers and the HTTPS server ([`admission`], [`tls`], [`certs`]);
@@ -31,6 +31,7 @@ pub mod reasons;
 pub mod render;
 pub mod restart;
 pub mod retention;
+pub mod rules;
 pub mod telemetry;
 #[cfg(test)]
 pub(crate) mod testing;

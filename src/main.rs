@@ -242,7 +242,7 @@ struct RunArgs {
     webhook_service: String,
     /// Metrics Service whose DNS names the self-signed certificate covers too (Prometheus
     /// verifies the metrics server against them).
-    #[arg(long, default_value = sites_operator::app::METRICS_SERVICE)]
+    #[arg(long, default_value = sites_operator::labels::METRICS_SERVICE)]
     metrics_service: String,
     /// Directory the self-signed certificate is written to for serving.
     #[arg(long, default_value = "/tmp/sites-operator-certs")]

@@ -8,7 +8,7 @@ use sites_operator::config::{Installation, PlatformConfig, RoutingMode};
 use sites_operator::crd::Site;
 use sites_operator::render::{self, Inputs, PodTemplateInputs, SiteTokens};
 use sites_operator::restart;
-use sites_operator::validation::site as rules;
+use sites_operator::rules;
 
 /// The example platform configuration (`manifests/base/config.yaml`).
 pub const CONFIG_YAML: &str = include_str!("../../manifests/base/config.yaml");

@@ -3,7 +3,7 @@
 //!
 //! - [`mutate_site`]: upgrade-request stamping (SPEC section 5, LIFE-09) and image recording on
 //!   CREATE (SPEC 4.6).
-//! - [`validate_site`]: the Site rules of [`crate::validation::site`], every violation with its
+//! - [`validate_site`]: the Site rules of [`crate::rules`], every violation with its
 //!   field path.
 //! - [`validate_config`]: the platform configuration validator on the `sites-config` ConfigMap.
 
@@ -504,13 +504,13 @@ impl Platform {
             || name == cfg.sites.session.secret_key.secret_name
             || [
                 config::CONFIGMAP_NAME,
-                crate::app::METRICS_SERVICE,
-                crate::controller::context::MASTER_INGRESS,
+                crate::labels::METRICS_SERVICE,
+                crate::labels::MASTER_INGRESS,
             ]
             .contains(&name)
     }
 
-    /// Every rule a Site must satisfy in this platform: [`validation::site::violations`], the
+    /// Every rule a Site must satisfy in this platform: [`crate::rules::violations`], the
     /// reserved names, and one path per Site.
     fn violations<S: Str>(
         &self,
@@ -518,8 +518,8 @@ impl Platform {
         old: Option<SiteRef<'_, S>>,
         cfg: &PlatformConfig,
     ) -> Vec<FieldError> {
-        let mut v = validation::site::violations(site, old, cfg);
-        v.extend(validation::site::reserved_names(site.metadata, |name| {
+        let mut v = crate::rules::violations(site, old, cfg);
+        v.extend(crate::rules::reserved_names(site.metadata, |name| {
             self.reserves(name, cfg)
         }));
         if let Some(directory) = self.sites.get() {
@@ -530,14 +530,14 @@ impl Platform {
                 meta.name.as_deref().unwrap_or_default(),
                 &path,
             );
-            v.extend(validation::site::path_in_use(&path, &users));
+            v.extend(crate::rules::path_in_use(&path, &users));
         }
         v
     }
 }
 
 /// Site validation without platform context (no reserved names, no Site cache): every rule of
-/// [`validation::site::violations`]; on UPDATE the rules comparing with the stored object, and
+/// [`crate::rules::violations`]; on UPDATE the rules comparing with the stored object, and
 /// ratcheting. Warnings for legal but suspicious input.
 pub fn validate_site(
     req: &AdmissionRequest<DynamicObject>,
@@ -616,7 +616,7 @@ fn judge<K: Resource, T: Reviewed>(
         // Ratcheting: a field the update leaves as it was is not denied for a rule the stored
         // object already broke (a rule that tightened after it was stored).
         let before = platform.violations(old.parts(), None, cfg);
-        violations = validation::site::ratchet(violations, &before, old, &site);
+        violations = crate::rules::ratchet(violations, &before, old, &site);
     }
     if !violations.is_empty() {
         return deny(req, &violations);

@@ -16,6 +16,9 @@ use tokio::sync::watch;
 use super::{Installation, PlatformConfig, RoutingMode, data_field, validate_configmap_data};
 use crate::validation::FieldError;
 
+/// The name of the ConfigMap that holds the configuration.
+pub const CONFIGMAP_NAME: &str = "sites-config";
+
 /// The configuration in force. Cloning shares it.
 #[derive(Clone, Debug)]
 pub struct Live(Arc<watch::Sender<Arc<PlatformConfig>>>);
@@ -117,7 +120,7 @@ impl Follower {
     /// The ConfigMap was deleted (or is missing after a watch restart).
     pub fn removed(&mut self) -> Verdict {
         self.refuse(vec![FieldError::new(
-            super::CONFIGMAP_NAME,
+            CONFIGMAP_NAME,
             format!(
                 "the ConfigMap was deleted from namespace {}; the last valid configuration stays in force until it is created again",
                 self.namespace

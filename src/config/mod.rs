@@ -22,8 +22,7 @@ use reader::{Moved, Section};
 
 /// The key of the `sites-config` ConfigMap that holds the configuration.
 pub const CONFIGMAP_KEY: &str = "config.yaml";
-/// The name of the ConfigMap that holds the configuration.
-pub const CONFIGMAP_NAME: &str = "sites-config";
+pub use live::CONFIGMAP_NAME;
 
 /// Why a configuration could not be loaded.
 #[derive(Debug, thiserror::Error)]

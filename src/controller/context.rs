@@ -17,16 +17,14 @@ use crate::config::live::Live;
 use crate::config::{Routing, RoutingMode, SecretKeyRef};
 use crate::controller::events::Recorder;
 use crate::controller::index::Index;
+use crate::controller::labeller::Labeller;
 use crate::controller::records::{Records, Sites, Table, Volumes};
 use crate::controller::slim::{Keep, Kept};
 use crate::controller::status::SitePod;
-use crate::controller::volumes::Labeller;
 use crate::crd::{Site, SiteStatus};
 use crate::watched::Volume;
 use crate::{Error, Result, Target};
 
-/// Name of the master Ingress whose host serves sites when `routing.host` is not set.
-pub const MASTER_INGRESS: &str = "sites-ingress-master";
 /// How long the session key and the master Ingress host are cached.
 const LOOKUP_TTL: Duration = Duration::from_secs(60);
 
@@ -68,7 +66,7 @@ impl Caches {
 
     /// The Sites (not being deleted, not the Site `name`) whose public path in `namespace` is
     /// `site_path`.
-    fn sharing(&self, namespace: &str, name: &str, site_path: &str) -> Vec<Arc<Site>> {
+    pub fn sharing(&self, namespace: &str, name: &str, site_path: &str) -> Vec<Arc<Site>> {
         let this: Box<str> = name.into();
         self.sites_by_path
             .get_except(
@@ -82,13 +80,12 @@ impl Caches {
     }
 }
 
-impl crate::admission::SiteDirectory for Caches {
-    fn path_users(&self, namespace: &str, name: &str, site_path: &str) -> Vec<String> {
-        self.sharing(namespace, name, site_path)
-            .iter()
-            .filter_map(|other| other.metadata.name.clone())
-            .collect()
-    }
+/// Whether the cluster serves the Gateway API's HTTPRoute.
+pub async fn serves_http_routes(client: &kube::Client, namespace: &str) -> bool {
+    let api: kube::Api<HttpRoute> = kube::Api::namespaced(client.clone(), namespace);
+    api.list(&kube::api::ListParams::default().limit(1))
+        .await
+        .is_ok()
 }
 
 /// The HTTPRoute records: watched from the start when the cluster serves the Gateway API's
@@ -155,7 +152,7 @@ impl HttpRoutes {
                 return None;
             }
             probe.0 = Some(Instant::now());
-            if !crate::controller::serves_http_routes(client, namespace).await {
+            if !serves_http_routes(client, namespace).await {
                 return None;
             }
             tracing::info!("the cluster serves HTTPRoutes now: watching them");
@@ -267,7 +264,7 @@ pub struct Context {
     /// The delayed volume label patches.
     pub(crate) labeller: Labeller,
     /// What the operator last wrote of each owned object (drift detection).
-    pub(crate) fingerprints: Arc<crate::controller::apply::Fingerprints>,
+    pub(crate) fingerprints: Arc<crate::controller::fingerprints::Fingerprints>,
     /// The statuses the operator last wrote (a status edited by someone else is repaired).
     pub(crate) statuses: Arc<WrittenStatuses>,
     /// Where the clock comes from (tests may pin it).
@@ -378,7 +375,7 @@ impl Context {
         if let Some(host) = fresh(&self.master_host, &()) {
             return Ok(host);
         }
-        let master = self.read::<Ingress>(MASTER_INGRESS).await?;
+        let master = self.read::<Ingress>(crate::labels::MASTER_INGRESS).await?;
         let host = master.and_then(|i| i.spec.as_ref()?.rules.as_ref()?.first()?.host.clone());
         remember(&self.master_host, (), host.clone());
         Ok(host)

@@ -28,7 +28,9 @@ pub mod changes;
 pub mod configuration;
 pub mod context;
 pub mod events;
+pub mod fingerprints;
 pub mod index;
+pub mod labeller;
 pub mod leader;
 pub mod queue;
 pub mod reconcile;
@@ -46,7 +48,7 @@ use gateway_api::apis::standard::httproutes::HttpRoute;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret, Service};
 use k8s_openapi::api::networking::v1::Ingress;
-use kube::api::{Api, ListParams};
+use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use prometheus::{Histogram, HistogramOpts, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
@@ -228,7 +230,7 @@ fn watch_owned<K>(
     api: Api<K>,
     feed: &Feed,
     key: impl Fn(&Kept<K>) -> Option<String> + Send + Sync + 'static,
-    prints: Arc<apply::Fingerprints>,
+    prints: Arc<fingerprints::Fingerprints>,
 ) -> Records<K>
 where
     K: Keep + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
@@ -250,7 +252,7 @@ where
         feed,
         move |obj: K| {
             taken.store(
-                apply::version(obj.meta()),
+                fingerprints::version(obj.meta()),
                 std::sync::atomic::Ordering::Relaxed,
             );
             Kept::new(obj)
@@ -401,12 +403,6 @@ fn kept_event<S, K>(event: watcher::Event<S>, keep: &mut impl FnMut(S) -> K) -> 
     }
 }
 
-/// Whether the cluster serves the Gateway API's HTTPRoute.
-pub async fn serves_http_routes(client: &kube::Client, namespace: &str) -> bool {
-    let api: Api<HttpRoute> = Api::namespaced(client.clone(), namespace);
-    api.list(&ListParams::default().limit(1)).await.is_ok()
-}
-
 /// The running controller.
 pub struct Controller {
     pub context: Arc<Context>,
@@ -517,7 +513,7 @@ impl Controller {
             },
             move |event: &watcher::Event<Site>| path_index.observe(event),
         );
-        let prints = Arc::new(apply::Fingerprints::default());
+        let prints = Arc::new(fingerprints::Fingerprints::default());
         let secrets = watch_owned(
             Api::<Secret>::namespaced(api(&client), &ns),
             &feed,
@@ -568,7 +564,7 @@ impl Controller {
                 )
             }
         }));
-        if serves_http_routes(&client, &ns).await {
+        if context::serves_http_routes(&client, &ns).await {
             httproutes.start();
         } else {
             tracing::info!("the cluster does not serve gateway.networking.k8s.io/v1 HTTPRoutes");

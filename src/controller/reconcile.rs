@@ -1,6 +1,6 @@
 //! Reconcile of one Site (SPEC 4.1-4.4), as a recipe:
 //!
-//! 1. **validate** the Site against every rule ([`crate::validation::site`]);
+//! 1. **validate** the Site against every rule ([`crate::rules`]);
 //! 2. **gather** what rendering needs from the cluster (tokens, session key, host, the stored
 //!    claim, a retained volume);
 //! 3. **decide** whether the pods roll ([`crate::restart`]);
@@ -35,7 +35,7 @@ use crate::crd::{Site, SiteStatus};
 use crate::labels::{self, Control};
 use crate::render::{self, Inputs, PodTemplateInputs, Rendered, Route, SiteTokens};
 use crate::watched::Volume;
-use crate::{Error, Result, Retry, Target, reasons, restart, validation};
+use crate::{Error, Result, Retry, Target, reasons, restart};
 
 /// What one reconcile asks of the queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -110,7 +110,7 @@ pub async fn reconcile(ctx: &Context, name: &str) -> Next {
         apply::publish(ctx, &site, EventType::Normal, reasons::CREATED, note).await;
     }
     let next = match &result {
-        Ok(()) if writes.awaiting => Next::After(apply::PENDING),
+        Ok(()) if writes.awaiting => Next::After(crate::controller::fingerprints::PENDING),
         Ok(()) => Next::Done,
         Err(e) => {
             tracing::warn!(site = name, error = %e, "reconcile incomplete");
@@ -180,7 +180,7 @@ async fn converge(
     site: &Site,
     writes: &mut Writes,
 ) -> Result<()> {
-    let valid = validation::site::validate(site, config).map_err(Error::InvalidSite)?;
+    let valid = crate::rules::validate(site, config).map_err(Error::InvalidSite)?;
     let gathered = gather(ctx, config, site).await?;
     let decision = decide(ctx, config, site, gathered.statefulset.clone()).await?;
     // The renderer reads the claim as the API has it; the record keeps what it reads.

@@ -239,7 +239,7 @@ impl Facts {
 pub fn desired_of(meta: &ObjectMeta) -> Option<u64> {
     meta.annotations
         .as_ref()?
-        .get(crate::controller::apply::DESIRED_HASH_ANNOTATION)
+        .get(crate::labels::DESIRED_HASH_ANNOTATION)
         .map(hashed)
 }
 
@@ -555,7 +555,7 @@ mod tests {
             secret_key: "b".into(),
         };
         let inputs = Inputs::new("sites", Some("example.org"), b"key", &tokens, &state);
-        let valid = crate::validation::site::validate(&site, cfg).unwrap();
+        let valid = crate::rules::validate(&site, cfg).unwrap();
         let rendered = render::render(valid, cfg, &inputs).unwrap();
         (site, rendered)
     }
@@ -598,11 +598,10 @@ mod tests {
         assert!(kept.facts.managed());
         assert_eq!(kept.facts.site_id(), Some("docs-handbook"));
         let mut other = desired.clone();
-        other
-            .meta_mut()
-            .annotations
-            .get_or_insert_default()
-            .insert(apply::DESIRED_HASH_ANNOTATION.into(), "other".into());
+        other.meta_mut().annotations.get_or_insert_default().insert(
+            crate::labels::DESIRED_HASH_ANNOTATION.into(),
+            "other".into(),
+        );
         assert!(!kept.facts.up_to_date(&other));
         kept
     }

@@ -5,6 +5,9 @@ use std::fmt;
 use serde::de::{DeserializeSeed, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+/// Most applications a Site has (the schema's `maxItems`): one container each in one pod.
+pub const MAX_APPLICATIONS: usize = 64;
+
 /// A list of names (the users and groups a Site is shared with) stored in one buffer: a Site
 /// may be shared with thousands of users, whose names are only ever read together (joined into
 /// the site's environment). Decoding them costs no allocation per name, which the admission
@@ -102,7 +105,7 @@ thread_local! {
     static SKIM: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// A Site's applications; within [`Names::skimmed`] at most [`super::MAX_APPLICATIONS`] (the
+/// A Site's applications; within [`Names::skimmed`] at most [`MAX_APPLICATIONS`] (the
 /// schema's `maxItems`): the webhook refuses a longer list before decoding it whole, where each
 /// entry costs several hundred bytes.
 pub(crate) fn applications<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
@@ -119,7 +122,7 @@ where
         }
 
         fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<T>, A::Error> {
-            let max = super::MAX_APPLICATIONS;
+            let max = MAX_APPLICATIONS;
             let cap = SKIM.get();
             let mut out = Vec::new();
             while let Some(app) = seq.next_element()? {

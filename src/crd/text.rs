@@ -1,13 +1,11 @@
 //! Text of a Site as the admission webhook reads it: borrowed from the request body when the
-//! JSON string has no escape, so reviewing a Site copies none of its strings; and the parts of
-//! a Site the rules read ([`SiteRef`]), the same for a stored [`Site`] and a reviewed one.
+//! JSON string has no escape, so reviewing a Site copies none of its strings (the parts of a
+//! Site the rules read are [`SiteRef`](super::SiteRef), the same for a stored Site and a
+//! reviewed one).
 
 use std::borrow::Cow;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
-
-use super::{Site, SiteConfiguration};
 
 /// A string of a Site under review: a slice of the request body, or (when the JSON string
 /// holds escapes) its unescaped copy.
@@ -66,49 +64,6 @@ pub trait Str: std::ops::Deref<Target = str> + Ord + std::fmt::Debug {}
 
 impl Str for String {}
 impl Str for Text<'_> {}
-
-/// What the Site rules read, borrowed: from a stored [`Site`] ([`Site::parts`]) or from the
-/// object of an admission review decoded without copying its text.
-#[derive(Debug)]
-pub struct SiteRef<'s, S = String> {
-    pub metadata: &'s ObjectMeta,
-    /// `spec.name`.
-    pub name: &'s str,
-    /// `spec.owner`.
-    pub owner: &'s str,
-    /// `spec.type`.
-    pub site_type: &'s str,
-    /// `spec.configuration`.
-    pub configuration: &'s SiteConfiguration<S>,
-}
-
-impl<S> Clone for SiteRef<'_, S> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-
-impl<S> Copy for SiteRef<'_, S> {}
-
-impl<S: Str> SiteRef<'_, S> {
-    /// The site path: `/<space>/<name>`.
-    pub fn path(&self) -> String {
-        format!("/{}/{}", &*self.configuration.space, self.name)
-    }
-}
-
-impl Site {
-    /// The parts of the Site the rules read.
-    pub fn parts(&self) -> SiteRef<'_> {
-        SiteRef {
-            metadata: &self.metadata,
-            name: &self.spec.name,
-            owner: &self.spec.owner,
-            site_type: &self.spec.site_type,
-            configuration: &self.spec.configuration,
-        }
-    }
-}
 
 #[cfg(test)]
 mod tests {

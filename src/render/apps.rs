@@ -81,7 +81,7 @@ pub fn catalogue_image(entry: &CatalogueApplication, version: &str) -> String {
 }
 
 /// Every application of the site resolved against the catalogue, in the Site's order. Nothing
-/// is checked here: [`crate::validation::site`] holds the rules (and uses this resolution, so
+/// is checked here: [`crate::rules`] holds the rules (and uses this resolution, so
 /// the two cannot disagree about an image or a port).
 pub fn resolve_each<'a, S: Str>(
     applications: &'a [Application<S>],

@@ -6,7 +6,7 @@
 //!
 //! Both need the public host: without one rendering fails with the transient "Public host name
 //! required" error. Header names and values come from a valid Site
-//! ([`crate::validation::site::header`]), so no value can leave its nginx directive.
+//! ([`crate::rules::header`]), so no value can leave its nginx directive.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

@@ -1,7 +1,7 @@
 //! Pure rendering: every object a Site owns, as a function of the Site, the platform
 //! configuration and the few facts the caller read from the cluster or generated ([`Inputs`]).
 //! No I/O, no clock, no randomness: the same inputs always give the same objects. Rendering
-//! takes a [`Valid`] Site only and trusts it: the rules live in [`crate::validation::site`].
+//! takes a [`Valid`] Site only and trusts it: the rules live in [`crate::rules`].
 //!
 //! The objects, in the order the reconciler ensures them (LIFE-01): Secret `<id>`, Secret
 //! `<id>-oauth2`, ConfigMaps `<id>` and `<id>-files`, PVC `<id>`, StatefulSet `<id>`, Service
@@ -29,7 +29,7 @@ use crate::config::{PlatformConfig, RoutingMode};
 
 use crate::policy::{self, PolicyFeature};
 use crate::restart::Qualifying;
-use crate::validation::site::Valid;
+use crate::validation::Valid;
 
 pub use secret::SiteTokens;
 pub use workload::PodTemplateInputs;
@@ -151,7 +151,7 @@ impl Rendered {
     }
 }
 
-/// Renders every object of a valid site ([`crate::validation::site::validate`]). What can still fail is
+/// Renders every object of a valid site ([`crate::rules::validate`]). What can still fail is
 /// what the Site does not decide: the public host, configuration values, the Site's metadata.
 pub fn render(site: Valid<'_>, cfg: &PlatformConfig, inputs: &Inputs<'_>) -> Result<Rendered> {
     let site = site.site();

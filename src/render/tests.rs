@@ -9,7 +9,7 @@ use super::*;
 use crate::config::{PlatformConfig, RoutingMode};
 use crate::crd::Site;
 use crate::fixtures::{SiteBuilder, config, config_for, config_gateway, handbook};
-use crate::validation::site::validate;
+use crate::rules::validate;
 use crate::{Error, restart};
 
 const NAMESPACE: &str = "sites";

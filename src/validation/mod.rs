@@ -1,16 +1,17 @@
-//! Validation: the one place where input rules live, for every caller.
+//! What every validator speaks:
 //!
 //! - [`FieldError`]: one violated rule, with the field path it is about. Site rules, platform
 //!   configuration problems and admission denials all speak it.
 //! - [`format`]: format checks shared by the Site rules and the configuration validator
 //!   (Kubernetes names, host names, label keys, image references).
-//! - [`site`]: every Site rule. The validating webhook calls it; the reconciler calls it before
-//!   rendering, and rendering takes only a [`site::Valid`] Site, so it can trust its input.
+//! - [`Valid`]: a Site that passed every rule of [`crate::rules`] (the validating webhook and
+//!   the reconciler call them); rendering takes only a `Valid` Site, so it can trust its input.
 
 pub mod format;
-pub mod site;
 
 use std::fmt;
+
+use crate::crd::Site;
 
 pub use format::*;
 
@@ -157,6 +158,31 @@ fn unquote(quoted: &str) -> Option<(String, &str)> {
         }
     }
     None
+}
+
+/// A Site that satisfies every rule for the configuration it was checked against: the only
+/// input rendering accepts. Only [`crate::rules::validate`] makes one.
+#[derive(Clone, Copy, Debug)]
+pub struct Valid<'a>(&'a Site);
+
+impl<'a> Valid<'a> {
+    /// A Site [`crate::rules::validate`] found to satisfy every rule.
+    pub(crate) fn checked(site: &'a Site) -> Valid<'a> {
+        Valid(site)
+    }
+
+    /// The Site.
+    pub fn site(self) -> &'a Site {
+        self.0
+    }
+}
+
+impl std::ops::Deref for Valid<'_> {
+    type Target = Site;
+
+    fn deref(&self) -> &Site {
+        self.0
+    }
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ mod playground;
 mod prometheus;
 mod reconcile;
 mod render;
+mod structure;
 mod support;
 mod upgrade;
 mod webhook_e2e;

@@ -550,9 +550,9 @@ fn the_shipped_scrape_path_fits_together() {
     let ca = &endpoint["tlsConfig"]["ca"]["secret"];
     assert_eq!(ca["name"], "sites-operator-webhook-tls", "{endpoint}");
     assert_eq!(ca["key"], "ca.crt", "{endpoint}");
-    let service = find("Service", sites_operator::app::METRICS_SERVICE);
+    let service = find("Service", sites_operator::labels::METRICS_SERVICE);
     let names =
-        sites_operator::certs::service_dns_names(sites_operator::app::METRICS_SERVICE, "sites");
+        sites_operator::certs::service_dns_names(sites_operator::labels::METRICS_SERVICE, "sites");
     assert!(
         names
             .iter()

@@ -76,7 +76,7 @@ async fn rendered_objects_are_accepted_and_cascade_with_the_site() {
         let cfg = config(mode);
         let host = cfg.routing.host.as_deref();
         let inputs = Inputs::new(NS, host, b"integration-session-key", &tokens, &state);
-        let valid = sites_operator::validation::site::validate(&site, &cfg).expect("valid");
+        let valid = sites_operator::rules::validate(&site, &cfg).expect("valid");
         rendered.push(render::render(valid, &cfg, &inputs).expect("renders"));
     }
     let r = &rendered[0];

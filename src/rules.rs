@@ -5,9 +5,9 @@
 
 use std::collections::BTreeMap;
 
-use super::{FieldError, FieldErrors, format};
 use crate::config::{PlatformConfig, RoutingMode};
 use crate::crd::SiteConfiguration;
+use crate::validation::{FieldError, FieldErrors, Valid, format};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::crd::{MAX_SITE_ID_LEN, Site, SiteRef, Str};
@@ -29,32 +29,12 @@ pub const MAX_HEADER_VALUE_LEN: usize = 4000;
 const INVALID_PATH_SEQUENCES: &[&str] = &["//", "/./", "/../", "%2f", "%2F"];
 const INVALID_PATH_SUFFIXES: &[&str] = &["/..", "/."];
 
-/// A Site that satisfies every rule for the configuration it was checked against: the only
-/// input rendering accepts.
-#[derive(Clone, Copy, Debug)]
-pub struct Valid<'a>(&'a Site);
-
-impl<'a> Valid<'a> {
-    /// The Site.
-    pub fn site(self) -> &'a Site {
-        self.0
-    }
-}
-
-impl std::ops::Deref for Valid<'_> {
-    type Target = Site;
-
-    fn deref(&self) -> &Site {
-        self.0
-    }
-}
-
 /// The Site as a [`Valid`] one, or every rule it breaks (rules about a previous version, such as
 /// the quota never decreasing, are admission's: see [`violations`]).
 pub fn validate<'a>(site: &'a Site, cfg: &PlatformConfig) -> Result<Valid<'a>, Vec<FieldError>> {
     let v = violations(site.parts(), None, cfg);
     if v.is_empty() {
-        Ok(Valid(site))
+        Ok(Valid::checked(site))
     } else {
         Err(v)
     }
@@ -344,8 +324,8 @@ pub fn ratchet<T: serde::Serialize>(
     violations
         .into_iter()
         .filter(|v| {
-            let unchanged = super::value_at(&old, &v.field)
-                .is_some_and(|was| super::value_at(&new, &v.field) == Some(was));
+            let unchanged = crate::validation::value_at(&old, &v.field)
+                .is_some_and(|was| crate::validation::value_at(&new, &v.field) == Some(was));
             !(unchanged && before.contains(v))
         })
         .collect()

@@ -1,0 +1,361 @@
+//! Imports only run downwards: every `crate::` path in `src/` (use lines and paths in code)
+//! names a module on a lower layer than its own, for top-level modules and for the files of each
+//! folder, in the layer order docs/architecture.md draws ("Layers"). Test code (`mod tests`,
+//! `tests.rs`, the test fixtures) is not held to it.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use crate::support::repo_file;
+
+/// The layer table: scope (`src/`, `src/controller/`) → module → layer (0 = top).
+type Layers = BTreeMap<String, BTreeMap<String, usize>>;
+
+/// Reads the fenced block of docs/architecture.md's "Layers" section: a line starting at the
+/// left opens a scope (`src/controller/  mod`) with its top layer; the indented lines below are
+/// its lower layers, top to bottom; names on one line are peers (neither imports the other).
+fn layers(doc: &str) -> Layers {
+    let section = doc
+        .split("\n## Layers")
+        .nth(1)
+        .expect("docs/architecture.md has a Layers section");
+    let block = section
+        .split("```")
+        .nth(1)
+        .expect("the Layers section has a fenced block");
+    let mut out = Layers::new();
+    let mut scope = String::new();
+    let mut layer = 0;
+    for line in block.lines().skip(1).filter(|l| !l.trim().is_empty()) {
+        let mut words = line.split_whitespace();
+        if !line.starts_with(' ') {
+            scope = words.next().unwrap().to_string();
+            layer = 0;
+        } else {
+            layer += 1;
+        }
+        for name in words {
+            out.entry(scope.clone())
+                .or_default()
+                .insert(name.to_string(), layer);
+        }
+    }
+    out
+}
+
+/// Source without comments and without its test module (`#[cfg(test)] mod tests` at the end).
+fn code(text: &str) -> String {
+    let text = match text
+        .find("#[cfg(test)]\nmod tests")
+        .or_else(|| text.find("#[cfg(test)]\npub(crate) mod tests"))
+    {
+        Some(i) => &text[..i],
+        None => text,
+    };
+    text.lines()
+        .map(|l| l.split("//").next().unwrap_or_default())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Every path a `use crate::…` statement or an inline `crate::…` / `super::…` path names, as
+/// segments (`use crate::{a, b::{c, d}}` gives `a`, `b::c`, `b::d`).
+fn paths(code: &str) -> Vec<Vec<String>> {
+    fn expand(prefix: &[String], tree: &str, out: &mut Vec<Vec<String>>) {
+        let tree = tree.trim();
+        if let Some(inner) = tree.strip_prefix('{').and_then(|t| t.strip_suffix('}')) {
+            let mut depth = 0;
+            let mut start = 0;
+            for (i, c) in inner.char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => {
+                        expand(prefix, &inner[start..i], out);
+                        start = i + 1;
+                    }
+                    _ => {}
+                }
+            }
+            expand(prefix, &inner[start..], out);
+            return;
+        }
+        match tree.split_once("::") {
+            Some((head, rest)) => {
+                let mut p = prefix.to_vec();
+                p.push(head.trim().to_string());
+                expand(&p, rest, out);
+            }
+            None => {
+                let name = tree.split_whitespace().next().unwrap_or_default();
+                if !name.is_empty() && name != "self" && name != "*" {
+                    let mut p = prefix.to_vec();
+                    p.push(name.to_string());
+                    out.push(p);
+                } else if !prefix.is_empty() {
+                    out.push(prefix.to_vec());
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    let mut rest = code;
+    // Use statements (with brace groups), then inline paths.
+    while let Some(i) = rest
+        .find("use crate::")
+        .or_else(|| rest.find("use super::"))
+    {
+        let stmt = &rest[i + 4..];
+        let end = stmt.find(';').unwrap_or(stmt.len());
+        let (root, tree) = stmt[..end].split_once("::").unwrap();
+        expand(&[root.to_string()], tree, &mut out);
+        rest = &stmt[end..];
+    }
+    for root in ["crate::", "super::"] {
+        for (i, _) in code.match_indices(root) {
+            if code[..i].ends_with("use ") || code[..i].ends_with(char::is_alphanumeric) {
+                continue;
+            }
+            let tail: String = code[i + root.len()..]
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
+                .collect();
+            let mut p = vec![root.trim_end_matches("::").to_string()];
+            p.extend(
+                tail.split("::")
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_string),
+            );
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// A source file as the check sees it: its top-level module and, inside a folder, its file.
+#[derive(Clone, Debug, PartialEq)]
+struct Place {
+    top: String,
+    /// The folder's file (`mod` for mod.rs), None for a top-level file module.
+    file: Option<String>,
+}
+
+/// What a path names: the module of `src/` it is in and, in a folder, the file.
+fn resolve(
+    src: &Path,
+    from: &Place,
+    path: &[String],
+    reexports: &BTreeMap<String, String>,
+) -> Option<Place> {
+    let mut segs: Vec<String> = path.to_vec();
+    match segs.first().map(String::as_str) {
+        Some("crate") => {
+            segs.remove(0);
+        }
+        Some("super") => {
+            // A file of a folder: `super` is the folder. A top-level module's `super` is the crate.
+            segs.remove(0);
+            if from.file.is_some() {
+                segs.insert(0, from.top.clone());
+            }
+        }
+        _ => return None,
+    }
+    let top = segs.first()?.clone();
+    let top = match reexports.get(&top) {
+        Some(module) => module.clone(),
+        None => top,
+    };
+    let folder = src.join(&top);
+    if folder.is_dir() {
+        let file = segs
+            .get(1)
+            .filter(|f| folder.join(format!("{f}.rs")).is_file() || folder.join(f).is_dir())
+            .cloned()
+            .unwrap_or_else(|| "mod".to_string());
+        Some(Place {
+            top,
+            file: Some(file),
+        })
+    } else if src.join(format!("{top}.rs")).is_file() {
+        Some(Place { top, file: None })
+    } else {
+        None
+    }
+}
+
+/// The imports against the layer order: one line per import that runs upwards or sideways, or
+/// names a module the table does not place.
+fn violations(src: &Path, files: &BTreeMap<String, String>, layers: &Layers) -> Vec<String> {
+    let lib = files.get("lib.rs").map(String::as_str).unwrap_or_default();
+    // `pub use error::{Error, Result}` in lib.rs: `crate::Error` is the error module's.
+    let mut reexports = BTreeMap::new();
+    for line in lib.lines().filter(|l| l.starts_with("pub use ")) {
+        if let Some((module, names)) = line["pub use ".len()..].split_once("::") {
+            for name in names.trim_matches(|c| "{};".contains(c)).split(',') {
+                reexports.insert(name.trim().to_string(), module.to_string());
+            }
+        }
+    }
+    let test_only = ["fixtures", "testing"];
+    let mut out = Vec::new();
+    for (rel, text) in files {
+        let parts: Vec<&str> = rel.split('/').collect();
+        if rel == "lib.rs"
+            || parts.iter().any(|p| *p == "tests" || *p == "tests.rs")
+            || test_only.contains(&parts[0].trim_end_matches(".rs"))
+        {
+            continue;
+        }
+        let from = match parts.as_slice() {
+            // A module with a folder of its own (`crd.rs` beside `crd/`) is that folder's `mod`.
+            [file] if src.join(file.trim_end_matches(".rs")).is_dir() => Place {
+                top: file.trim_end_matches(".rs").to_string(),
+                file: Some("mod".to_string()),
+            },
+            [file] => Place {
+                top: file.trim_end_matches(".rs").to_string(),
+                file: None,
+            },
+            [top, file, ..] => Place {
+                top: top.to_string(),
+                file: Some(file.trim_end_matches(".rs").to_string()),
+            },
+            [] => continue,
+        };
+        let top_layers = &layers["src/"];
+        let Some(&own) = top_layers.get(&from.top) else {
+            out.push(format!(
+                "{rel}: module {} is not in the layer table",
+                from.top
+            ));
+            continue;
+        };
+        for path in paths(&code(text)) {
+            let Some(to) = resolve(src, &from, &path, &reexports) else {
+                continue;
+            };
+            if test_only.contains(&to.top.as_str()) {
+                continue;
+            }
+            let shown = path.join("::");
+            if to.top != from.top {
+                match top_layers.get(&to.top) {
+                    None => out.push(format!(
+                        "{rel}: {shown}: module {} is not in the layer table",
+                        to.top
+                    )),
+                    Some(&theirs) if theirs <= own => out.push(format!(
+                        "{rel}: {shown}: {} imports {}, which is not below it",
+                        from.top, to.top
+                    )),
+                    Some(_) => {}
+                }
+                continue;
+            }
+            let (Some(mine), Some(target)) = (&from.file, &to.file) else {
+                continue;
+            };
+            if mine == target {
+                continue;
+            }
+            let scope = format!("src/{}/", from.top);
+            let Some(files_layers) = layers.get(&scope) else {
+                out.push(format!("{rel}: folder {scope} is not in the layer table"));
+                continue;
+            };
+            match (files_layers.get(mine), files_layers.get(target)) {
+                (Some(&a), Some(&b)) if b > a => {}
+                (Some(_), Some(_)) => out.push(format!(
+                    "{rel}: {shown}: {scope}{mine} imports {scope}{target}, which is not below it"
+                )),
+                (None, _) => out.push(format!("{rel}: {scope}{mine} is not in the layer table")),
+                (_, None) => out.push(format!(
+                    "{rel}: {shown}: {scope}{target} is not in the layer table"
+                )),
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Every `.rs` file of `src/`, by its path relative to it.
+fn sources(src: &Path) -> BTreeMap<String, String> {
+    fn walk(dir: &Path, src: &Path, out: &mut BTreeMap<String, String>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, src, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let rel = path.strip_prefix(src).unwrap().display().to_string();
+                out.insert(rel, std::fs::read_to_string(&path).unwrap());
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(src, src, &mut out);
+    out
+}
+
+fn table() -> Layers {
+    layers(&std::fs::read_to_string(repo_file("docs/architecture.md")).unwrap())
+}
+
+#[test]
+fn imports_only_run_downwards() {
+    let src = repo_file("src");
+    let found = violations(&src, &sources(&src), &table());
+    assert!(
+        found.is_empty(),
+        "imports against the layer order of docs/architecture.md:\n{}",
+        found.join("\n")
+    );
+}
+
+/// The check finds what it is for: an upward import planted in a low module and in a low file
+/// of a folder, a sideways one between peers, and a module the table does not place.
+#[test]
+fn a_planted_upward_import_is_found() {
+    let src = repo_file("src");
+    let layers = table();
+    let plant = |file: &str, line: &str| {
+        let mut files = sources(&src);
+        let text = files.get_mut(file).unwrap();
+        text.insert_str(0, &format!("{line}\n"));
+        violations(&src, &files, &layers)
+    };
+    let found = plant("labels.rs", "use crate::app::run;");
+    assert!(
+        found.iter().any(|v| v.contains("labels imports app")),
+        "{found:?}"
+    );
+    let found = plant(
+        "controller/queue.rs",
+        "use crate::controller::reconcile::reconcile;",
+    );
+    assert!(
+        found
+            .iter()
+            .any(|v| v.contains("src/controller/queue imports src/controller/reconcile")),
+        "{found:?}"
+    );
+    let found = plant(
+        "render/mod.rs",
+        "fn f() { let _ = crate::rules::validate; }",
+    );
+    assert!(
+        found.iter().any(|v| v.contains("render imports rules")),
+        "{found:?}"
+    );
+    let mut files = sources(&src);
+    files.insert("newcomer.rs".into(), String::new());
+    let found = violations(&src, &files, &layers);
+    assert!(
+        found
+            .iter()
+            .any(|v| v.contains("newcomer is not in the layer table")),
+        "{found:?}"
+    );
+}
