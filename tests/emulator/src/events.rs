@@ -161,6 +161,15 @@ pub fn validate_create(
         }
     }
     if through_view {
+        // `ValidateObjectMeta(..., NameIsDNSSubdomain)` for requests of events.k8s.io/v1; core
+        // v1 requests keep the legacy rules, which have no name rule.
+        if let Err(e) = crate::meta::check_name(crate::registry::NameRule::Subdomain, name) {
+            causes.push((
+                "metadata.name".into(),
+                "FieldValueInvalid",
+                format!("Invalid value: {name:?}: {e}"),
+            ));
+        }
         if !present(&event["eventTime"]) {
             causes.push(required("eventTime"));
         }

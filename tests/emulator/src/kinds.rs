@@ -61,6 +61,14 @@ pub fn extra() -> Vec<ResourceInfo> {
         info("batch", "cronjobs", "CronJob", true, &["cj"], true),
         info("apps", "daemonsets", "DaemonSet", true, &["ds"], true),
         info(
+            "",
+            "componentstatuses",
+            "ComponentStatus",
+            false,
+            &["cs"],
+            false,
+        ),
+        info(
             "networking.k8s.io",
             "networkpolicies",
             "NetworkPolicy",
@@ -171,8 +179,17 @@ pub fn is_review(r: &ResourceInfo) -> bool {
         )
 }
 
+/// Whether a resource is the (deprecated, read-only) ComponentStatus list of the control
+/// plane's components.
+pub fn is_component_status(r: &ResourceInfo) -> bool {
+    r.is_builtin() && r.group.is_empty() && r.plural == "componentstatuses"
+}
+
 /// The verbs discovery lists for a resource.
 pub fn verbs(r: &ResourceInfo) -> &'static [&'static str] {
+    if is_component_status(r) {
+        return &["get", "list"];
+    }
     if is_review(r) {
         &["create"]
     } else {
@@ -189,6 +206,7 @@ pub fn schema(group: &str, kind: &str) -> Option<KindSchema> {
         ("batch", "Job") => generate::<api::batch::v1::Job>(),
         ("batch", "CronJob") => generate::<api::batch::v1::CronJob>(),
         ("apps", "DaemonSet") => generate::<api::apps::v1::DaemonSet>(),
+        ("", "ComponentStatus") => generate::<api::core::v1::ComponentStatus>(),
         ("networking.k8s.io", "NetworkPolicy") => generate::<api::networking::v1::NetworkPolicy>(),
         ("", "ReplicationController") => generate::<api::core::v1::ReplicationController>(),
         ("apiregistration.k8s.io", "APIService") => {

@@ -163,6 +163,18 @@ pub fn check_name(rule: NameRule, name: &str) -> Result<(), String> {
                 return Err("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')".into());
             }
         }
+        NameRule::PathSegment => {
+            for bad in [".", ".."] {
+                if name == bad {
+                    return Err(format!("may not be '{bad}'"));
+                }
+            }
+            for bad in ["/", "%"] {
+                if name.contains(bad) {
+                    return Err(format!("may not contain '{bad}'"));
+                }
+            }
+        }
         NameRule::Dns1035 => {
             if !label_ok(name) || !name.as_bytes()[0].is_ascii_lowercase() {
                 return Err("a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')".into());

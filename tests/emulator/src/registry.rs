@@ -15,6 +15,9 @@ pub enum NameRule {
     Label,
     /// DNS-1035 label (services).
     Dns1035,
+    /// Any name usable as a URL path segment (core v1 Events, whose strategy adds no name
+    /// rule: `path.IsValidPathSegmentName` only).
+    PathSegment,
 }
 
 /// Schema and table data of a custom resource, from its CRD.
@@ -177,7 +180,10 @@ const BUILTINS: &[Builtin] = &[
         true,
         false,
     ),
-    b("", "v1", "events", "Event", true, &["ev"], false, false),
+    Builtin {
+        name_rule: NameRule::PathSegment,
+        ..b("", "v1", "events", "Event", true, &["ev"], false, false)
+    },
     b(
         "",
         "v1",

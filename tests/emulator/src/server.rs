@@ -326,6 +326,12 @@ async fn dispatch(
     if !t.r.namespaced && t.namespaced_url {
         return Err(ApiError::no_route());
     }
+    // ComponentStatuses: get and list only (`componentstatus.REST` implements nothing else).
+    if crate::kinds::is_component_status(&t.r)
+        && (*method != Method::GET || query.get("watch").is_some_and(|w| w == "true" || w == "1"))
+    {
+        return Err(ApiError::method_not_allowed(method.as_str()));
+    }
     if let Some(r) = crate::subresources::dispatch(app, method, t, query, headers, &body).await {
         return r;
     }
@@ -658,15 +664,8 @@ pub async fn create(
     };
     let prepared = ops::prepare_create(&t.r, ns, obj, opts)?;
     let mut object = prepared.object;
-    if t.r.kind == "CustomResourceDefinition" && t.r.group == "apiextensions.k8s.io" {
-        let others = app.store.lock().objects_of(&t.r.key(), None);
-        crate::crds::establish(&mut object, &others);
-    }
     let name = meta_str(&object, "name").unwrap_or_default().to_string();
-    if crate::events::is_core(&t.r) {
-        let addressed = t.view.as_deref().unwrap_or(&t.r);
-        crate::events::validate_create(addressed, &name, &object, t.view.is_some())?;
-    }
+    created_as_posted(app, t, &name, &mut object)?;
     let (object, admission_warnings) = admit(
         app,
         &t.r,
@@ -800,6 +799,26 @@ fn encoded_len(value: &Value) -> usize {
     count.0
 }
 
+/// What the create strategy of a kind does to a new object, whether it came by POST or by a
+/// server-side apply that creates it: a CRD's names accepted and established, an Event's
+/// create validation.
+fn created_as_posted(
+    app: &App,
+    t: &Target,
+    name: &str,
+    object: &mut Value,
+) -> Result<(), ApiError> {
+    if crate::crds::is_crd(&t.r) {
+        let others = app.store.lock().objects_of(&t.r.key(), None);
+        crate::crds::establish(object, &others);
+    }
+    if crate::events::is_core(&t.r) {
+        let addressed = t.view.as_deref().unwrap_or(&t.r);
+        crate::events::validate_create(addressed, name, object, t.view.is_some())?;
+    }
+    Ok(())
+}
+
 /// The read-compute-commit loop every update-like write runs (GuaranteedUpdate).
 async fn write_loop<F>(
     app: &Arc<App>,
@@ -815,10 +834,13 @@ where
     let sub = status_sub(t);
     for _ in 0..16 {
         let current = app.store.lock().get(&t.r, &t.namespace, name);
-        let prepared = compute(current.as_deref())?;
+        let mut prepared = compute(current.as_deref())?;
         let op = if current.is_some() {
             Operation::Update
         } else {
+            // A server-side apply that creates: the create strategy runs as for a POST
+            // (`forceAllowCreate` makes the store call `BeforeCreate`).
+            created_as_posted(app, t, name, &mut prepared.object)?;
             Operation::Create
         };
         let (object, admission_warnings) = admit(

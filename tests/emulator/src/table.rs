@@ -371,6 +371,40 @@ fn columns(r: &ResourceInfo) -> Vec<Column> {
                 json!(quota_cells(o).1)
             }));
         }
+        // `printComponentStatus`: Healthy / Unhealthy from the Healthy condition; no Age.
+        ("", "ComponentStatus") => {
+            let condition = |o: &Value| {
+                o["conditions"]
+                    .as_array()
+                    .and_then(|cs| cs.iter().find(|c| c["type"] == "Healthy"))
+                    .cloned()
+                    .unwrap_or(Value::Null)
+            };
+            cols.push(col(
+                "Status",
+                "string",
+                "Status of the component conditions",
+                move |o| {
+                    json!(if condition(o)["status"] == "True" {
+                        "Healthy"
+                    } else {
+                        "Unhealthy"
+                    })
+                },
+            ));
+            cols.push(col(
+                "Message",
+                "string",
+                "Message of the component conditions",
+                move |o| json!(condition(o)["message"].as_str().unwrap_or("")),
+            ));
+            cols.push(col(
+                "Error",
+                "string",
+                "Error of the component conditions",
+                move |o| json!(condition(o)["error"].as_str().unwrap_or("")),
+            ));
+        }
         ("apiregistration.k8s.io", "APIService") => {
             cols.push(col(
                 "Service",

@@ -1157,3 +1157,123 @@ async fn deletes_answer_the_object_where_the_api_server_does() {
         .expect("the CRD");
     assert!(crd.metadata.deletion_timestamp.is_some(), "{crd:?}");
 }
+
+/// A CRD created by a server-side apply is accepted and established as one created by POST
+/// (the create strategy and the establishing controller run either way): kube-rs's
+/// `derived_resource_queryable_and_has_subresources` waits for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crd_created_by_server_side_apply_is_established() {
+    let c = Cluster::start(false).await;
+    let crd = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: foos.clux.dev
+spec:
+  group: clux.dev
+  scope: Namespaced
+  names: {plural: foos, kind: Foo}
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+"#;
+    let out = c.kubectl_stdin(&["apply", "--server-side", "-f", "-"], Some(crd));
+    assert!(out.status.success(), "{out:?}");
+    let status = c.kubectl_ok(&[
+        "get",
+        "crd",
+        "foos.clux.dev",
+        "-o",
+        "jsonpath={.status.conditions[?(@.type==\"Established\")].status} {.status.acceptedNames.listKind} {.status.storedVersions}",
+    ]);
+    assert_eq!(status, r#"True FooList ["v1"]"#);
+    let out = c.kubectl_stdin(
+        &["apply", "--server-side", "-f", "-"],
+        Some("apiVersion: clux.dev/v1\nkind: Foo\nmetadata: {name: a, namespace: default}\n"),
+    );
+    assert!(out.status.success(), "{out:?}");
+}
+
+/// `componentstatuses` (deprecated, still served by 1.32): the scheduler, the controller
+/// manager and etcd, healthy, with the API server's columns; get and list only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn component_statuses_are_listed_and_read_only() {
+    let c = Cluster::start(false).await;
+    let table = c.kubectl_ok(&["get", "componentstatuses"]);
+    let rows: Vec<Vec<&str>> = table
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows[0], ["NAME", "STATUS", "MESSAGE", "ERROR"], "{table}");
+    assert!(
+        rows.iter()
+            .any(|r| r[..3] == ["scheduler", "Healthy", "ok"]),
+        "{table}"
+    );
+    assert!(
+        rows.iter().any(|r| r[..2] == ["etcd-0", "Healthy"]),
+        "{table}"
+    );
+    let healthy = c.kubectl_ok(&[
+        "get",
+        "cs",
+        "controller-manager",
+        "-o",
+        "jsonpath={.conditions[0].type}={.conditions[0].status}",
+    ]);
+    assert_eq!(healthy, "Healthy=True");
+    let out = c.kubectl(&["delete", "componentstatus", "scheduler"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("MethodNotAllowed")
+            || String::from_utf8_lossy(&out.stderr).contains("does not allow this method"),
+        "{out:?}"
+    );
+}
+
+/// Core v1 Events take any name usable in a URL (their strategy adds no name rule); through
+/// events.k8s.io/v1 a name must be a DNS subdomain (kube's Recorder names an Event
+/// `<object>.<hex>`, which for `system:basic-user` is not one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn event_names_follow_the_api_group_they_are_created_through() {
+    let c = Cluster::start(false).await;
+    let core = r#"
+apiVersion: v1
+kind: Event
+metadata: {name: "system:basic-user.17a2b3c4", namespace: default}
+involvedObject: {kind: ClusterRole, name: "system:basic-user", apiVersion: rbac.authorization.k8s.io/v1}
+reason: Tested
+message: a core Event
+type: Normal
+"#;
+    let out = c.kubectl_stdin(&["create", "-f", "-"], Some(core));
+    assert!(out.status.success(), "{out:?}");
+    let events_v1 = r#"
+apiVersion: events.k8s.io/v1
+kind: Event
+metadata: {name: "system:basic-user.27a2b3c4", namespace: default}
+eventTime: "2026-12-04T18:00:00.000000Z"
+reportingController: tests
+reportingInstance: tests-1
+action: Testing
+reason: Tested
+regarding: {kind: ClusterRole, name: "system:basic-user", apiVersion: rbac.authorization.k8s.io/v1}
+type: Normal
+"#;
+    let out = c.kubectl_stdin(&["create", "-f", "-"], Some(events_v1));
+    assert!(!out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(
+            r#"metadata.name: Invalid value: "system:basic-user.27a2b3c4": a lowercase RFC 1123 subdomain"#
+        ),
+        "{out:?}"
+    );
+    let out = c.kubectl_stdin(
+        &["create", "-f", "-"],
+        Some(&core.replace("system:basic-user.17a2b3c4", "a/b")),
+    );
+    assert!(!out.status.success(), "a name with a slash: {out:?}");
+}
