@@ -25,7 +25,7 @@ use crate::admission::{self, selfsigned};
 use crate::certs::{CERT_FILE, KEY_FILE};
 use crate::config::live::Live;
 use crate::config::{Installation, PlatformConfig};
-use crate::controller::accounting::{self, CountLayer};
+use crate::controller::accounting::CountLayer;
 use crate::controller::context::Tunables;
 use crate::controller::leader::{Elector, Timing};
 use crate::controller::{self, Controller};
@@ -407,7 +407,7 @@ pub async fn run(
     registry.register(Box::new(
         prometheus::process_collector::ProcessCollector::for_self(),
     ))?;
-    let api_requests = accounting::register(&registry)?;
+    let api_requests = crate::metrics::register_api_requests(&registry)?;
     metrics::register_build_info(&registry)?;
     let leader_status = metrics::register_leader(&registry, &opts.lease_name)?;
     // Files are checked before the API server is contacted: a bad certificate path fails fast.

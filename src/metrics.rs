@@ -4,8 +4,12 @@
 pub mod access;
 
 use prometheus::{
-    HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry,
 };
+
+/// The controller name in metrics (controller-runtime's `controller` label).
+pub const RECONCILER: &str = "site";
 
 /// The commit the binary was built from (`git rev-parse --short HEAD` at build time, or
 /// `SITES_OPERATOR_COMMIT`, or "unknown"; see build.rs).
@@ -123,4 +127,197 @@ pub fn encode(registry: &Registry) -> String {
         tracing::error!(error = %e, "cannot encode metrics");
     }
     out
+}
+
+/// Reconcile metrics (controller-runtime names) and the phase gauge.
+#[derive(Clone, Debug)]
+pub struct ReconcileMetrics {
+    pub total: IntCounterVec,
+    pub errors: IntCounterVec,
+    /// Terminal errors: the Site or the cluster has to change (see [`crate::controller::reconcile::Next::Terminal`]).
+    pub terminal_errors: IntCounterVec,
+    /// Reconciles that panicked (caught; the key is retried with backoff).
+    pub panics: IntCounterVec,
+    pub time: Histogram,
+    pub active_workers: IntGauge,
+    pub max_concurrent: IntGauge,
+    pub by_phase: IntGaugeVec,
+}
+
+impl ReconcileMetrics {
+    pub fn register(registry: &Registry) -> prometheus::Result<ReconcileMetrics> {
+        let c = |o: Opts| o.const_label("controller", RECONCILER);
+        let m = ReconcileMetrics {
+            total: IntCounterVec::new(
+                c(Opts::new(
+                    "controller_runtime_reconcile_total",
+                    "Total number of reconciliations per controller",
+                )),
+                &["result"],
+            )?,
+            errors: IntCounterVec::new(
+                c(Opts::new(
+                    "controller_runtime_reconcile_errors_total",
+                    "Total number of reconciliation errors per controller",
+                )),
+                &[],
+            )?,
+            terminal_errors: IntCounterVec::new(
+                c(Opts::new(
+                    "controller_runtime_terminal_reconcile_errors_total",
+                    "Total number of terminal reconciliation errors per controller",
+                )),
+                &[],
+            )?,
+            panics: IntCounterVec::new(
+                c(Opts::new(
+                    "controller_runtime_reconcile_panics_total",
+                    "Total number of reconciliation panics per controller",
+                )),
+                &[],
+            )?,
+            time: Histogram::with_opts(
+                HistogramOpts::new(
+                    "controller_runtime_reconcile_time_seconds",
+                    "Length of time per reconciliation per controller",
+                )
+                .const_label("controller", RECONCILER)
+                .buckets(prometheus::exponential_buckets(0.0005, 2.0, 16)?),
+            )?,
+            active_workers: IntGauge::with_opts(c(Opts::new(
+                "controller_runtime_active_workers",
+                "Number of currently used workers per controller",
+            )))?,
+            max_concurrent: IntGauge::with_opts(c(Opts::new(
+                "controller_runtime_max_concurrent_reconciles",
+                "Maximum number of concurrent reconciles per controller",
+            )))?,
+            by_phase: IntGaugeVec::new(
+                Opts::new("sites_by_phase", "Sites by status phase"),
+                &["phase"],
+            )?,
+        };
+        registry.register(Box::new(m.total.clone()))?;
+        registry.register(Box::new(m.errors.clone()))?;
+        registry.register(Box::new(m.terminal_errors.clone()))?;
+        registry.register(Box::new(m.panics.clone()))?;
+        registry.register(Box::new(m.time.clone()))?;
+        registry.register(Box::new(m.active_workers.clone()))?;
+        registry.register(Box::new(m.max_concurrent.clone()))?;
+        registry.register(Box::new(m.by_phase.clone()))?;
+        // Series exist from the start, as controller-runtime does, so rates and alerts work
+        // before the first occurrence.
+        for result in ["success", "error", "requeue", "requeue_after"] {
+            m.total.with_label_values(&[result]);
+        }
+        m.errors.with_label_values(&[] as &[&str]);
+        m.terminal_errors.with_label_values(&[] as &[&str]);
+        m.panics.with_label_values(&[] as &[&str]);
+        for phase in ["Pending", "Running", "Disabled", "Failed"] {
+            m.by_phase.with_label_values(&[phase]);
+        }
+        Ok(m)
+    }
+}
+
+/// `sites_reconcile_triggers_total{kind}`: Site keys queued by watch events, by the kind of the
+/// object the event was about.
+pub fn register_triggers(registry: &Registry) -> prometheus::Result<IntCounterVec> {
+    let triggers = IntCounterVec::new(
+        Opts::new(
+            "sites_reconcile_triggers_total",
+            "Site keys queued by watch events, by the kind of the object the event was about",
+        ),
+        &["kind"],
+    )?;
+    registry.register(Box::new(triggers.clone()))?;
+    Ok(triggers)
+}
+
+/// Queue metrics (controller-runtime names, label `name`).
+#[derive(Clone, Debug)]
+pub struct QueueMetrics {
+    pub depth: IntGauge,
+    pub adds: IntCounter,
+    pub retries: IntCounter,
+    pub queue_duration: Histogram,
+    pub work_duration: Histogram,
+    pub unfinished_work: prometheus::Gauge,
+    pub longest_running: prometheus::Gauge,
+}
+
+impl QueueMetrics {
+    /// Creates the metrics for the queue `name` and registers them.
+    pub fn register(registry: &Registry, name: &str) -> prometheus::Result<QueueMetrics> {
+        let opts = |metric: &str, help: &str| Opts::new(metric, help).const_label("name", name);
+        let buckets = prometheus::exponential_buckets(1e-6, 10.0, 10)?;
+        let hist = |metric: &str, help: &str| {
+            Histogram::with_opts(
+                HistogramOpts::new(metric, help)
+                    .const_label("name", name)
+                    .buckets(buckets.clone()),
+            )
+        };
+        let m = QueueMetrics {
+            depth: IntGauge::with_opts(opts("workqueue_depth", "Current depth of workqueue"))?,
+            adds: IntCounter::with_opts(opts(
+                "workqueue_adds_total",
+                "Total number of adds handled by workqueue",
+            ))?,
+            retries: IntCounter::with_opts(opts(
+                "workqueue_retries_total",
+                "Total number of retries handled by workqueue",
+            ))?,
+            queue_duration: hist(
+                "workqueue_queue_duration_seconds",
+                "How long in seconds an item stays in workqueue before being requested",
+            )?,
+            work_duration: hist(
+                "workqueue_work_duration_seconds",
+                "How long in seconds processing an item from workqueue takes",
+            )?,
+            unfinished_work: prometheus::Gauge::with_opts(opts(
+                "workqueue_unfinished_work_seconds",
+                "How many seconds of work has been done that is in progress",
+            ))?,
+            longest_running: prometheus::Gauge::with_opts(opts(
+                "workqueue_longest_running_processor_seconds",
+                "How many seconds has the longest running processor for workqueue been running",
+            ))?,
+        };
+        registry.register(Box::new(m.depth.clone()))?;
+        registry.register(Box::new(m.adds.clone()))?;
+        registry.register(Box::new(m.retries.clone()))?;
+        registry.register(Box::new(m.queue_duration.clone()))?;
+        registry.register(Box::new(m.work_duration.clone()))?;
+        registry.register(Box::new(m.unfinished_work.clone()))?;
+        registry.register(Box::new(m.longest_running.clone()))?;
+        Ok(m)
+    }
+}
+
+/// The gauge `sites_config_valid`: 1 while the ConfigMap as it stands is in force, 0 while it is
+/// refused (the last valid configuration stays in force).
+pub fn register_config_valid(registry: &Registry) -> prometheus::Result<IntGauge> {
+    let gauge = IntGauge::new(
+        "sites_config_valid",
+        "1 when the sites-config ConfigMap is valid and in force; 0 when it is refused and the last valid configuration stays in force",
+    )?;
+    registry.register(Box::new(gauge.clone()))?;
+    gauge.set(1);
+    Ok(gauge)
+}
+
+/// The request counter `sites_api_requests_total{verb,resource,code}` (the API requests the
+/// operator makes, counted by `controller/accounting.rs`).
+pub fn register_api_requests(registry: &Registry) -> prometheus::Result<IntCounterVec> {
+    let c = IntCounterVec::new(
+        Opts::new(
+            "sites_api_requests_total",
+            "Kubernetes API requests made by the operator, by verb, resource and HTTP code",
+        ),
+        &["verb", "resource", "code"],
+    )?;
+    registry.register(Box::new(c.clone()))?;
+    Ok(c)
 }

@@ -384,13 +384,10 @@ pub fn recorded_image(
     stored: Option<&[(String, Option<String>)]>,
     cfg: &PlatformConfig,
 ) -> Option<String> {
-    let entry = cfg.sites.applications.iter().find(|e| e.name == name)?;
+    let catalogue = crate::render::apps::builtin_image(name, cfg)?;
     match stored.map(|apps| apps.iter().find(|(n, _)| n == name)) {
         Some(Some((_, image))) => image.clone(),
-        None | Some(None) => Some(crate::render::apps::catalogue_image(
-            entry,
-            &cfg.sites.version,
-        )),
+        None | Some(None) => Some(catalogue),
     }
 }
 

@@ -5,20 +5,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use prometheus::{IntCounterVec, Opts, Registry};
-
-/// The request counter.
-pub fn register(registry: &Registry) -> prometheus::Result<IntCounterVec> {
-    let c = IntCounterVec::new(
-        Opts::new(
-            "sites_api_requests_total",
-            "Kubernetes API requests made by the operator, by verb, resource and HTTP code",
-        ),
-        &["verb", "resource", "code"],
-    )?;
-    registry.register(Box::new(c.clone()))?;
-    Ok(c)
-}
+use prometheus::IntCounterVec;
 
 /// The API verb and resource of a request: `get`, `list`, `watch`, `create`, `update`, `patch`,
 /// `delete`, `deletecollection`; the resource as `<plural>[.<group>][/<subresource>]`

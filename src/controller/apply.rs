@@ -18,7 +18,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::controller::context::Context;
-use crate::controller::slim::{self, Keep, Kept};
+use crate::controller::slim::{self, Kept, Owned};
 use crate::crd::{Site, SiteStatus};
 use crate::render::volume;
 use crate::watched::{Pod, Volume};
@@ -80,13 +80,7 @@ pub async fn apply<K>(
     mut desired: K,
 ) -> Result<(Written, Option<K>)>
 where
-    K: Resource<Scope = kube::core::NamespaceResourceScope>
-        + Keep
-        + Clone
-        + Serialize
-        + DeserializeOwned
-        + Debug,
-    K::DynamicType: Default,
+    K: Owned,
 {
     stamp(&mut desired);
     match ctx.fingerprints.pending(&desired) {

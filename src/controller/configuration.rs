@@ -10,25 +10,13 @@ use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
 use kube::Resource;
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
-use prometheus::{IntGauge, Registry};
+use prometheus::IntGauge;
 use tokio::sync::watch;
 
 use crate::config::live::{Follower, Verdict};
 use crate::controller::apply;
 use crate::reasons;
 use crate::validation::join;
-
-/// The gauge `sites_config_valid`: 1 while the ConfigMap as it stands is in force, 0 while it is
-/// refused (the last valid configuration stays in force).
-pub fn register_valid(registry: &Registry) -> prometheus::Result<IntGauge> {
-    let gauge = IntGauge::new(
-        "sites_config_valid",
-        "1 when the sites-config ConfigMap is valid and in force; 0 when it is refused and the last valid configuration stays in force",
-    )?;
-    registry.register(Box::new(gauge.clone()))?;
-    gauge.set(1);
-    Ok(gauge)
-}
 
 /// What the follower needs besides the [`Follower`] itself.
 pub struct Follow {

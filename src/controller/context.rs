@@ -19,7 +19,7 @@ use crate::controller::events::Recorder;
 use crate::controller::index::Index;
 use crate::controller::labeller::Labeller;
 use crate::controller::records::{Records, Sites, Table, Volumes};
-use crate::controller::slim::{Keep, Kept};
+use crate::controller::slim::{Kept, Owned};
 use crate::controller::status::SitePod;
 use crate::crd::{Site, SiteStatus};
 use crate::watched::Volume;
@@ -332,11 +332,7 @@ impl Context {
     /// [`Context::read`], kept as the caches keep it.
     pub(crate) async fn read_kept<K>(&self, name: &str) -> Result<Option<Arc<Kept<K>>>>
     where
-        K: Keep
-            + Resource<Scope = kube::core::NamespaceResourceScope>
-            + Clone
-            + serde::de::DeserializeOwned
-            + std::fmt::Debug,
+        K: Owned,
     {
         Ok(self
             .read::<K>(name)

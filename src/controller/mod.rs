@@ -45,13 +45,10 @@ use std::time::{Duration, Instant};
 
 use futures::{FutureExt, StreamExt, TryStreamExt};
 use gateway_api::apis::standard::httproutes::HttpRoute;
-use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret, Service};
-use k8s_openapi::api::networking::v1::Ingress;
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
-use prometheus::{Histogram, HistogramOpts, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
+use prometheus::{IntCounterVec, Registry};
 use tokio::sync::watch;
 use tracing::Instrument;
 
@@ -59,108 +56,15 @@ use crate::config::PlatformConfig;
 use crate::config::live::{Follower, Live};
 use crate::controller::events::Reporter;
 use crate::crd::{ID_LABEL, Phase, Site};
+use crate::metrics::{QueueMetrics, RECONCILER, ReconcileMetrics};
 use crate::watched::{Pod, Volume};
 use context::{Caches, Context, HttpRoutes, Tunables, WrittenStatuses};
 use index::Index;
-use queue::{Backoff, Queue, QueueMetrics};
+use queue::{Backoff, Queue};
 use reconcile::Next;
 use records::{Cache, Records, Sites, Table, Volumes};
-use slim::{Keep, Kept};
+use slim::{Keep, Kept, Owned};
 use status::SitePod;
-
-/// The controller name in metrics.
-pub const CONTROLLER: &str = "site";
-
-/// Reconcile metrics (controller-runtime names) and the phase gauge.
-#[derive(Clone, Debug)]
-pub struct ReconcileMetrics {
-    pub total: IntCounterVec,
-    pub errors: IntCounterVec,
-    /// Terminal errors: the Site or the cluster has to change (see [`reconcile::Next::Terminal`]).
-    pub terminal_errors: IntCounterVec,
-    /// Reconciles that panicked (caught; the key is retried with backoff).
-    pub panics: IntCounterVec,
-    pub time: Histogram,
-    pub active_workers: IntGauge,
-    pub max_concurrent: IntGauge,
-    pub by_phase: IntGaugeVec,
-}
-
-impl ReconcileMetrics {
-    pub fn register(registry: &Registry) -> prometheus::Result<ReconcileMetrics> {
-        let c = |o: Opts| o.const_label("controller", CONTROLLER);
-        let m = ReconcileMetrics {
-            total: IntCounterVec::new(
-                c(Opts::new(
-                    "controller_runtime_reconcile_total",
-                    "Total number of reconciliations per controller",
-                )),
-                &["result"],
-            )?,
-            errors: IntCounterVec::new(
-                c(Opts::new(
-                    "controller_runtime_reconcile_errors_total",
-                    "Total number of reconciliation errors per controller",
-                )),
-                &[],
-            )?,
-            terminal_errors: IntCounterVec::new(
-                c(Opts::new(
-                    "controller_runtime_terminal_reconcile_errors_total",
-                    "Total number of terminal reconciliation errors per controller",
-                )),
-                &[],
-            )?,
-            panics: IntCounterVec::new(
-                c(Opts::new(
-                    "controller_runtime_reconcile_panics_total",
-                    "Total number of reconciliation panics per controller",
-                )),
-                &[],
-            )?,
-            time: Histogram::with_opts(
-                HistogramOpts::new(
-                    "controller_runtime_reconcile_time_seconds",
-                    "Length of time per reconciliation per controller",
-                )
-                .const_label("controller", CONTROLLER)
-                .buckets(prometheus::exponential_buckets(0.0005, 2.0, 16)?),
-            )?,
-            active_workers: IntGauge::with_opts(c(Opts::new(
-                "controller_runtime_active_workers",
-                "Number of currently used workers per controller",
-            )))?,
-            max_concurrent: IntGauge::with_opts(c(Opts::new(
-                "controller_runtime_max_concurrent_reconciles",
-                "Maximum number of concurrent reconciles per controller",
-            )))?,
-            by_phase: IntGaugeVec::new(
-                Opts::new("sites_by_phase", "Sites by status phase"),
-                &["phase"],
-            )?,
-        };
-        registry.register(Box::new(m.total.clone()))?;
-        registry.register(Box::new(m.errors.clone()))?;
-        registry.register(Box::new(m.terminal_errors.clone()))?;
-        registry.register(Box::new(m.panics.clone()))?;
-        registry.register(Box::new(m.time.clone()))?;
-        registry.register(Box::new(m.active_workers.clone()))?;
-        registry.register(Box::new(m.max_concurrent.clone()))?;
-        registry.register(Box::new(m.by_phase.clone()))?;
-        // Series exist from the start, as controller-runtime does, so rates and alerts work
-        // before the first occurrence.
-        for result in ["success", "error", "requeue", "requeue_after"] {
-            m.total.with_label_values(&[result]);
-        }
-        m.errors.with_label_values(&[] as &[&str]);
-        m.terminal_errors.with_label_values(&[] as &[&str]);
-        m.panics.with_label_values(&[] as &[&str]);
-        for phase in ["Pending", "Running", "Disabled", "Failed"] {
-            m.by_phase.with_label_values(&[phase]);
-        }
-        Ok(m)
-    }
-}
 
 /// How the controller runs.
 #[derive(Clone, Debug)]
@@ -403,6 +307,227 @@ fn kept_event<S, K>(event: watcher::Event<S>, keep: &mut impl FnMut(S) -> K) -> 
     }
 }
 
+/// The watch of the Sites: the Site table and its index by public path. An event queues its
+/// Site when [`site_event_matters`]; a Site leaving a public path queues the others of that path.
+fn watch_sites(
+    client: &kube::Client,
+    ns: &str,
+    feed: &Feed,
+    written: Arc<WrittenStatuses>,
+) -> (Sites, Index<Site, Sites>) {
+    let sites_by_path = Index::new(index::site_path_keys);
+    let path_index = sites_by_path.clone();
+    let sharers = (sites_by_path.clone(), feed.queue.clone());
+    let sites = Sites::default();
+    let writer = sites.clone();
+    watch_kind_observed(
+        Api::<Site>::namespaced(client.clone(), ns),
+        list_config(),
+        feed,
+        |mut s: Site| {
+            slim::site(&mut s);
+            s
+        },
+        sites.clone(),
+        move |event| writer.apply(event),
+        |s: &Site| s.metadata.name.clone(),
+        move |before: &Sites, event: &watcher::Event<Site>| {
+            site_event_matters(before, event, &written, &sharers)
+        },
+        move |event: &watcher::Event<Site>| path_index.observe(event),
+    );
+    (sites, sites_by_path)
+}
+
+/// Whether a Site watch event queues its Site (a change the reconcile acts on, or a status the
+/// operator did not write); logs what an edit changed; queues the other Sites of a public path
+/// the Site leaves.
+fn site_event_matters(
+    before: &Sites,
+    event: &watcher::Event<Site>,
+    written: &WrittenStatuses,
+    (index, queue): &(Index<Site, Sites>, Queue<String>),
+) -> bool {
+    // A re-list (after a watch gap) delivers every Site again as InitApply while the store
+    // still holds the previous copies: judged like an update, so only what changed in the gap
+    // is queued.
+    let old = match event {
+        watcher::Event::Apply(new) | watcher::Event::InitApply(new) => before.cached(new),
+        watcher::Event::Delete(gone) => Some(Arc::new(gone.clone())),
+        _ => None,
+    };
+    if let watcher::Event::Apply(new) = event
+        && let Some(old) = &old
+        && changes::site_edited(old, new)
+    {
+        let view = |s: &Site| serde_json::json!({"metadata": {"annotations": s.metadata.annotations, "labels": s.metadata.labels}, "spec": s.spec});
+        changes::log_site_changes(&new.name_any(), &view(old), &view(new));
+    }
+    let relevant = match (event, &old) {
+        (watcher::Event::Apply(new) | watcher::Event::InitApply(new), Some(old)) => {
+            changes::site_changed(old, new)
+                || (old.status != new.status
+                    && !written.is_ours(&new.name_any(), new.status.as_ref()))
+        }
+        (watcher::Event::Delete(gone), _) => {
+            written.forget(&gone.name_any());
+            true
+        }
+        _ => true,
+    };
+    // A Site leaving a public path (deleted, moved, being deleted) frees it: the other Sites of
+    // that path are reconciled, so the next one gets the route now.
+    if let Some(old) = old {
+        let left = match event {
+            watcher::Event::Apply(new) | watcher::Event::InitApply(new) => {
+                new.metadata.deletion_timestamp.is_some()
+                    || index::path_key(new) != index::path_key(&old)
+            }
+            _ => true,
+        };
+        if left {
+            for other in index.get(before, &index::path_key(&old)) {
+                if other.metadata.name != old.metadata.name {
+                    queue.add(other.name_any());
+                }
+            }
+        }
+    }
+    relevant
+}
+
+/// What the watches of the owned kinds share.
+struct Watch<'a> {
+    client: &'a kube::Client,
+    ns: &'a str,
+    feed: &'a Feed,
+    prints: &'a Arc<fingerprints::Fingerprints>,
+}
+
+impl Watch<'_> {
+    /// The watch of an owned kind the operator labels: an event queues the Site of the label.
+    fn labelled<K: Owned>(&self) -> Records<K> {
+        let api = Api::namespaced(self.client.clone(), self.ns);
+        watch_owned(api, self.feed, owned_key, self.prints.clone())
+    }
+
+    /// The watch of a route kind, unfiltered: a same-named route of another owner must be seen
+    /// to be left alone (RTG-03).
+    fn routes<K: Owned>(&self) -> Records<K> {
+        let api = Api::namespaced(self.client.clone(), self.ns);
+        watch_owned(api, self.feed, route_key, self.prints.clone())
+    }
+}
+
+/// The HTTPRoutes, watched (unfiltered, as Ingresses) from the start when the cluster serves
+/// the Gateway API, else from the first reconcile that needs them.
+async fn watch_http_routes(
+    client: &kube::Client,
+    ns: &str,
+    feed: &Feed,
+    prints: Arc<fingerprints::Fingerprints>,
+) -> HttpRoutes {
+    let httproutes = HttpRoutes::new(Arc::new({
+        let (client, ns, feed) = (client.clone(), ns.to_string(), feed.clone());
+        move || {
+            watch_owned(
+                Api::<HttpRoute>::namespaced(client.clone(), &ns),
+                &feed,
+                route_key,
+                prints.clone(),
+            )
+        }
+    }));
+    if context::serves_http_routes(client, ns).await {
+        httproutes.start();
+    } else {
+        tracing::info!("the cluster does not serve gateway.networking.k8s.io/v1 HTTPRoutes");
+    }
+    httproutes
+}
+
+/// The watch of the site pods (by the id label), kept as resolved `SitePod`s, and their index
+/// by site: a pod event queues its Site when the resolved pod changed.
+fn watch_site_pods(
+    client: &kube::Client,
+    ns: &str,
+    feed: &Feed,
+) -> (Table<SitePod>, Index<SitePod, Table<SitePod>>) {
+    let pods_by_site = Index::new(index::pod_keys);
+    let index = pods_by_site.clone();
+    let pods = Table::<SitePod>::default();
+    let writer = pods.clone();
+    watch_kind_observed(
+        Api::<Pod>::namespaced(client.clone(), ns),
+        list_config().labels(ID_LABEL),
+        feed,
+        |p: Pod| slim::pod(&p),
+        pods.clone(),
+        move |event| writer.apply(event),
+        |p: &SitePod| index::pod_keys(p).pop(),
+        changed,
+        move |event: &watcher::Event<SitePod>| index.observe(event),
+    );
+    (pods, pods_by_site)
+}
+
+/// The watch of the volumes (cluster-wide) and their index by site: an event matters to the
+/// site a volume is labelled or claimed for.
+fn watch_volumes(client: &kube::Client, feed: &Feed) -> (Volumes, Index<Volume, Volumes>) {
+    let volumes_by_site = Index::new(index::volume_keys);
+    let index = volumes_by_site.clone();
+    let volumes = Volumes::default();
+    let writer = volumes.clone();
+    watch_kind_observed(
+        Api::<Volume>::all(client.clone()),
+        list_config(),
+        feed,
+        |mut v: Volume| {
+            slim::volume(&mut v);
+            v
+        },
+        volumes.clone(),
+        move |event| writer.apply(event),
+        |pv: &Volume| {
+            key_of(pv).or_else(|| {
+                let claim = pv.spec.as_ref()?.claim_ref.as_ref()?;
+                claim.name.clone()
+            })
+        },
+        |store: &Volumes, event: &watcher::Event<Volume>| {
+            changed_by(store, event, changes::volume_changed)
+        },
+        move |event: &watcher::Event<Volume>| index.observe(event),
+    );
+    (volumes, volumes_by_site)
+}
+
+/// How many workers reconcile: `--workers`, else the configuration's worker limit.
+fn worker_limit(fixed: Option<usize>) -> impl Fn(&PlatformConfig) -> usize + Send + Sync + 'static {
+    move |c: &PlatformConfig| fixed.unwrap_or(c.sites.operator.worker_limit as usize)
+}
+
+/// The worker pool, staffed for the configuration in force; it reconciles only while
+/// `leading` is true.
+fn start_workers(
+    context: &Arc<Context>,
+    queue: &Queue<String>,
+    metrics: &ReconcileMetrics,
+    leading: &watch::Receiver<bool>,
+    fixed: Option<usize>,
+) -> Arc<Workers> {
+    let workers = Workers {
+        slots: Default::default(),
+        ctx: context.clone(),
+        queue: queue.clone(),
+        metrics: metrics.clone(),
+        leading: leading.clone(),
+        limit: watch::channel(0).0,
+    };
+    workers.staff(worker_limit(fixed)(&context.config.get()));
+    Arc::new(workers)
+}
+
 /// The running controller.
 pub struct Controller {
     pub context: Arc<Context>,
@@ -425,222 +550,57 @@ impl Controller {
         let ns = options.namespace.clone();
         let queue: Queue<String> = Queue::new(
             Backoff::default(),
-            Some(QueueMetrics::register(registry, CONTROLLER)?),
+            Some(QueueMetrics::register(registry, RECONCILER)?),
         );
         let metrics = ReconcileMetrics::register(registry)?;
-        let triggers = IntCounterVec::new(
-            Opts::new(
-                "sites_reconcile_triggers_total",
-                "Site keys queued by watch events, by the kind of the object the event was about",
-            ),
-            &["kind"],
-        )?;
-        registry.register(Box::new(triggers.clone()))?;
         let feed = Feed {
             queue: queue.clone(),
-            triggers,
+            triggers: crate::metrics::register_triggers(registry)?,
             lists: Arc::new(tokio::sync::Semaphore::new(LISTS_AT_ONCE)),
         };
-        let api = |c: &kube::Client| c.clone();
-        let sites_by_path = Index::new(index::site_path_keys);
-        let path_index = sites_by_path.clone();
-        let sharers = (sites_by_path.clone(), queue.clone());
-        let sites = Sites::default();
-        let writer = sites.clone();
         let statuses = Arc::new(WrittenStatuses::default());
-        let written = statuses.clone();
-        watch_kind_observed(
-            Api::<Site>::namespaced(api(&client), &ns),
-            list_config(),
-            &feed,
-            |mut s: Site| {
-                slim::site(&mut s);
-                s
-            },
-            sites.clone(),
-            move |event| writer.apply(event),
-            |s: &Site| s.metadata.name.clone(),
-            move |before: &Sites, event: &watcher::Event<Site>| {
-                // A re-list (after a watch gap) delivers every Site again as InitApply while
-                // the store still holds the previous copies: judged like an update, so only
-                // what changed in the gap is queued.
-                let old = match event {
-                    watcher::Event::Apply(new) | watcher::Event::InitApply(new) => {
-                        before.cached(new)
-                    }
-                    watcher::Event::Delete(gone) => Some(Arc::new(gone.clone())),
-                    _ => None,
-                };
-                if let watcher::Event::Apply(new) = event
-                    && let Some(old) = &old
-                    && changes::site_edited(old, new)
-                {
-                    let view = |s: &Site| serde_json::json!({"metadata": {"annotations": s.metadata.annotations, "labels": s.metadata.labels}, "spec": s.spec});
-                    changes::log_site_changes(&new.name_any(), &view(old), &view(new));
-                }
-                let relevant = match (event, &old) {
-                    (watcher::Event::Apply(new) | watcher::Event::InitApply(new), Some(old)) => {
-                        changes::site_changed(old, new)
-                            || (old.status != new.status
-                                && !written.is_ours(&new.name_any(), new.status.as_ref()))
-                    }
-                    (watcher::Event::Delete(gone), _) => {
-                        written.forget(&gone.name_any());
-                        true
-                    }
-                    _ => true,
-                };
-                // A Site leaving a public path (deleted, moved, being deleted) frees it: the
-                // other Sites of that path are reconciled, so the next one gets the route now.
-                if let Some(old) = old {
-                    let left = match event {
-                        watcher::Event::Apply(new) | watcher::Event::InitApply(new) => {
-                            new.metadata.deletion_timestamp.is_some()
-                                || index::path_key(new) != index::path_key(&old)
-                        }
-                        _ => true,
-                    };
-                    let (index, queue) = &sharers;
-                    if left {
-                        for other in index.get(before, &index::path_key(&old)) {
-                            if other.metadata.name != old.metadata.name {
-                                queue.add(other.name_any());
-                            }
-                        }
-                    }
-                }
-                relevant
-            },
-            move |event: &watcher::Event<Site>| path_index.observe(event),
-        );
         let prints = Arc::new(fingerprints::Fingerprints::default());
-        let secrets = watch_owned(
-            Api::<Secret>::namespaced(api(&client), &ns),
-            &feed,
-            owned_key,
-            prints.clone(),
-        );
-        let configmaps = watch_owned(
-            Api::<ConfigMap>::namespaced(api(&client), &ns),
-            &feed,
-            owned_key,
-            prints.clone(),
-        );
-        let pvcs = watch_owned(
-            Api::<PersistentVolumeClaim>::namespaced(api(&client), &ns),
-            &feed,
-            owned_key,
-            prints.clone(),
-        );
-        let statefulsets = watch_owned(
-            Api::<StatefulSet>::namespaced(api(&client), &ns),
-            &feed,
-            owned_key,
-            prints.clone(),
-        );
-        let services = watch_owned(
-            Api::<Service>::namespaced(api(&client), &ns),
-            &feed,
-            owned_key,
-            prints.clone(),
-        );
-        // Routes are watched unfiltered: a same-named route of another owner must be seen to be
-        // left alone (RTG-03).
-        let ingresses = watch_owned(
-            Api::<Ingress>::namespaced(api(&client), &ns),
-            &feed,
-            route_key,
-            prints.clone(),
-        );
-        let httproutes = HttpRoutes::new(Arc::new({
-            let (client, ns, feed, prints) =
-                (client.clone(), ns.clone(), feed.clone(), prints.clone());
-            move || {
-                watch_owned(
-                    Api::<HttpRoute>::namespaced(api(&client), &ns),
-                    &feed,
-                    route_key,
-                    prints.clone(),
-                )
-            }
-        }));
-        if context::serves_http_routes(&client, &ns).await {
-            httproutes.start();
-        } else {
-            tracing::info!("the cluster does not serve gateway.networking.k8s.io/v1 HTTPRoutes");
-        }
-        let pods_by_site = Index::new(index::pod_keys);
-        let index = pods_by_site.clone();
-        let pods = Table::<SitePod>::default();
-        let writer = pods.clone();
-        watch_kind_observed(
-            Api::<Pod>::namespaced(api(&client), &ns),
-            list_config().labels(ID_LABEL),
-            &feed,
-            |p: Pod| slim::pod(&p),
-            pods.clone(),
-            move |event| writer.apply(event),
-            |p: &SitePod| index::pod_keys(p).pop(),
-            changed,
-            move |event: &watcher::Event<SitePod>| index.observe(event),
-        );
-        let volumes_by_site = Index::new(index::volume_keys);
-        let index = volumes_by_site.clone();
-        let volumes = Volumes::default();
-        let writer = volumes.clone();
-        watch_kind_observed(
-            Api::<Volume>::all(api(&client)),
-            list_config(),
-            &feed,
-            |mut v: Volume| {
-                slim::volume(&mut v);
-                v
-            },
-            volumes.clone(),
-            move |event| writer.apply(event),
-            // A volume event matters to the site it is labelled or claimed for.
-            |pv: &Volume| {
-                key_of(pv).or_else(|| {
-                    let claim = pv.spec.as_ref()?.claim_ref.as_ref()?;
-                    claim.name.clone()
-                })
-            },
-            |store: &Volumes, event: &watcher::Event<Volume>| {
-                changed_by(store, event, changes::volume_changed)
-            },
-            move |event: &watcher::Event<Volume>| index.observe(event),
-        );
+        let (sites, sites_by_path) = watch_sites(&client, &ns, &feed, statuses.clone());
+        let (pods, pods_by_site) = watch_site_pods(&client, &ns, &feed);
+        let (volumes, volumes_by_site) = watch_volumes(&client, &feed);
+        let owned = Watch {
+            client: &client,
+            ns: &ns,
+            feed: &feed,
+            prints: &prints,
+        };
         let caches = Caches {
             sites_by_path,
-            pods_by_site,
-            volumes_by_site,
-            volumes,
             sites,
-            secrets,
-            configmaps,
-            pvcs,
-            statefulsets,
-            services,
-            ingresses,
-            httproutes,
+            secrets: owned.labelled(),
+            configmaps: owned.labelled(),
+            pvcs: owned.labelled(),
+            statefulsets: owned.labelled(),
+            services: owned.labelled(),
+            ingresses: owned.routes(),
+            httproutes: watch_http_routes(&client, &ns, &feed, prints.clone()).await,
             pods,
+            pods_by_site,
+            volumes,
+            volumes_by_site,
         };
         wait_synced(&caches).await;
         tracing::info!(sites = caches.sites.len(), "caches synced");
 
-        let reporter = Reporter {
-            controller: "sites-operator".into(),
-            instance: options.instance.clone(),
-        };
-        let recorder = events::Recorder::new(client.clone(), reporter);
-        let valid = configuration::register_valid(registry)?;
+        let recorder = events::Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "sites-operator".into(),
+                instance: options.instance.clone(),
+            },
+        );
         let mut background = Vec::new();
         if let Some(name) = &options.config_map {
             let follow = configuration::Follow {
                 client: client.clone(),
                 namespace: ns.clone(),
                 name: name.clone(),
-                valid,
+                valid: crate::metrics::register_config_valid(registry)?,
                 recorder: Some(recorder.clone()),
                 leading: leading.clone(),
             };
@@ -659,24 +619,12 @@ impl Controller {
         context.statuses = statuses;
         let context = Arc::new(context);
 
-        let workers = Workers {
-            slots: Default::default(),
-            ctx: context.clone(),
-            queue: queue.clone(),
-            metrics: metrics.clone(),
-            leading: leading.clone(),
-            limit: watch::channel(0).0,
-        };
-        let fixed = options.workers;
-        let limit =
-            move |c: &PlatformConfig| fixed.unwrap_or(c.sites.operator.worker_limit as usize);
-        workers.staff(limit(&context.config.get()));
-        let workers = Arc::new(workers);
+        let workers = start_workers(&context, &queue, &metrics, &leading, options.workers);
         background.push(tokio::spawn(on_config_change(
             context.clone(),
             queue.clone(),
             workers.clone(),
-            limit,
+            worker_limit(options.workers),
         )));
         background.push(tokio::spawn(observe(
             context.clone(),

@@ -13,71 +13,8 @@ use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use prometheus::{Histogram, HistogramOpts, IntCounter, IntGauge, Opts, Registry};
 use tokio::sync::Notify;
 use tokio::time::Instant;
-
-/// Queue metrics (controller-runtime names, label `name`).
-#[derive(Clone, Debug)]
-pub struct QueueMetrics {
-    pub depth: IntGauge,
-    pub adds: IntCounter,
-    pub retries: IntCounter,
-    pub queue_duration: Histogram,
-    pub work_duration: Histogram,
-    pub unfinished_work: prometheus::Gauge,
-    pub longest_running: prometheus::Gauge,
-}
-
-impl QueueMetrics {
-    /// Creates the metrics for the queue `name` and registers them.
-    pub fn register(registry: &Registry, name: &str) -> prometheus::Result<QueueMetrics> {
-        let opts = |metric: &str, help: &str| Opts::new(metric, help).const_label("name", name);
-        let buckets = prometheus::exponential_buckets(1e-6, 10.0, 10)?;
-        let hist = |metric: &str, help: &str| {
-            Histogram::with_opts(
-                HistogramOpts::new(metric, help)
-                    .const_label("name", name)
-                    .buckets(buckets.clone()),
-            )
-        };
-        let m = QueueMetrics {
-            depth: IntGauge::with_opts(opts("workqueue_depth", "Current depth of workqueue"))?,
-            adds: IntCounter::with_opts(opts(
-                "workqueue_adds_total",
-                "Total number of adds handled by workqueue",
-            ))?,
-            retries: IntCounter::with_opts(opts(
-                "workqueue_retries_total",
-                "Total number of retries handled by workqueue",
-            ))?,
-            queue_duration: hist(
-                "workqueue_queue_duration_seconds",
-                "How long in seconds an item stays in workqueue before being requested",
-            )?,
-            work_duration: hist(
-                "workqueue_work_duration_seconds",
-                "How long in seconds processing an item from workqueue takes",
-            )?,
-            unfinished_work: prometheus::Gauge::with_opts(opts(
-                "workqueue_unfinished_work_seconds",
-                "How many seconds of work has been done that is in progress",
-            ))?,
-            longest_running: prometheus::Gauge::with_opts(opts(
-                "workqueue_longest_running_processor_seconds",
-                "How many seconds has the longest running processor for workqueue been running",
-            ))?,
-        };
-        registry.register(Box::new(m.depth.clone()))?;
-        registry.register(Box::new(m.adds.clone()))?;
-        registry.register(Box::new(m.retries.clone()))?;
-        registry.register(Box::new(m.queue_duration.clone()))?;
-        registry.register(Box::new(m.work_duration.clone()))?;
-        registry.register(Box::new(m.unfinished_work.clone()))?;
-        registry.register(Box::new(m.longest_running.clone()))?;
-        Ok(m)
-    }
-}
 
 /// Per-key exponential backoff: `base * 2^failures`, capped at `max`.
 #[derive(Clone, Copy, Debug)]
@@ -121,7 +58,7 @@ struct State<K> {
 pub struct Queue<K> {
     state: Arc<Mutex<State<K>>>,
     notify: Arc<Notify>,
-    metrics: Option<QueueMetrics>,
+    metrics: Option<crate::metrics::QueueMetrics>,
     backoff: Backoff,
 }
 
@@ -138,7 +75,7 @@ impl<K> Clone for Queue<K> {
 
 impl<K: Clone + Eq + Hash + Send + 'static> Queue<K> {
     /// A new queue; `metrics` are updated when given.
-    pub fn new(backoff: Backoff, metrics: Option<QueueMetrics>) -> Queue<K> {
+    pub fn new(backoff: Backoff, metrics: Option<crate::metrics::QueueMetrics>) -> Queue<K> {
         Queue {
             state: Arc::new(Mutex::new(State {
                 queue: VecDeque::new(),
@@ -420,8 +357,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn rate_limited_adds_back_off_and_forget_resets() {
-        let registry = Registry::new();
-        let m = QueueMetrics::register(&registry, "site").unwrap();
+        let registry = prometheus::Registry::new();
+        let m = crate::metrics::QueueMetrics::register(&registry, "site").unwrap();
         let q: Queue<&str> = Queue::new(
             Backoff {
                 base: Duration::from_secs(1),

@@ -28,7 +28,7 @@ use crate::config::{PlatformConfig, RoutingMode};
 use crate::controller::apply::{self, Written};
 use crate::controller::context::Context;
 use crate::controller::records::Records;
-use crate::controller::slim::{Keep, Kept, Pairs};
+use crate::controller::slim::{Keep, Kept, Owned, Pairs};
 use crate::controller::status::SitePod;
 use crate::controller::{status, volumes};
 use crate::crd::{Site, SiteStatus};
@@ -443,14 +443,7 @@ async fn step<K>(
     desired: K,
 ) -> Result<(Written, Option<K>)>
 where
-    K: Resource<Scope = kube::core::NamespaceResourceScope>
-        + Keep
-        + Clone
-        + serde::Serialize
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+    K: Owned,
 {
     let stored = store.get(&desired.name_any());
     write_owned(ctx, site, writes, stored, store.live(), desired).await
@@ -466,13 +459,7 @@ async fn write_owned<K>(
     desired: K,
 ) -> Result<(Written, Option<K>)>
 where
-    K: Resource<Scope = kube::core::NamespaceResourceScope>
-        + Keep
-        + Clone
-        + serde::Serialize
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug,
-    K::DynamicType: Default,
+    K: Owned,
 {
     let name = desired.name_any();
     let stored = existing(ctx, stored, live, &name).await?;
@@ -497,12 +484,7 @@ async fn existing<K>(
     name: &str,
 ) -> Result<Option<Arc<Kept<K>>>>
 where
-    K: Resource<Scope = kube::core::NamespaceResourceScope>
-        + Keep
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug,
-    K::DynamicType: Default,
+    K: Owned,
 {
     match stored {
         None if !live && !ctx.fingerprints.known::<K>(name) => ctx.read_kept::<K>(name).await,
@@ -555,14 +537,7 @@ async fn active_route<K>(
     desired: Option<K>,
 ) -> Result<()>
 where
-    K: Resource<Scope = kube::core::NamespaceResourceScope>
-        + Keep
-        + Clone
-        + serde::Serialize
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+    K: Owned,
 {
     let id = site.name_any();
     let Some(store) = store else {
@@ -606,13 +581,7 @@ where
 /// Deletes this site's route of the inactive mode: only one the Site controls; any other stays.
 async fn prune_route<K>(ctx: &Context, site: &Site, store: Option<&Records<K>>) -> Result<()>
 where
-    K: Resource<Scope = kube::core::NamespaceResourceScope>
-        + Keep
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+    K: Owned,
 {
     let id = site.name_any();
     let Some(stored) = store.and_then(|s| s.get(&id)) else {

@@ -251,6 +251,35 @@ pub trait Keep: Resource<DynamicType = ()> + Managed + Sized {
     fn body(self, managed: bool) -> Self::Body;
 }
 
+/// An owned kind as the reconciler handles it: namespaced, kept by the caches, read, applied
+/// (serialised) and deleted through the API. One name for the bounds every generic step over
+/// Secrets, ConfigMaps, claims, StatefulSets, Services, Ingresses and HTTPRoutes needs.
+pub trait Owned:
+    Keep
+    + Resource<Scope = kube::core::NamespaceResourceScope>
+    + Clone
+    + serde::Serialize
+    + serde::de::DeserializeOwned
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Owned for K where
+    K: Keep
+        + Resource<Scope = kube::core::NamespaceResourceScope>
+        + Clone
+        + serde::Serialize
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 /// A map's entries in key order, without the map: a `BTreeMap` allocates a node with room for
 /// eleven entries, the records keep two or three.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -80,6 +80,18 @@ pub fn catalogue_image(entry: &CatalogueApplication, version: &str) -> String {
     format!("{}:{version}", entry.image)
 }
 
+/// The built-in image rule: the image application `name` gets from the platform when nothing
+/// pins one, the catalogue repository at the platform version; None for an application the
+/// catalogue does not have (a custom one). Rendering ([`pinned`]), the mutating webhook's image
+/// recording and `upgrade` ([`upgraded_applications`]) all take it from here.
+pub fn builtin_image(name: &str, cfg: &PlatformConfig) -> Option<String> {
+    cfg.sites
+        .applications
+        .iter()
+        .find(|entry| entry.name == name)
+        .map(|entry| catalogue_image(entry, &cfg.sites.version))
+}
+
 /// Every application of the site resolved against the catalogue, in the Site's order. Nothing
 /// is checked here: [`crate::rules`] holds the rules (and uses this resolution, so
 /// the two cannot disagree about an image or a port).
@@ -198,9 +210,8 @@ pub fn pinned<'r>(
     running: impl Fn(&str) -> Option<&'r str>,
 ) -> Option<Vec<Application>> {
     let applications = &site.spec.configuration.applications;
-    let missing = |app: &Application| {
-        app.image.is_none() && cfg.sites.applications.iter().any(|c| c.name == app.name)
-    };
+    let missing =
+        |app: &Application| app.image.is_none() && builtin_image(&app.name, cfg).is_some();
     if !applications.iter().any(missing) {
         return None;
     }
@@ -218,14 +229,10 @@ pub fn pinned<'r>(
             .iter()
             .map(|app| {
                 let mut app = app.clone();
-                if missing(&app)
-                    && let Some(entry) = cfg.sites.applications.iter().find(|c| c.name == app.name)
+                if app.image.is_none()
+                    && let Some(catalogue) = builtin_image(&app.name, cfg)
                 {
-                    app.image =
-                        Some(image_of(&app.name).map_or_else(
-                            || catalogue_image(entry, &cfg.sites.version),
-                            str::to_owned,
-                        ));
+                    app.image = Some(image_of(&app.name).map_or(catalogue, str::to_owned));
                 }
                 app
             })
@@ -251,8 +258,8 @@ pub fn upgraded_applications(site: &Site, cfg: &PlatformConfig) -> Vec<Applicati
         .iter()
         .map(|app| {
             let mut app = app.clone();
-            if let Some(entry) = cfg.sites.applications.iter().find(|c| c.name == app.name) {
-                app.image = Some(catalogue_image(entry, &cfg.sites.version));
+            if let Some(image) = builtin_image(&app.name, cfg) {
+                app.image = Some(image);
             }
             app
         })

@@ -254,7 +254,7 @@ pub async fn elected_operator(c: &Cluster, cfg: Arc<PlatformConfig>, identity: &
 
 pub async fn counted_client(c: &Cluster) -> (kube::Client, Registry) {
     let registry = Registry::new();
-    let counter = accounting::register(&registry).unwrap();
+    let counter = sites_operator::metrics::register_api_requests(&registry).unwrap();
     let client = kube::client::ClientBuilder::try_from(client_config(&c.emulator).await)
         .unwrap()
         .with_layer(&accounting::CountLayer::new(counter))
