@@ -11,7 +11,7 @@
 mod bodies;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use sites_operator::admission::{self, server};
+use sites_operator::admission::{self, review};
 use sites_operator::config::{Installation, PlatformConfig};
 use std::hint::black_box;
 
@@ -27,36 +27,36 @@ fn handlers(c: &mut Criterion) {
         group.throughput(Throughput::Bytes(body.len() as u64));
         group.bench_function("validate: decode+rules+encode", |b| {
             b.iter(|| {
-                let site_body = server::SiteBody::new(black_box(&body)).expect("text");
+                let site_body = review::SiteBody::new(black_box(&body)).expect("text");
                 let req = site_body.decode().expect("decodes");
                 let resp = admission::validate_site_object(req, &cfg);
                 assert!(resp.allowed, "{:?}", resp.result);
-                server::encode(&resp).expect("encodes")
+                review::encode(&resp).expect("encodes")
             })
         });
         group.bench_function("mutate: decode+stamp+encode", |b| {
             b.iter(|| {
-                let site_body = server::SiteBody::new(black_box(&body)).expect("text");
+                let site_body = review::SiteBody::new(black_box(&body)).expect("text");
                 let req = site_body.decode().expect("decodes");
                 let resp = admission::mutate_site(&req, &cfg, uuid::Uuid::new_v4);
-                server::encode(&resp).expect("encodes")
+                review::encode(&resp).expect("encodes")
             })
         });
         group.bench_function("decode only", |b| {
             b.iter(|| {
-                let site_body = server::SiteBody::new(black_box(&body)).expect("text");
+                let site_body = review::SiteBody::new(black_box(&body)).expect("text");
                 let req = site_body.decode().expect("decodes");
                 black_box(&req);
             })
         });
         group.bench_function("decode only, serde_json", |b| {
             b.iter(|| {
-                let site_body = server::SiteBody::new(black_box(&body)).expect("text");
+                let site_body = review::SiteBody::new(black_box(&body)).expect("text");
                 let req = site_body.decode_with_serde_json().expect("decodes");
                 black_box(&req);
             })
         });
-        let site_body = server::SiteBody::new(&body).expect("text");
+        let site_body = review::SiteBody::new(&body).expect("text");
         assert!(
             site_body.read().is_some(),
             "the review reader reads the {name} body"
@@ -67,10 +67,10 @@ fn handlers(c: &mut Criterion) {
         });
         group.bench_function("generic path: decode+rules+encode", |b| {
             b.iter(|| {
-                let req = server::decode(black_box(&body)).expect("decodes");
+                let req = review::decode(black_box(&body)).expect("decodes");
                 let resp = admission::validate_site(&req, &cfg);
                 assert!(resp.allowed, "{:?}", resp.result);
-                server::encode(&resp).expect("encodes")
+                review::encode(&resp).expect("encodes")
             })
         });
         group.finish();

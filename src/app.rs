@@ -20,8 +20,8 @@ use prometheus::Registry;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use crate::admission;
 use crate::admission::server::{self, WebhookState};
-use crate::admission::{self, selfsigned};
 use crate::certs::{CERT_FILE, KEY_FILE};
 use crate::config::live::Live;
 use crate::config::{Installation, PlatformConfig};
@@ -30,6 +30,7 @@ use crate::controller::context::Tunables;
 use crate::controller::leader::{Elector, Timing};
 use crate::controller::{self, Controller};
 use crate::metrics::{self, WebhookMetrics, access};
+use crate::selfsigned;
 use crate::tls::{self, CertStore};
 use crate::validation::FieldError;
 

@@ -32,6 +32,7 @@ pub mod render;
 pub mod restart;
 pub mod retention;
 pub mod rules;
+pub mod selfsigned;
 pub mod telemetry;
 #[cfg(test)]
 pub(crate) mod testing;

@@ -9,7 +9,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use sites_operator::admission::{self, server};
+use sites_operator::admission::{self, review, server};
 use sites_operator_fuzz::{CONFIGS, FRESH_UUID};
 
 fuzz_target!(|data: &[u8]| {
@@ -23,7 +23,7 @@ fuzz_target!(|data: &[u8]| {
     }
 
     // The Site webhooks try this decoding first.
-    let site_body = server::SiteBody::new(data).ok();
+    let site_body = review::SiteBody::new(data).ok();
     if let Some(body) = &site_body
         && let Some(read) = body.read()
     {
@@ -36,23 +36,23 @@ fuzz_target!(|data: &[u8]| {
     let typed = site_body.as_ref().and_then(|b| b.decode().ok());
     let typed_answers = typed.map(|req| {
         let mutated = admission::mutate_site(&req, &CONFIGS[0], || FRESH_UUID);
-        server::encode(&mutated).expect("the mutating answer encodes");
+        review::encode(&mutated).expect("the mutating answer encodes");
         let validated: Vec<_> = CONFIGS
             .iter()
             .map(|cfg| admission::validate_site_object(req.clone(), cfg))
             .collect();
         for answer in &validated {
-            server::encode(answer).expect("the validating answer encodes");
+            review::encode(answer).expect("the validating answer encodes");
         }
         (mutated, validated)
     });
 
-    let Ok(req) = server::decode(data) else {
+    let Ok(req) = review::decode(data) else {
         return;
     };
 
     let mutated = admission::mutate_site(&req, &CONFIGS[0], || FRESH_UUID);
-    server::encode(&mutated).expect("the mutating answer encodes");
+    review::encode(&mutated).expect("the mutating answer encodes");
     if let Some(patch) = &mutated.patch {
         let patch: json_patch::Patch =
             serde_json::from_slice(patch).expect("the patch is a JSON patch");
@@ -66,7 +66,7 @@ fuzz_target!(|data: &[u8]| {
         .map(|cfg| admission::validate_site(&req, cfg))
         .collect();
     for answer in &validated {
-        server::encode(answer).expect("the validating answer encodes");
+        review::encode(answer).expect("the validating answer encodes");
     }
 
     if let Some((typed_mutated, typed_validated)) = typed_answers {
@@ -81,5 +81,5 @@ fuzz_target!(|data: &[u8]| {
     }
 
     let config = admission::validate_config(&req);
-    server::encode(&config).expect("the configuration answer encodes");
+    review::encode(&config).expect("the configuration answer encodes");
 });

@@ -7,7 +7,7 @@
 use libfuzzer_sys::fuzz_target;
 use serde::de::IgnoredAny;
 use serde_json::Value;
-use sites_operator::admission::reader;
+use sites_operator::admission::review::reader;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {

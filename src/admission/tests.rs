@@ -1,5 +1,6 @@
 use serde_json::{Value, json};
 
+use super::review;
 use super::*;
 use crate::config::{Installation, RoutingMode};
 use crate::fixtures::{CONFIG_YAML as CONFIG, config, config_for, config_gateway, handbook};
@@ -43,7 +44,7 @@ fn validate_site(req: &AdmissionRequest<DynamicObject>, cfg: &PlatformConfig) ->
         "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": req
     }))
     .unwrap();
-    let typed_body = server::SiteBody::new(&body).unwrap();
+    let typed_body = review::SiteBody::new(&body).unwrap();
     same_read_as_serde_json(&typed_body);
     if let Ok(typed_req) = typed_body.decode() {
         let typed = validate_site_object(typed_req, cfg);
@@ -59,7 +60,7 @@ fn validate_site(req: &AdmissionRequest<DynamicObject>, cfg: &PlatformConfig) ->
 
 /// When the review reader reads `body`, it gives what serde_json's decoding gives; whether it
 /// read it.
-fn same_read_as_serde_json(body: &server::SiteBody<'_>) -> bool {
+fn same_read_as_serde_json(body: &review::SiteBody<'_>) -> bool {
     let Some(read) = body.read() else {
         return false;
     };
@@ -1656,7 +1657,7 @@ fn the_typed_path_checks_share_lists_without_keeping_them() {
     shared["spec"]["configuration"]["share"] =
         json!({"administrator_users": ["jdoe"], "users": ["a", "b"], "groups": ["g"]});
     let body = review_body("CREATE", Some(shared.clone()), None);
-    let typed_body = server::SiteBody::new(&body).unwrap();
+    let typed_body = review::SiteBody::new(&body).unwrap();
     let typed = typed_body.decode().expect("a Site decodes typed");
     let share = typed
         .object
@@ -1683,11 +1684,11 @@ fn the_typed_path_checks_share_lists_without_keeping_them() {
 /// The messages of the denial of a body that does not decode typed (the generic path answers).
 fn generic_denial(body: &[u8], cfg: &PlatformConfig) -> Vec<String> {
     assert!(
-        server::SiteBody::new(body)
+        review::SiteBody::new(body)
             .and_then(|b| b.decode().map(|_| ()))
             .is_err()
     );
-    let r = super::validate_site(&server::decode(body).unwrap(), cfg);
+    let r = super::validate_site(&review::decode(body).unwrap(), cfg);
     assert!(!r.allowed);
     messages(&r)
 }
@@ -1700,8 +1701,8 @@ fn a_body_that_is_not_utf8_is_refused_with_where_it_goes_wrong() {
     let at = body.len() - 10;
     body[at] = 0xff;
     for decoded in [
-        server::SiteBody::new(&body).map(|_| ()),
-        server::decode(&body).map(|_| ()),
+        review::SiteBody::new(&body).map(|_| ()),
+        review::decode(&body).map(|_| ()),
     ] {
         let err = decoded.expect_err("not UTF-8");
         assert_eq!(
@@ -1716,7 +1717,7 @@ fn a_body_that_is_not_utf8_is_refused_with_where_it_goes_wrong() {
     let accented = String::from_utf8(text)
         .unwrap()
         .replace("handbook", "hàndbøøk");
-    assert!(server::decode(accented.as_bytes()).is_ok());
+    assert!(review::decode(accented.as_bytes()).is_ok());
 }
 
 #[test]
@@ -1724,7 +1725,7 @@ fn sites_take_the_typed_path_and_other_objects_the_generic_one() {
     let body = |object: Value| review_body("CREATE", Some(object), None);
     let cfg = config();
     let handbook_body = body(handbook().json());
-    let typed_body = server::SiteBody::new(&handbook_body).unwrap();
+    let typed_body = review::SiteBody::new(&handbook_body).unwrap();
     let typed = typed_body.decode().expect("a Site decodes typed");
     assert_eq!(typed.types.kind, "AdmissionReview");
     assert!(validate_site_object(typed, &cfg).allowed);
@@ -1738,7 +1739,7 @@ fn sites_take_the_typed_path_and_other_objects_the_generic_one() {
     let mut other = handbook().json();
     other["kind"] = json!("Pod");
     let other_body = body(other);
-    let typed_body = server::SiteBody::new(&other_body).unwrap();
+    let typed_body = review::SiteBody::new(&other_body).unwrap();
     let typed = typed_body.decode().unwrap();
     let r = validate_site_object(typed, &cfg);
     assert_eq!(
@@ -1848,7 +1849,7 @@ fn validate_in(req: &AdmissionRequest<DynamicObject>, platform: &Platform) -> Ad
         "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": req
     }))
     .unwrap();
-    let typed_body = server::SiteBody::new(&body).unwrap();
+    let typed_body = review::SiteBody::new(&body).unwrap();
     let typed = validate_site_object_in(typed_body.decode().unwrap(), &config(), platform);
     assert_eq!(
         serde_json::to_value(typed.into_review()).unwrap(),
@@ -2020,7 +2021,7 @@ fn built_in_images_are_recorded_on_create() {
         "request": request("CREATE", Some(site.clone()), None)
     }))
     .unwrap();
-    let typed_body = server::SiteBody::new(&body).unwrap();
+    let typed_body = review::SiteBody::new(&body).unwrap();
     let typed = mutate_site(&typed_body.decode().unwrap(), &config(), || {
         uuid::Uuid::parse_str(FRESH).unwrap()
     });
@@ -2039,7 +2040,7 @@ fn built_in_images_are_recorded_on_create() {
         "request": request("CREATE", Some(other), None)
     }))
     .unwrap();
-    let typed_body = server::SiteBody::new(&body).unwrap();
+    let typed_body = review::SiteBody::new(&body).unwrap();
     let typed = mutate_site(&typed_body.decode().unwrap(), &config(), || {
         uuid::Uuid::parse_str(FRESH).unwrap()
     });
@@ -2129,7 +2130,7 @@ fn an_update_without_images_keeps_the_stored_ones() {
                 .map_or(json!([]), |p| serde_json::from_slice(p).unwrap());
             assert_eq!(patch, Value::Array(want.clone()), "{case}");
             let body = serde_json::to_vec(&review).unwrap();
-            let typed_body = server::SiteBody::new(&body).unwrap();
+            let typed_body = review::SiteBody::new(&body).unwrap();
             if let Ok(typed_req) = typed_body.decode() {
                 let typed = mutate_site(&typed_req, &config(), fresh);
                 assert_eq!(typed.patch, r.patch, "{case}: typed decoding");
@@ -2183,9 +2184,9 @@ fn lean_site_decoding_agrees_with_the_full_decoding() {
     ];
     for (i, case) in cases.iter().enumerate() {
         let body = serde_json::to_vec(case).unwrap();
-        let typed_body = server::SiteBody::new(&body).unwrap();
+        let typed_body = review::SiteBody::new(&body).unwrap();
         let lean = typed_body.decode();
-        let whole = server::decode_site_text(std::str::from_utf8(&body).unwrap());
+        let whole = review::decode_site_text(std::str::from_utf8(&body).unwrap());
         assert_eq!(
             lean.is_ok(),
             whole.is_ok(),
@@ -2215,11 +2216,11 @@ fn the_apply_annotation_is_cut_from_the_metadata_only() {
     fn decode(site: &Value) -> (bool, Value) {
         let body = review_body("UPDATE", Some(site.clone()), Some(site.clone()));
         let text = std::str::from_utf8(&body).unwrap();
-        let cut = applied::Cut::of(text).expect("a cut");
-        let taken = cut.decode(server::decode_site_text).is_some();
-        let typed_body = server::SiteBody::new(&body).unwrap();
+        let cut = review::applied::Cut::of(text).expect("a cut");
+        let taken = cut.decode(review::decode_site_text).is_some();
+        let typed_body = review::SiteBody::new(&body).unwrap();
         let lean = typed_body.decode().unwrap();
-        let whole = server::decode_site_text(text).unwrap();
+        let whole = review::decode_site_text(text).unwrap();
         assert_eq!(format!("{:?}", lean.object), format!("{:?}", whole.object));
         assert_eq!(
             format!("{:?}", lean.old_object),
@@ -2230,7 +2231,7 @@ fn the_apply_annotation_is_cut_from_the_metadata_only() {
 
     let mut site = handbook().json();
     site["metadata"]["annotations"] = json!({
-        applied::ANNOTATION: serde_json::to_string(&site).unwrap(),
+        review::applied::ANNOTATION: serde_json::to_string(&site).unwrap(),
         "sites.ecmwf.int/upgrade-request": "force",
     });
     let (taken, object) = decode(&site);
@@ -2242,7 +2243,7 @@ fn the_apply_annotation_is_cut_from_the_metadata_only() {
 
     for place in ["headers", "applications"] {
         let mut users = site.clone();
-        let map = json!({applied::ANNOTATION: "the user's value"});
+        let map = json!({review::applied::ANNOTATION: "the user's value"});
         users["spec"]["configuration"][place] = if place == "headers" {
             map
         } else {
@@ -2263,7 +2264,7 @@ fn the_review_reader_reads_api_server_bodies_as_serde_json_does() {
     let mut site = handbook().json();
     site["spec"]["configuration"]["headers"] = json!({"X-Note": "a & b <c> \u{e9}\u{1f600}"});
     site["metadata"]["annotations"] = json!({
-        applied::ANNOTATION: serde_json::to_string(&site).unwrap(),
+        review::applied::ANNOTATION: serde_json::to_string(&site).unwrap(),
         "sites.ecmwf.int/upgrade-request": "force",
     });
     site["metadata"]["managedFields"] = json!([{
@@ -2290,7 +2291,7 @@ fn the_review_reader_reads_api_server_bodies_as_serde_json_does() {
     ] {
         let body = String::from_utf8(review_body(operation, object, old)).unwrap();
         for text in [body.clone(), go_escaped(&body)] {
-            let typed_body = server::SiteBody::new(text.as_bytes()).unwrap();
+            let typed_body = review::SiteBody::new(text.as_bytes()).unwrap();
             assert!(same_read_as_serde_json(&typed_body), "{operation}: {text}");
             let req = typed_body.read().unwrap().expect("a request");
             let headers = &req
@@ -2321,7 +2322,7 @@ fn the_review_reader_reads_api_server_bodies_as_serde_json_does() {
         ),
     ] {
         assert_ne!(replaced, body, "{beyond}");
-        let typed_body = server::SiteBody::new(replaced.as_bytes()).unwrap();
+        let typed_body = review::SiteBody::new(replaced.as_bytes()).unwrap();
         assert!(typed_body.read().is_none(), "{beyond}");
         assert_eq!(
             format!("{:?}", typed_body.decode()),
@@ -2565,7 +2566,8 @@ mod memory {
                     "{path}, {name}: answered {}",
                     response.status()
                 );
-                let (_, generic) = measure(|| server::decode(body).map(|r| r.object.is_some()));
+                let (_, generic) =
+                    measure(|| crate::admission::review::decode(body).map(|r| r.object.is_some()));
                 generic_most = generic_most.max(generic as f64 / body.len() as f64);
             };
         for (name, body) in site_bodies() {

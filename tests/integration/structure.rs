@@ -113,7 +113,11 @@ fn paths(code: &str) -> Vec<Vec<String>> {
     }
     for root in ["crate::", "super::"] {
         for (i, _) in code.match_indices(root) {
-            if code[..i].ends_with("use ") || code[..i].ends_with(char::is_alphanumeric) {
+            // `use` statements are read above; `pub(in crate::…)` is a visibility, not a path.
+            if code[..i].ends_with("use ")
+                || code[..i].ends_with("in ")
+                || code[..i].ends_with(char::is_alphanumeric)
+            {
                 continue;
             }
             let tail: String = code[i + root.len()..]
@@ -132,12 +136,15 @@ fn paths(code: &str) -> Vec<Vec<String>> {
     out
 }
 
-/// A source file as the check sees it: its top-level module and, inside a folder, its file.
+/// A source file as the check sees it: its top-level module and, inside a folder, its file (a
+/// folder inside the folder counts as one file: its files' imports of each other are its own).
 #[derive(Clone, Debug, PartialEq)]
 struct Place {
     top: String,
     /// The folder's file (`mod` for mod.rs), None for a top-level file module.
     file: Option<String>,
+    /// The file's module path below the crate (`admission::review::reader`), for `super`.
+    module: Vec<String>,
 }
 
 /// What a path names: the module of `src/` it is in and, in a folder, the file.
@@ -153,11 +160,12 @@ fn resolve(
             segs.remove(0);
         }
         Some("super") => {
-            // A file of a folder: `super` is the folder. A top-level module's `super` is the crate.
-            segs.remove(0);
-            if from.file.is_some() {
-                segs.insert(0, from.top.clone());
-            }
+            // `super::super::…`: that many modules up from the file's module (the crate above a
+            // top-level module).
+            let ups = segs.iter().take_while(|s| *s == "super").count();
+            segs.drain(..ups);
+            let kept = from.module.len().saturating_sub(ups);
+            segs.splice(0..0, from.module[..kept].iter().cloned());
         }
         _ => return None,
     }
@@ -176,9 +184,14 @@ fn resolve(
         Some(Place {
             top,
             file: Some(file),
+            module: Vec::new(),
         })
     } else if src.join(format!("{top}.rs")).is_file() {
-        Some(Place { top, file: None })
+        Some(Place {
+            top,
+            file: None,
+            module: Vec::new(),
+        })
     } else {
         None
     }
@@ -207,19 +220,27 @@ fn violations(src: &Path, files: &BTreeMap<String, String>, layers: &Layers) -> 
         {
             continue;
         }
+        let module: Vec<String> = parts
+            .iter()
+            .map(|p| p.trim_end_matches(".rs").to_string())
+            .filter(|p| p != "mod")
+            .collect();
         let from = match parts.as_slice() {
             // A module with a folder of its own (`crd.rs` beside `crd/`) is that folder's `mod`.
             [file] if src.join(file.trim_end_matches(".rs")).is_dir() => Place {
                 top: file.trim_end_matches(".rs").to_string(),
                 file: Some("mod".to_string()),
+                module,
             },
             [file] => Place {
                 top: file.trim_end_matches(".rs").to_string(),
                 file: None,
+                module,
             },
             [top, file, ..] => Place {
                 top: top.to_string(),
                 file: Some(file.trim_end_matches(".rs").to_string()),
+                module,
             },
             [] => continue,
         };
@@ -339,6 +360,16 @@ fn a_planted_upward_import_is_found() {
         found
             .iter()
             .any(|v| v.contains("src/controller/queue imports src/controller/reconcile")),
+        "{found:?}"
+    );
+    let found = plant(
+        "admission/review/reader.rs",
+        "use super::super::server::Limits;",
+    );
+    assert!(
+        found
+            .iter()
+            .any(|v| v.contains("src/admission/review imports src/admission/server")),
         "{found:?}"
     );
     let found = plant(

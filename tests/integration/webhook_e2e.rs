@@ -608,8 +608,8 @@ async fn refuses_to_start_without_a_valid_config_map() {
 /// still serving the old certificate stays trusted until it restarts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_self_signed_certificate_missing_a_name_is_replaced_and_both_cas_stay_trusted() {
-    use sites_operator::admission::selfsigned::ensure_certificate;
     use sites_operator::certs::service_dns_names;
+    use sites_operator::selfsigned::ensure_certificate;
     let c = Cluster::start(false).await;
     c.kubectl_ok(&["create", "namespace", NS]);
     let webhook = service_dns_names("sites-operator-webhook", NS);

@@ -23,7 +23,7 @@ use std::sync::LazyLock;
 
 use memchr::memmem::Finder;
 
-pub(super) use crate::labels::LAST_APPLIED_ANNOTATION as ANNOTATION;
+pub(in crate::admission) use crate::labels::LAST_APPLIED_ANNOTATION as ANNOTATION;
 
 /// The annotation's key, with the quotes around it and the opening quote of its value, as the
 /// API server writes it.
@@ -32,7 +32,7 @@ static FIND_KEY: LazyLock<Finder<'static>> =
 
 /// A review body with the values of the apply annotation emptied.
 #[derive(Debug)]
-pub(super) struct Cut {
+pub(in crate::admission) struct Cut {
     text: String,
     /// Where the emptied values start in `text` (their opening quote).
     cuts: Vec<usize>,
@@ -40,7 +40,7 @@ pub(super) struct Cut {
 
 impl Cut {
     /// `body` with the apply annotation's values emptied, or `None` when there is nothing to cut.
-    pub(super) fn of(body: &str) -> Option<Cut> {
+    pub(in crate::admission) fn of(body: &str) -> Option<Cut> {
         let bytes = body.as_bytes();
         let mut text = String::new();
         let mut cuts = Vec::new();
@@ -79,7 +79,7 @@ impl Cut {
 
     /// What `decode` gives for the cut body, if every cut was met as the apply annotation's
     /// value; `None` when the cut body does not decode or a cut was elsewhere.
-    pub(super) fn decode<'s, T>(
+    pub(in crate::admission) fn decode<'s, T>(
         &'s self,
         decode: impl FnOnce(&'s str) -> Result<T, String>,
     ) -> Option<T> {
@@ -96,7 +96,7 @@ impl Cut {
     }
 
     #[cfg(test)]
-    pub(super) fn text(&self) -> &str {
+    pub(in crate::admission) fn text(&self) -> &str {
         &self.text
     }
 }
@@ -110,7 +110,7 @@ thread_local! {
 
 /// Records that the decoder met the apply annotation's value starting at `value` (its opening
 /// quote), when a cut body is being decoded.
-pub(super) fn met(value: *const u8) {
+pub(in crate::admission) fn met(value: *const u8) {
     MET.with_borrow_mut(|met| {
         if let Some(met) = met {
             met.push(value as usize);
@@ -145,7 +145,7 @@ impl Drop for Recording {
 /// 64 bytes at a time: masks of the backslashes, quotes and control characters of a block, the
 /// escaped characters from the backslash runs (odd runs escape the next character) without a
 /// branch per escape. With AVX2 where the processor has it (32 bytes per comparison), else SSE2.
-pub(super) fn string_len(text: &[u8]) -> Option<usize> {
+pub(in crate::admission) fn string_len(text: &[u8]) -> Option<usize> {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         // SAFETY: this processor has AVX2.
