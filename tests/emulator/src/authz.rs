@@ -228,6 +228,15 @@ pub enum Attributes {
     },
 }
 
+/// A resource as RBAC rules and messages name it: `resource` or `resource/subresource`.
+fn addressed(resource: &str, subresource: &str) -> String {
+    if subresource.is_empty() {
+        resource.to_string()
+    } else {
+        format!("{resource}/{subresource}")
+    }
+}
+
 fn has(list: &Value, want: &str) -> bool {
     list.as_array()
         .is_some_and(|a| a.iter().any(|v| v == "*" || v == want))
@@ -244,11 +253,7 @@ pub fn rule_allows(rule: &Value, attrs: &Attributes) -> bool {
             name,
             ..
         } => {
-            let combined = if subresource.is_empty() {
-                resource.clone()
-            } else {
-                format!("{resource}/{subresource}")
-            };
+            let combined = addressed(resource, subresource);
             let resource_ok = rule["resources"].as_array().is_some_and(|rs| {
                 rs.iter().filter_map(Value::as_str).any(|r| {
                     r == "*"
@@ -522,11 +527,7 @@ pub fn forbidden(user: &UserInfo, attrs: &Attributes, reason: &str) -> ApiError 
             name,
             namespace,
         } => {
-            let addressed = if subresource.is_empty() {
-                resource.clone()
-            } else {
-                format!("{resource}/{subresource}")
-            };
+            let addressed = addressed(resource, subresource);
             let scope = if namespace.is_empty() {
                 "at the cluster scope".to_string()
             } else {
