@@ -1,28 +1,25 @@
 //! Decoding of Kubernetes protobuf request bodies (`Content-Type:
 //! application/vnd.kubernetes.protobuf`) into the JSON the same object would have.
 //!
-//! kubectl's typed commands (`kubectl create namespace|configmap|secret|serviceaccount`) send
-//! protobuf; the emulator stores JSON. The body is the magic `k8s\0` followed by a
+//! kubectl's typed commands (`kubectl create namespace|configmap|secret|serviceaccount|...`)
+//! send protobuf; the emulator stores JSON. The body is the magic `k8s\0` followed by a
 //! `runtime.Unknown` envelope whose `raw` bytes hold the object's own message, which is decoded
-//! by the envelope's kind. Only the handful of kinds those commands send are understood; the
-//! field numbers come from the upstream `generated.proto` files (k8s.io/api core/v1,
-//! k8s.io/apimachinery pkg/apis/meta/v1 and pkg/runtime).
+//! by one schema-driven decoder for every kind of the served built-in groups: field numbers,
+//! types and names come from the upstream `generated.proto` files, in `protobuf_schema.txt`.
 //!
 //! JSON output follows Go's `encoding/json` for the same object, except that empty values are
 //! left out (go-to-protobuf always writes empty strings, zero integers and empty sub-messages,
-//! so a field's presence on the wire says nothing). Pointer booleans (`immutable`,
-//! `automountServiceAccountToken`, `controller`, ...) are kept whenever they were sent.
-//! `managedFields` and every field this module does not know are skipped by wire type.
-//! Malformed input of any kind yields `Err`, never a panic.
+//! so a field's presence on the wire says nothing); an owner reference keeps its required
+//! identity fields. Pointer booleans (`immutable`, `automountServiceAccountToken`, `controller`,
+//! ...) are kept whenever they were sent. A message field sent twice merges as protobuf merges.
+//! `managedFields`, `selfLink` and every field the schema does not know are skipped by wire
+//! type. Malformed input of any kind yields `Err`, never a panic.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::{Map, Value};
 
 type Object = Map<String, Value>;
-
-/// Decodes one message's fields into the JSON object being built.
-type Decoder = fn(Msg<'_>, &mut Object) -> Result<(), String>;
 
 /// The prefix of every Kubernetes protobuf body.
 const MAGIC: &[u8] = b"k8s\x00";
@@ -33,15 +30,14 @@ const MAX_DEPTH: usize = 16;
 /// The largest field number protobuf allows.
 const MAX_FIELD: u64 = (1 << 29) - 1;
 
-const SUPPORTED_KINDS: &str = "Namespace, ConfigMap, Secret, ServiceAccount";
-
 /// The protobuf message schemas of the served built-in kinds (see the file's header).
 const SCHEMA_TEXT: &str = include_str!("protobuf_schema.txt");
 
 /// Decodes a Kubernetes protobuf request body into the JSON object (with apiVersion and kind
 /// set from the envelope). Err(message) for malformed input or for kinds this module does not
 /// decode; the message for an unsupported kind names it, e.g.
-/// `the emulator decodes protobuf only for Namespace, ConfigMap, Secret, ServiceAccount and the kinds of the served built-in groups; send example.org/v1/Widget as JSON`.
+/// `the emulator decodes protobuf only for the kinds of the served built-in groups; send
+/// example.org/v1/Widget as JSON`.
 pub fn decode(body: &[u8]) -> Result<Value, String> {
     let Some(envelope) = body.strip_prefix(MAGIC) else {
         return Err("protobuf body does not start with the magic prefix k8s\\0".to_owned());
@@ -58,35 +54,18 @@ pub fn decode(body: &[u8]) -> Result<Value, String> {
             envelope.content_encoding
         ));
     }
-    let decoder: Decoder = match (api_version.as_str(), kind.as_str()) {
-        ("v1", "Namespace") => namespace,
-        ("v1", "ConfigMap") => config_map,
-        ("v1", "Secret") => secret,
-        ("v1", "ServiceAccount") => service_account,
-        _ => {
-            let message = message_of(&api_version, &kind);
-            if !schema().contains_key(&message) {
-                return Err(format!(
-                    "the emulator decodes protobuf only for {SUPPORTED_KINDS} and the kinds of the served built-in groups; send {api_version}/{kind} as JSON"
-                ));
-            }
-            let mut object = match generic(&message, Msg::new(envelope.raw, 1), "")
-                .map_err(|e| format!("invalid protobuf {kind}: {e}"))?
-            {
-                Value::Object(o) => o,
-                _ => Object::new(),
-            };
-            object
-                .entry("metadata")
-                .or_insert_with(|| Value::Object(Object::new()));
-            object.insert("apiVersion".to_owned(), Value::String(api_version));
-            object.insert("kind".to_owned(), Value::String(kind));
-            return Ok(Value::Object(object));
-        }
+    let message = message_of(&api_version, &kind);
+    if !schema().contains_key(&message) {
+        return Err(format!(
+            "the emulator decodes protobuf only for the kinds of the served built-in groups; send {api_version}/{kind} as JSON"
+        ));
+    }
+    let mut object = match generic(&message, Msg::new(envelope.raw, 1), "")
+        .map_err(|e| format!("invalid protobuf {kind}: {e}"))?
+    {
+        Value::Object(o) => o,
+        _ => Object::new(),
     };
-    let mut object = Object::new();
-    decoder(Msg::new(envelope.raw, 1), &mut object)
-        .map_err(|e| format!("invalid protobuf {kind}: {e}"))?;
     object
         .entry("metadata")
         .or_insert_with(|| Value::Object(Object::new()));
@@ -307,40 +286,6 @@ fn too_deep() -> String {
 // JSON building helpers
 // ---------------------------------------------------------------------------------------------
 
-/// Decodes sub-message field `key` into `out[key]`, merging with an earlier occurrence the way
-/// protobuf merges repeated non-repeated message fields.
-fn message_field(
-    out: &mut Object,
-    key: &str,
-    parent: &Msg<'_>,
-    wire: Wire<'_>,
-    decoder: Decoder,
-) -> Result<(), String> {
-    let msg = parent.nested(wire.bytes(key)?)?;
-    let mut child = match out.remove(key) {
-        Some(Value::Object(o)) => o,
-        _ => Object::new(),
-    };
-    decoder(msg, &mut child).map_err(|e| format!("{key}: {e}"))?;
-    out.insert(key.to_owned(), Value::Object(child));
-    Ok(())
-}
-
-/// Decodes one element of repeated message field `key` and appends it to `out[key]`.
-fn repeated_message(
-    out: &mut Object,
-    key: &str,
-    parent: &Msg<'_>,
-    wire: Wire<'_>,
-    decoder: Decoder,
-) -> Result<(), String> {
-    let msg = parent.nested(wire.bytes(key)?)?;
-    let mut item = Object::new();
-    decoder(msg, &mut item).map_err(|e| format!("{key}: {e}"))?;
-    push(out, key, Value::Object(item));
-    Ok(())
-}
-
 fn push(out: &mut Object, key: &str, value: Value) {
     match out.get_mut(key) {
         Some(Value::Array(items)) => items.push(value),
@@ -350,75 +295,22 @@ fn push(out: &mut Object, key: &str, value: Value) {
     }
 }
 
-/// How a map's values are typed on the wire.
-#[derive(Clone, Copy)]
-enum MapValue {
-    /// `map<string, string>`: JSON strings.
-    String,
-    /// `map<string, bytes>`: JSON base64 strings.
-    Bytes,
-}
-
-/// Decodes one entry (`{1: key, 2: value}`) of map field `key` into `out[key]`; a later
-/// duplicate key wins, as in Go.
-fn map_field(
-    out: &mut Object,
-    key: &str,
-    parent: &Msg<'_>,
-    wire: Wire<'_>,
-    values: MapValue,
-) -> Result<(), String> {
-    let mut msg = parent.nested(wire.bytes(key)?)?;
-    let (k, v) = map_entry(&mut msg, values).map_err(|e| format!("{key}: {e}"))?;
-    match out.get_mut(key) {
-        Some(Value::Object(map)) => {
-            map.insert(k, v);
-        }
-        _ => {
-            let mut map = Object::new();
-            map.insert(k, v);
-            out.insert(key.to_owned(), Value::Object(map));
-        }
-    }
-    Ok(())
-}
-
-fn map_entry(msg: &mut Msg<'_>, values: MapValue) -> Result<(String, Value), String> {
-    let mut key = String::new();
-    let mut value = Value::String(String::new());
-    while let Some((number, wire)) = msg.next_field()? {
-        match number {
-            1 => key = wire.string("key")?,
-            2 => {
-                value = match values {
-                    MapValue::String => Value::String(wire.string("value")?),
-                    MapValue::Bytes => Value::String(BASE64.encode(wire.bytes("value")?)),
-                }
-            }
-            _ => {}
-        }
-    }
-    Ok((key, value))
-}
-
 fn set(out: &mut Object, key: &str, value: Value) {
     out.insert(key.to_owned(), value);
 }
 
-/// Drops the empty values Go's `omitempty` would leave out (empty strings, lists and objects,
-/// zero numbers), except for the fields in `keep`. Booleans are only ever set when sent.
-fn prune(out: &mut Object, keep: &[&str]) {
-    out.retain(|key, value| {
-        keep.contains(&key.as_str())
-            || match value {
-                Value::String(s) => !s.is_empty(),
-                Value::Array(a) => !a.is_empty(),
-                Value::Object(o) => !o.is_empty(),
-                Value::Number(n) => n.as_i64() != Some(0),
-                Value::Null => false,
-                Value::Bool(_) => true,
+/// Protobuf's merge of a message into one decoded before: lists append, objects (maps and
+/// messages) merge, anything else is replaced.
+fn merge_message(seen: &mut Object, more: Object) {
+    for (key, value) in more {
+        match (seen.get_mut(&key), value) {
+            (Some(Value::Array(a)), Value::Array(b)) => a.extend(b),
+            (Some(Value::Object(a)), Value::Object(b)) => merge_message(a, b),
+            (_, value) => {
+                seen.insert(key, value);
             }
-    });
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -474,71 +366,6 @@ impl<'a> Envelope<'a> {
 // meta/v1 (k8s.io/apimachinery/pkg/apis/meta/v1/generated.proto)
 // ---------------------------------------------------------------------------------------------
 
-/// ObjectMeta: 1 name, 2 generateName, 3 namespace, 5 uid, 6 resourceVersion, 7 generation,
-/// 8 creationTimestamp, 11 labels, 12 annotations, 13 ownerReferences, 14 finalizers.
-/// Skipped: 4 selfLink, 9 deletionTimestamp, 10 deletionGracePeriodSeconds, 17 managedFields.
-fn object_meta(mut msg: Msg<'_>, out: &mut Object) -> Result<(), String> {
-    while let Some((number, wire)) = msg.next_field()? {
-        match number {
-            1 => set(out, "name", Value::String(wire.string("name")?)),
-            2 => set(
-                out,
-                "generateName",
-                Value::String(wire.string("generateName")?),
-            ),
-            3 => set(out, "namespace", Value::String(wire.string("namespace")?)),
-            5 => set(out, "uid", Value::String(wire.string("uid")?)),
-            6 => set(
-                out,
-                "resourceVersion",
-                Value::String(wire.string("resourceVersion")?),
-            ),
-            7 => set(out, "generation", Value::from(wire.int64("generation")?)),
-            8 => {
-                let time = msg.nested(wire.bytes("creationTimestamp")?)?;
-                match timestamp(time).map_err(|e| format!("creationTimestamp: {e}"))? {
-                    Some(t) => set(out, "creationTimestamp", Value::String(t)),
-                    None => {
-                        out.remove("creationTimestamp");
-                    }
-                }
-            }
-            11 => map_field(out, "labels", &msg, wire, MapValue::String)?,
-            12 => map_field(out, "annotations", &msg, wire, MapValue::String)?,
-            13 => repeated_message(out, "ownerReferences", &msg, wire, owner_reference)?,
-            14 => push(out, "finalizers", Value::String(wire.string("finalizers")?)),
-            _ => {}
-        }
-    }
-    prune(out, &[]);
-    Ok(())
-}
-
-/// OwnerReference: 5 apiVersion, 1 kind, 3 name, 4 uid, 6 controller, 7 blockOwnerDeletion.
-/// The four strings have no `omitempty` in Go, so they are always present.
-fn owner_reference(mut msg: Msg<'_>, out: &mut Object) -> Result<(), String> {
-    for key in ["apiVersion", "kind", "name", "uid"] {
-        out.entry(key)
-            .or_insert_with(|| Value::String(String::new()));
-    }
-    while let Some((number, wire)) = msg.next_field()? {
-        match number {
-            1 => set(out, "kind", Value::String(wire.string("kind")?)),
-            3 => set(out, "name", Value::String(wire.string("name")?)),
-            4 => set(out, "uid", Value::String(wire.string("uid")?)),
-            5 => set(out, "apiVersion", Value::String(wire.string("apiVersion")?)),
-            6 => set(out, "controller", Value::Bool(wire.bool("controller")?)),
-            7 => set(
-                out,
-                "blockOwnerDeletion",
-                Value::Bool(wire.bool("blockOwnerDeletion")?),
-            ),
-            _ => {}
-        }
-    }
-    Ok(())
-}
-
 /// Time {1 int64 seconds, 2 int32 nanos}, rendered as RFC 3339 in whole seconds (Go drops the
 /// nanoseconds when decoding and marshals `Time` to JSON in seconds). None for the zero time,
 /// which Go sends as an empty message.
@@ -590,153 +417,354 @@ fn rfc3339(seconds: i64) -> Result<String, String> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// core/v1 (k8s.io/api/core/v1/generated.proto)
+// Schema-driven decoding (the messages of protobuf_schema.txt)
 // ---------------------------------------------------------------------------------------------
 
-/// Namespace: 1 metadata, 2 spec, 3 status.
-fn namespace(mut msg: Msg<'_>, out: &mut Object) -> Result<(), String> {
-    while let Some((number, wire)) = msg.next_field()? {
-        match number {
-            1 => message_field(out, "metadata", &msg, wire, object_meta)?,
-            2 => message_field(out, "spec", &msg, wire, namespace_spec)?,
-            3 => message_field(out, "status", &msg, wire, namespace_status)?,
-            _ => {}
-        }
-    }
-    prune(out, &["metadata"]);
-    Ok(())
+/// A field's type as the schema names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ty {
+    String,
+    Signed,
+    Unsigned,
+    Bool,
+    Bytes,
+    Double,
+    Float,
+    Message,
+    Map,
 }
 
-/// NamespaceSpec: 1 repeated finalizers.
-fn namespace_spec(mut msg: Msg<'_>, out: &mut Object) -> Result<(), String> {
-    while let Some((number, wire)) = msg.next_field()? {
-        if number == 1 {
-            push(out, "finalizers", Value::String(wire.string("finalizers")?));
-        }
-    }
-    prune(out, &[]);
-    Ok(())
+#[derive(Debug)]
+struct FieldDef {
+    name: String,
+    ty: Ty,
+    repeated: bool,
+    message: String,
 }
 
-/// NamespaceStatus: 1 phase, 2 repeated conditions.
-fn namespace_status(mut msg: Msg<'_>, out: &mut Object) -> Result<(), String> {
-    while let Some((number, wire)) = msg.next_field()? {
-        match number {
-            1 => set(out, "phase", Value::String(wire.string("phase")?)),
-            2 => repeated_message(out, "conditions", &msg, wire, namespace_condition)?,
-            _ => {}
+type Schema = std::collections::HashMap<String, std::collections::HashMap<u32, FieldDef>>;
+
+fn schema() -> &'static Schema {
+    static SCHEMA: std::sync::OnceLock<Schema> = std::sync::OnceLock::new();
+    SCHEMA.get_or_init(|| {
+        let mut out = Schema::new();
+        let mut current: Option<String> = None;
+        for line in SCHEMA_TEXT.lines() {
+            if line.starts_with('#') || line.is_empty() {
+                continue;
+            }
+            if let Some(name) = line
+                .strip_prefix("message ")
+                .or_else(|| line.strip_prefix("entry "))
+            {
+                out.entry(name.to_owned()).or_default();
+                current = Some(name.to_owned());
+                continue;
+            }
+            let parts: Vec<&str> = line.split(' ').collect();
+            let (Some(msg), [num, name, ty, label, message]) = (&current, parts.as_slice()) else {
+                continue;
+            };
+            let ty = match *ty {
+                "string" => Ty::String,
+                "int32" | "int64" | "sint32" | "sint64" | "enum" | "sfixed32" | "sfixed64" => {
+                    Ty::Signed
+                }
+                "uint32" | "uint64" | "fixed32" | "fixed64" => Ty::Unsigned,
+                "bool" => Ty::Bool,
+                "bytes" => Ty::Bytes,
+                "double" => Ty::Double,
+                "float" => Ty::Float,
+                "map" => Ty::Map,
+                _ => Ty::Message,
+            };
+            let Ok(num) = num.parse() else { continue };
+            if let Some(fields) = out.get_mut(msg) {
+                fields.insert(
+                    num,
+                    FieldDef {
+                        name: (*name).to_owned(),
+                        ty,
+                        repeated: *label == "repeated",
+                        message: (*message).to_owned(),
+                    },
+                );
+            }
         }
-    }
-    prune(out, &[]);
-    Ok(())
+        out
+    })
 }
 
-/// NamespaceCondition: 1 type, 2 status, 4 lastTransitionTime, 5 reason, 6 message.
-fn namespace_condition(mut msg: Msg<'_>, out: &mut Object) -> Result<(), String> {
-    while let Some((number, wire)) = msg.next_field()? {
-        match number {
-            1 => set(out, "type", Value::String(wire.string("type")?)),
-            2 => set(out, "status", Value::String(wire.string("status")?)),
-            4 => {
-                let time = msg.nested(wire.bytes("lastTransitionTime")?)?;
-                match timestamp(time).map_err(|e| format!("lastTransitionTime: {e}"))? {
-                    Some(t) => set(out, "lastTransitionTime", Value::String(t)),
-                    None => {
-                        out.remove("lastTransitionTime");
-                    }
+/// The protobuf message of a kind: `apps/v1` `Deployment` is `.k8s.io.api.apps.v1.Deployment`,
+/// core `v1` kinds are in `.k8s.io.api.core.v1`.
+fn message_of(api_version: &str, kind: &str) -> String {
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let package = if group.is_empty() {
+        "core"
+    } else {
+        group.split('.').next().unwrap_or(group)
+    };
+    format!(".k8s.io.api.{package}.{version}.{kind}")
+}
+
+/// Pointer booleans: kept when sent as false (other booleans are Go values whose false is
+/// omitted from JSON).
+const POINTER_BOOLS: &[&str] = &[
+    "allocateLoadBalancerNodePorts",
+    "allowPrivilegeEscalation",
+    "automountServiceAccountToken",
+    "blockOwnerDeletion",
+    "controller",
+    "enableServiceLinks",
+    "hostUsers",
+    "immutable",
+    "manualSelector",
+    "optional",
+    "privileged",
+    "readOnlyRootFilesystem",
+    "runAsNonRoot",
+    "setHostnameAsFQDN",
+    "shareProcessNamespace",
+    "suspend",
+];
+
+/// Pointer numbers whose zero is meaningful (kept when sent).
+const POINTER_ZEROS: &[&str] = &[
+    "replicas",
+    "backoffLimit",
+    "parallelism",
+    "completions",
+    "ttlSecondsAfterFinished",
+    "successfulJobsHistoryLimit",
+    "failedJobsHistoryLimit",
+    "terminationGracePeriodSeconds",
+    "startingDeadlineSeconds",
+    "revisionHistoryLimit",
+    "progressDeadlineSeconds",
+    "priority",
+    "value",
+];
+
+/// Message fields of embedded Go structs, whose members JSON writes inline in the parent.
+const INLINE: &[&str] = &[
+    "ephemeralContainerCommon",
+    "handler",
+    "ingressRuleValue",
+    "persistentVolumeSource",
+    "volumeSource",
+];
+
+/// Pointer messages whose empty value means "set" (`emptyDir: {}`).
+const EMPTY_MEANINGFUL: &[&str] = &["emptyDir"];
+
+fn scalar(def: &FieldDef, wire: Wire<'_>) -> Result<Value, String> {
+    let name = def.name.as_str();
+    Ok(match def.ty {
+        Ty::String => Value::String(wire.string(name)?),
+        Ty::Bool => Value::Bool(wire.bool(name)?),
+        Ty::Signed => Value::from(wire.int64(name)?),
+        Ty::Unsigned => Value::from(wire.varint(name)?),
+        Ty::Bytes => Value::String(BASE64.encode(wire.bytes(name)?)),
+        Ty::Double | Ty::Float => {
+            return Err(format!("{name}: floating-point fields are not decoded"));
+        }
+        Ty::Message | Ty::Map => return Err(format!("{name}: not a scalar")),
+    })
+}
+
+/// Decodes message `name` into the JSON Go would write for it; `field` is the name of the
+/// field holding it (for the pruning rules).
+/// The message of every object's metadata.
+const OBJECT_META: &str = ".k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta";
+const OWNER_REFERENCE: &str = ".k8s.io.apimachinery.pkg.apis.meta.v1.OwnerReference";
+
+fn generic(name: &str, mut msg: Msg<'_>, field: &str) -> Result<Value, String> {
+    match name {
+        ".k8s.io.apimachinery.pkg.util.intstr.IntOrString" => {
+            let (mut ty, mut int, mut s) = (0u64, 0i64, String::new());
+            while let Some((number, wire)) = msg.next_field()? {
+                match number {
+                    1 => ty = wire.varint("type")?,
+                    2 => int = wire.int64("intVal")?,
+                    3 => s = wire.string("strVal")?,
+                    _ => {}
                 }
             }
-            5 => set(out, "reason", Value::String(wire.string("reason")?)),
-            6 => set(out, "message", Value::String(wire.string("message")?)),
-            _ => {}
+            return Ok(if ty == 1 {
+                Value::String(s)
+            } else {
+                Value::from(int)
+            });
         }
-    }
-    prune(out, &["type", "status"]);
-    Ok(())
-}
-
-/// ConfigMap: 1 metadata, 2 map<string,string> data, 3 map<string,bytes> binaryData,
-/// 4 optional bool immutable.
-fn config_map(mut msg: Msg<'_>, out: &mut Object) -> Result<(), String> {
-    while let Some((number, wire)) = msg.next_field()? {
-        match number {
-            1 => message_field(out, "metadata", &msg, wire, object_meta)?,
-            2 => map_field(out, "data", &msg, wire, MapValue::String)?,
-            3 => map_field(out, "binaryData", &msg, wire, MapValue::Bytes)?,
-            4 => set(out, "immutable", Value::Bool(wire.bool("immutable")?)),
-            _ => {}
+        ".k8s.io.apimachinery.pkg.api.resource.Quantity" => {
+            let mut s = String::new();
+            while let Some((number, wire)) = msg.next_field()? {
+                if number == 1 {
+                    s = wire.string("string")?;
+                }
+            }
+            return Ok(Value::String(s));
         }
-    }
-    prune(out, &["metadata"]);
-    Ok(())
-}
-
-/// Secret: 1 metadata, 2 map<string,bytes> data, 3 type, 4 map<string,string> stringData,
-/// 5 optional bool immutable.
-fn secret(mut msg: Msg<'_>, out: &mut Object) -> Result<(), String> {
-    while let Some((number, wire)) = msg.next_field()? {
-        match number {
-            1 => message_field(out, "metadata", &msg, wire, object_meta)?,
-            2 => map_field(out, "data", &msg, wire, MapValue::Bytes)?,
-            3 => set(out, "type", Value::String(wire.string("type")?)),
-            4 => map_field(out, "stringData", &msg, wire, MapValue::String)?,
-            5 => set(out, "immutable", Value::Bool(wire.bool("immutable")?)),
-            _ => {}
+        ".k8s.io.apimachinery.pkg.apis.meta.v1.Time"
+        | ".k8s.io.apimachinery.pkg.apis.meta.v1.MicroTime" => {
+            return Ok(timestamp(msg)?.map_or(Value::Null, Value::String));
         }
-    }
-    prune(out, &["metadata"]);
-    Ok(())
-}
-
-/// ServiceAccount: 1 metadata, 2 repeated ObjectReference secrets, 3 repeated
-/// LocalObjectReference imagePullSecrets, 4 optional bool automountServiceAccountToken.
-fn service_account(mut msg: Msg<'_>, out: &mut Object) -> Result<(), String> {
-    while let Some((number, wire)) = msg.next_field()? {
-        match number {
-            1 => message_field(out, "metadata", &msg, wire, object_meta)?,
-            2 => repeated_message(out, "secrets", &msg, wire, object_reference)?,
-            3 => repeated_message(out, "imagePullSecrets", &msg, wire, local_object_reference)?,
-            4 => set(
-                out,
-                "automountServiceAccountToken",
-                Value::Bool(wire.bool("automountServiceAccountToken")?),
-            ),
-            _ => {}
+        ".k8s.io.apimachinery.pkg.apis.meta.v1.Duration" => {
+            let mut ns = 0i64;
+            while let Some((number, wire)) = msg.next_field()? {
+                if number == 1 {
+                    ns = wire.int64("duration")?;
+                }
+            }
+            return Ok(Value::String(go_duration(ns)));
         }
+        ".k8s.io.apimachinery.pkg.runtime.RawExtension"
+        | ".k8s.io.apimachinery.pkg.apis.meta.v1.FieldsV1" => {
+            let mut raw: &[u8] = &[];
+            while let Some((number, wire)) = msg.next_field()? {
+                if number == 1 {
+                    raw = wire.bytes("raw")?;
+                }
+            }
+            if raw.is_empty() {
+                return Ok(Value::Null);
+            }
+            return serde_json::from_slice(raw).map_err(|e| format!("{field}: invalid JSON: {e}"));
+        }
+        _ => {}
     }
-    prune(out, &["metadata"]);
-    Ok(())
-}
-
-/// ObjectReference: 1 kind, 2 namespace, 3 name, 4 uid, 5 apiVersion, 6 resourceVersion,
-/// 7 fieldPath.
-fn object_reference(mut msg: Msg<'_>, out: &mut Object) -> Result<(), String> {
+    let fields = schema()
+        .get(name)
+        .ok_or_else(|| format!("no schema for message {name}"))?;
+    let mut out = Object::new();
     while let Some((number, wire)) = msg.next_field()? {
-        let key = match number {
-            1 => "kind",
-            2 => "namespace",
-            3 => "name",
-            4 => "uid",
-            5 => "apiVersion",
-            6 => "resourceVersion",
-            7 => "fieldPath",
-            _ => continue,
+        let Some(def) = fields.get(&number) else {
+            continue;
         };
-        set(out, key, Value::String(wire.string(key)?));
-    }
-    prune(out, &[]);
-    Ok(())
-}
-
-/// LocalObjectReference: 1 name.
-fn local_object_reference(mut msg: Msg<'_>, out: &mut Object) -> Result<(), String> {
-    while let Some((number, wire)) = msg.next_field()? {
-        if number == 1 {
-            set(out, "name", Value::String(wire.string("name")?));
+        let key = def.name.as_str();
+        // What the API server takes from no request body: the removed `selfLink`; and the
+        // request's `managedFields`, which the emulator records itself.
+        if name == OBJECT_META && matches!(key, "selfLink" | "managedFields") {
+            continue;
+        }
+        match def.ty {
+            Ty::Map => {
+                let entry = msg.nested(wire.bytes(key)?)?;
+                let (k, v) = generic_entry(&def.message, entry, key)?;
+                let map = out
+                    .entry(key.to_owned())
+                    .or_insert_with(|| Value::Object(Object::new()));
+                if let Value::Object(m) = map {
+                    m.insert(k, v);
+                }
+            }
+            Ty::Message => {
+                let v = generic(&def.message, msg.nested(wire.bytes(key)?)?, key)
+                    .map_err(|e| format!("{key}: {e}"))?;
+                // A message field seen twice merges into the first (protobuf's merge):
+                // repeated fields append, maps and nested messages merge, scalars are replaced.
+                if !def.repeated
+                    && !INLINE.contains(&key)
+                    && let (Some(Value::Object(seen)), Value::Object(more)) = (out.get_mut(key), &v)
+                {
+                    merge_message(seen, more.clone());
+                    continue;
+                }
+                if INLINE.contains(&key) {
+                    // A Go struct embedded with `json:",inline"`: its members are the parent's.
+                    if let Value::Object(members) = v {
+                        out.extend(members);
+                    }
+                    continue;
+                }
+                if def.repeated {
+                    push(&mut out, key, v);
+                } else {
+                    set(&mut out, key, v);
+                }
+            }
+            _ if def.repeated => {
+                // Packed numbers come as one length-delimited field.
+                if let (Wire::Bytes(b), Ty::Signed | Ty::Unsigned | Ty::Bool) = (wire, def.ty) {
+                    let mut packed = msg.nested(b)?;
+                    while packed.remaining() > 0 {
+                        let v = packed.varint()?;
+                        push(&mut out, key, scalar(def, Wire::Varint(v))?);
+                    }
+                } else {
+                    push(&mut out, key, scalar(def, wire)?);
+                }
+            }
+            _ => set(&mut out, key, scalar(def, wire)?),
         }
     }
-    prune(out, &[]);
-    Ok(())
+    // An owner reference's identity fields are required (no `omitempty`): kept even empty, so
+    // that validation names them.
+    let required = |key: &str| {
+        name == OWNER_REFERENCE && matches!(key, "apiVersion" | "kind" | "name" | "uid")
+    };
+    if name == OWNER_REFERENCE {
+        for key in ["apiVersion", "kind", "name", "uid"] {
+            out.entry(key)
+                .or_insert_with(|| Value::String(String::new()));
+        }
+    }
+    out.retain(|key, value| match value {
+        Value::String(s) => !s.is_empty() || required(key),
+        Value::Array(a) => !a.is_empty(),
+        Value::Object(o) => !o.is_empty() || EMPTY_MEANINGFUL.contains(&key.as_str()),
+        Value::Number(n) => n.as_f64() != Some(0.0) || POINTER_ZEROS.contains(&key.as_str()),
+        Value::Bool(b) => *b || POINTER_BOOLS.contains(&key.as_str()),
+        Value::Null => false,
+    });
+    Ok(Value::Object(out))
+}
+
+/// One map entry (1 key, 2 value) of map field `field`.
+fn generic_entry(entry: &str, mut msg: Msg<'_>, field: &str) -> Result<(String, Value), String> {
+    let defs = schema()
+        .get(entry)
+        .ok_or_else(|| format!("no schema for map entry {entry}"))?;
+    let (mut key, mut value) = (String::new(), Value::Null);
+    while let Some((number, wire)) = msg.next_field()? {
+        match (number, defs.get(&number)) {
+            (1, _) => key = wire.string(&format!("{field}: key"))?,
+            (2, Some(def)) if def.ty == Ty::Message => {
+                value = generic(&def.message, msg.nested(wire.bytes(field)?)?, field)?;
+            }
+            (2, Some(def)) => value = scalar(def, wire)?,
+            _ => {}
+        }
+    }
+    if value.is_null()
+        && let Some(def) = defs.get(&2)
+    {
+        value = match def.ty {
+            Ty::String | Ty::Bytes => Value::String(String::new()),
+            _ => Value::Null,
+        };
+    }
+    Ok((key, value))
+}
+
+/// A duration as Go's `time.Duration.String` writes it (`1h2m3s`, `1.5s`, `0s`).
+fn go_duration(ns: i64) -> String {
+    if ns == 0 {
+        return "0s".into();
+    }
+    let sign = if ns < 0 { "-" } else { "" };
+    let ns = ns.unsigned_abs();
+    let (h, m) = (ns / 3_600_000_000_000, ns / 60_000_000_000 % 60);
+    let s = (ns % 60_000_000_000) as f64 / 1e9;
+    let mut out = String::from(sign);
+    if h > 0 {
+        out.push_str(&format!("{h}h"));
+    }
+    if h > 0 || m > 0 {
+        out.push_str(&format!("{m}m"));
+    }
+    out.push_str(&format!("{s}s"));
+    out
 }
 
 #[cfg(test)]
@@ -1299,7 +1327,7 @@ mod tests {
             (
                 "unsupported kind",
                 body("example.org/v1", "Widget", Enc::new()),
-                "the emulator decodes protobuf only for Namespace, ConfigMap, Secret, ServiceAccount and the kinds of the served built-in groups; send example.org/v1/Widget as JSON",
+                "the emulator decodes protobuf only for the kinds of the served built-in groups; send example.org/v1/Widget as JSON",
             ),
             (
                 "supported kind in another group",
@@ -1451,325 +1479,4 @@ mod tests {
             let _ = decode(&b);
         }
     }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Schema-driven decoding of every other served kind
-// ---------------------------------------------------------------------------------------------
-
-/// A field's type as the schema names it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Ty {
-    String,
-    Signed,
-    Unsigned,
-    Bool,
-    Bytes,
-    Double,
-    Float,
-    Message,
-    Map,
-}
-
-#[derive(Debug)]
-struct FieldDef {
-    name: String,
-    ty: Ty,
-    repeated: bool,
-    message: String,
-}
-
-type Schema = std::collections::HashMap<String, std::collections::HashMap<u32, FieldDef>>;
-
-fn schema() -> &'static Schema {
-    static SCHEMA: std::sync::OnceLock<Schema> = std::sync::OnceLock::new();
-    SCHEMA.get_or_init(|| {
-        let mut out = Schema::new();
-        let mut current: Option<String> = None;
-        for line in SCHEMA_TEXT.lines() {
-            if line.starts_with('#') || line.is_empty() {
-                continue;
-            }
-            if let Some(name) = line
-                .strip_prefix("message ")
-                .or_else(|| line.strip_prefix("entry "))
-            {
-                out.entry(name.to_owned()).or_default();
-                current = Some(name.to_owned());
-                continue;
-            }
-            let parts: Vec<&str> = line.split(' ').collect();
-            let (Some(msg), [num, name, ty, label, message]) = (&current, parts.as_slice()) else {
-                continue;
-            };
-            let ty = match *ty {
-                "string" => Ty::String,
-                "int32" | "int64" | "sint32" | "sint64" | "enum" | "sfixed32" | "sfixed64" => {
-                    Ty::Signed
-                }
-                "uint32" | "uint64" | "fixed32" | "fixed64" => Ty::Unsigned,
-                "bool" => Ty::Bool,
-                "bytes" => Ty::Bytes,
-                "double" => Ty::Double,
-                "float" => Ty::Float,
-                "map" => Ty::Map,
-                _ => Ty::Message,
-            };
-            let Ok(num) = num.parse() else { continue };
-            if let Some(fields) = out.get_mut(msg) {
-                fields.insert(
-                    num,
-                    FieldDef {
-                        name: (*name).to_owned(),
-                        ty,
-                        repeated: *label == "repeated",
-                        message: (*message).to_owned(),
-                    },
-                );
-            }
-        }
-        out
-    })
-}
-
-/// The protobuf message of a kind: `apps/v1` `Deployment` is `.k8s.io.api.apps.v1.Deployment`,
-/// core `v1` kinds are in `.k8s.io.api.core.v1`.
-fn message_of(api_version: &str, kind: &str) -> String {
-    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-    let package = if group.is_empty() {
-        "core"
-    } else {
-        group.split('.').next().unwrap_or(group)
-    };
-    format!(".k8s.io.api.{package}.{version}.{kind}")
-}
-
-/// Pointer booleans: kept when sent as false (other booleans are Go values whose false is
-/// omitted from JSON).
-const POINTER_BOOLS: &[&str] = &[
-    "allocateLoadBalancerNodePorts",
-    "allowPrivilegeEscalation",
-    "automountServiceAccountToken",
-    "blockOwnerDeletion",
-    "controller",
-    "enableServiceLinks",
-    "hostUsers",
-    "immutable",
-    "manualSelector",
-    "optional",
-    "privileged",
-    "readOnlyRootFilesystem",
-    "runAsNonRoot",
-    "setHostnameAsFQDN",
-    "shareProcessNamespace",
-    "suspend",
-];
-
-/// Pointer numbers whose zero is meaningful (kept when sent).
-const POINTER_ZEROS: &[&str] = &[
-    "replicas",
-    "backoffLimit",
-    "parallelism",
-    "completions",
-    "ttlSecondsAfterFinished",
-    "successfulJobsHistoryLimit",
-    "failedJobsHistoryLimit",
-    "terminationGracePeriodSeconds",
-    "startingDeadlineSeconds",
-    "revisionHistoryLimit",
-    "progressDeadlineSeconds",
-    "priority",
-    "value",
-];
-
-/// Message fields of embedded Go structs, whose members JSON writes inline in the parent.
-const INLINE: &[&str] = &[
-    "ephemeralContainerCommon",
-    "handler",
-    "ingressRuleValue",
-    "persistentVolumeSource",
-    "volumeSource",
-];
-
-/// Pointer messages whose empty value means "set" (`emptyDir: {}`).
-const EMPTY_MEANINGFUL: &[&str] = &["emptyDir"];
-
-fn scalar(def: &FieldDef, wire: Wire<'_>) -> Result<Value, String> {
-    let name = def.name.as_str();
-    Ok(match def.ty {
-        Ty::String => Value::String(wire.string(name)?),
-        Ty::Bool => Value::Bool(wire.bool(name)?),
-        Ty::Signed => Value::from(wire.int64(name)?),
-        Ty::Unsigned => Value::from(wire.varint(name)?),
-        Ty::Bytes => Value::String(BASE64.encode(wire.bytes(name)?)),
-        Ty::Double | Ty::Float => {
-            return Err(format!("{name}: floating-point fields are not decoded"));
-        }
-        Ty::Message | Ty::Map => return Err(format!("{name}: not a scalar")),
-    })
-}
-
-/// Decodes message `name` into the JSON Go would write for it; `field` is the name of the
-/// field holding it (for the pruning rules).
-fn generic(name: &str, mut msg: Msg<'_>, field: &str) -> Result<Value, String> {
-    match name {
-        ".k8s.io.apimachinery.pkg.util.intstr.IntOrString" => {
-            let (mut ty, mut int, mut s) = (0u64, 0i64, String::new());
-            while let Some((number, wire)) = msg.next_field()? {
-                match number {
-                    1 => ty = wire.varint("type")?,
-                    2 => int = wire.int64("intVal")?,
-                    3 => s = wire.string("strVal")?,
-                    _ => {}
-                }
-            }
-            return Ok(if ty == 1 {
-                Value::String(s)
-            } else {
-                Value::from(int)
-            });
-        }
-        ".k8s.io.apimachinery.pkg.api.resource.Quantity" => {
-            let mut s = String::new();
-            while let Some((number, wire)) = msg.next_field()? {
-                if number == 1 {
-                    s = wire.string("string")?;
-                }
-            }
-            return Ok(Value::String(s));
-        }
-        ".k8s.io.apimachinery.pkg.apis.meta.v1.Time"
-        | ".k8s.io.apimachinery.pkg.apis.meta.v1.MicroTime" => {
-            return Ok(timestamp(msg)?.map_or(Value::Null, Value::String));
-        }
-        ".k8s.io.apimachinery.pkg.apis.meta.v1.Duration" => {
-            let mut ns = 0i64;
-            while let Some((number, wire)) = msg.next_field()? {
-                if number == 1 {
-                    ns = wire.int64("duration")?;
-                }
-            }
-            return Ok(Value::String(go_duration(ns)));
-        }
-        ".k8s.io.apimachinery.pkg.runtime.RawExtension"
-        | ".k8s.io.apimachinery.pkg.apis.meta.v1.FieldsV1" => {
-            let mut raw: &[u8] = &[];
-            while let Some((number, wire)) = msg.next_field()? {
-                if number == 1 {
-                    raw = wire.bytes("raw")?;
-                }
-            }
-            if raw.is_empty() {
-                return Ok(Value::Null);
-            }
-            return serde_json::from_slice(raw).map_err(|e| format!("{field}: invalid JSON: {e}"));
-        }
-        _ => {}
-    }
-    let fields = schema()
-        .get(name)
-        .ok_or_else(|| format!("no schema for message {name}"))?;
-    let mut out = Object::new();
-    while let Some((number, wire)) = msg.next_field()? {
-        let Some(def) = fields.get(&number) else {
-            continue;
-        };
-        let key = def.name.as_str();
-        match def.ty {
-            Ty::Map => {
-                let entry = msg.nested(wire.bytes(key)?)?;
-                let (k, v) = generic_entry(&def.message, entry, key)?;
-                let map = out
-                    .entry(key.to_owned())
-                    .or_insert_with(|| Value::Object(Object::new()));
-                if let Value::Object(m) = map {
-                    m.insert(k, v);
-                }
-            }
-            Ty::Message => {
-                let v = generic(&def.message, msg.nested(wire.bytes(key)?)?, key)?;
-                if INLINE.contains(&key) {
-                    // A Go struct embedded with `json:",inline"`: its members are the parent's.
-                    if let Value::Object(members) = v {
-                        out.extend(members);
-                    }
-                    continue;
-                }
-                if def.repeated {
-                    push(&mut out, key, v);
-                } else {
-                    set(&mut out, key, v);
-                }
-            }
-            _ if def.repeated => {
-                // Packed numbers come as one length-delimited field.
-                if let (Wire::Bytes(b), Ty::Signed | Ty::Unsigned | Ty::Bool) = (wire, def.ty) {
-                    let mut packed = msg.nested(b)?;
-                    while packed.remaining() > 0 {
-                        let v = packed.varint()?;
-                        push(&mut out, key, scalar(def, Wire::Varint(v))?);
-                    }
-                } else {
-                    push(&mut out, key, scalar(def, wire)?);
-                }
-            }
-            _ => set(&mut out, key, scalar(def, wire)?),
-        }
-    }
-    out.retain(|key, value| match value {
-        Value::String(s) => !s.is_empty(),
-        Value::Array(a) => !a.is_empty(),
-        Value::Object(o) => !o.is_empty() || EMPTY_MEANINGFUL.contains(&key.as_str()),
-        Value::Number(n) => n.as_f64() != Some(0.0) || POINTER_ZEROS.contains(&key.as_str()),
-        Value::Bool(b) => *b || POINTER_BOOLS.contains(&key.as_str()),
-        Value::Null => false,
-    });
-    Ok(Value::Object(out))
-}
-
-/// One map entry (1 key, 2 value) of map field `field`.
-fn generic_entry(entry: &str, mut msg: Msg<'_>, field: &str) -> Result<(String, Value), String> {
-    let defs = schema()
-        .get(entry)
-        .ok_or_else(|| format!("no schema for map entry {entry}"))?;
-    let (mut key, mut value) = (String::new(), Value::Null);
-    while let Some((number, wire)) = msg.next_field()? {
-        match (number, defs.get(&number)) {
-            (1, _) => key = wire.string(&format!("{field} key"))?,
-            (2, Some(def)) if def.ty == Ty::Message => {
-                value = generic(&def.message, msg.nested(wire.bytes(field)?)?, field)?;
-            }
-            (2, Some(def)) => value = scalar(def, wire)?,
-            _ => {}
-        }
-    }
-    if value.is_null()
-        && let Some(def) = defs.get(&2)
-    {
-        value = match def.ty {
-            Ty::String | Ty::Bytes => Value::String(String::new()),
-            _ => Value::Null,
-        };
-    }
-    Ok((key, value))
-}
-
-/// A duration as Go's `time.Duration.String` writes it (`1h2m3s`, `1.5s`, `0s`).
-fn go_duration(ns: i64) -> String {
-    if ns == 0 {
-        return "0s".into();
-    }
-    let sign = if ns < 0 { "-" } else { "" };
-    let ns = ns.unsigned_abs();
-    let (h, m) = (ns / 3_600_000_000_000, ns / 60_000_000_000 % 60);
-    let s = (ns % 60_000_000_000) as f64 / 1e9;
-    let mut out = String::from(sign);
-    if h > 0 {
-        out.push_str(&format!("{h}h"));
-    }
-    if h > 0 || m > 0 {
-        out.push_str(&format!("{m}m"));
-    }
-    out.push_str(&format!("{s}s"));
-    out
 }
