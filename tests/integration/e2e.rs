@@ -150,19 +150,20 @@ fn restarted_at(t: &Target) -> String {
     .unwrap_or_default()
 }
 
-async fn wait_available(t: &Target) {
-    t.until("the site to be Available", || {
-        t.get(&[
-            "get",
-            "site/docs-handbook",
-            "-n",
-            NS,
-            "-o",
-            "jsonpath={.status.conditions[?(@.type==\"Available\")].status}",
-        ])
-        .filter(|s| s == "True")
+/// Waits until the Site's field at `jsonpath` reads `want` (as `kubectl wait --for=jsonpath`,
+/// polling, so that a 403 in the operator's log ends the wait at once).
+async fn wait_for(t: &Target, what: &str, jsonpath: &str, want: &str) {
+    let output = format!("jsonpath={jsonpath}");
+    t.until(what, || {
+        t.get(&["get", "site/docs-handbook", "-n", NS, "-o", &output])
+            .filter(|s| s == want)
     })
     .await;
+}
+
+async fn wait_available(t: &Target) {
+    let available = "{.status.conditions[?(@.type==\"Available\")].status}";
+    wait_for(t, "the site to be Available", available, "True").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -318,18 +319,7 @@ async fn the_life_of_a_site() {
         "-p",
         r#"{"spec":{"configuration":{"enabled":false}}}"#,
     ]);
-    t.until("the site to be Disabled", || {
-        t.get(&[
-            "get",
-            "site/docs-handbook",
-            "-n",
-            NS,
-            "-o",
-            "jsonpath={.status.phase}",
-        ])
-        .filter(|s| s == "Disabled")
-    })
-    .await;
+    wait_for(&t, "the site to be Disabled", "{.status.phase}", "Disabled").await;
     assert_eq!(
         t.ok(&[
             "get",
