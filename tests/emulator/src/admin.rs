@@ -8,7 +8,7 @@ use axum::http::{Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use crate::server::App;
+use crate::state::App;
 
 pub fn handle(
     app: &Arc<App>,

@@ -14,9 +14,8 @@
 //! Service references resolve through [`ServiceMap`]: a test maps `<name>.<namespace>.svc:<port>`
 //! to a local address; the TLS server name stays `<name>.<namespace>.svc`.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine;
@@ -25,31 +24,8 @@ use serde_json::{Value, json};
 use crate::meta::meta_str;
 use crate::registry::ResourceInfo;
 use crate::selector::LabelSelector;
-use crate::server::App;
+use crate::state::App;
 use crate::status::ApiError;
-
-/// Local addresses of in-cluster Services: (namespace, name, port) -> address.
-#[derive(Default)]
-pub struct ServiceMap {
-    map: Mutex<HashMap<(String, String, u16), SocketAddr>>,
-}
-
-impl ServiceMap {
-    pub fn insert(&self, namespace: &str, name: &str, port: u16, addr: SocketAddr) {
-        self.map
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert((namespace.into(), name.into(), port), addr);
-    }
-
-    fn get(&self, namespace: &str, name: &str, port: u16) -> Option<SocketAddr> {
-        self.map
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&(namespace.into(), name.into(), port))
-            .copied()
-    }
-}
 
 /// The operation being admitted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

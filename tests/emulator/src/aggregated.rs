@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use crate::negotiate::{Output, Transform};
 use crate::registry::{Registry, ResourceInfo};
-use crate::server::App;
+use crate::state::App;
 
 /// A subresource as discovery lists it.
 pub struct Subresource {

@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 
 use crate::meta::meta_str;
 use crate::registry::ResourceInfo;
-use crate::server::App;
+use crate::state::App;
 
 /// The API group.
 pub const GROUP: &str = "apiregistration.k8s.io";

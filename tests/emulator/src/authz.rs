@@ -27,7 +27,8 @@ use axum::response::Response;
 use serde_json::{Value, json};
 
 use crate::meta::meta_str;
-use crate::server::{App, Target};
+use crate::server::Target;
+use crate::state::App;
 use crate::status::ApiError;
 use crate::store::State;
 use crate::subresources::json_response;

@@ -16,58 +16,21 @@
 //! - the system PriorityClasses;
 //! - the PodDisruptionBudget status controller ([`crate::disruption`]).
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use crate::meta::{meta_str, rv_of};
 use crate::registry::ResourceInfo;
-use crate::server::App;
+use crate::state::App;
 use crate::store::EventType;
 
 /// The node the simulated kubelet runs every pod on.
 pub const NODE_NAME: &str = "emulator-node";
 /// ClusterIP of the Service `default/kubernetes`.
 pub const KUBERNETES_SERVICE_IP: &str = "10.96.0.1";
-
-/// Cluster-wide state outside the object store.
-#[derive(Default)]
-pub struct Cluster {
-    /// The CA published in `kube-root-ca.crt`.
-    ca_pem: OnceLock<String>,
-    /// Service account tokens issued by TokenRequest, by token.
-    pub tokens: Mutex<HashMap<String, crate::tokens::Issued>>,
-}
-
-impl Cluster {
-    /// Sets the CA the emulator serves with (HTTPS).
-    pub fn set_ca(&self, pem: &str) {
-        let _ = self.ca_pem.set(pem.to_string());
-    }
-
-    /// The CA in `kube-root-ca.crt`: the serving CA, or a CA generated once per process.
-    pub fn ca_pem(&self) -> String {
-        if let Some(p) = self.ca_pem.get() {
-            return p.clone();
-        }
-        static FALLBACK: OnceLock<String> = OnceLock::new();
-        FALLBACK
-            .get_or_init(|| {
-                let ca = rcgen::KeyPair::generate().and_then(|key| {
-                    let mut params = rcgen::CertificateParams::new(Vec::<String>::new())?;
-                    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-                    params
-                        .distinguished_name
-                        .push(rcgen::DnType::CommonName, "sites-emulator CA");
-                    params.self_signed(&key)
-                });
-                ca.map(|c| c.pem()).unwrap_or_default()
-            })
-            .clone()
-    }
-}
 
 fn res(app: &App, group: &str, plural: &str) -> Option<Arc<ResourceInfo>> {
     app.store.lock().registry.get(group, "v1", plural)

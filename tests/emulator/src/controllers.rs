@@ -16,94 +16,17 @@
 //!   retained volume named in `spec.volumeName`; deleting a claim deletes its volume (reclaim
 //!   policy Delete) or leaves it Released with the old claimRef (Retain).
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use crate::meta::{self, meta_str, rv_of};
 use crate::registry::ResourceInfo;
-use crate::server::App;
+use crate::state::App;
+pub use crate::state::{Behaviour, Kubelet};
 use crate::store::EventType;
-
-/// How the simulated kubelet runs a container.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Behaviour {
-    /// Starts and becomes ready.
-    #[default]
-    Ready,
-    /// Starts but never passes its readiness probe.
-    NeverReady,
-    /// Exits with an error again and again (CrashLoopBackOff).
-    CrashLoop,
-    /// The image cannot be pulled (ErrImagePull, then ImagePullBackOff).
-    ImagePullFailure,
-}
-
-/// Test-controlled kubelet behaviour.
-#[derive(Default)]
-pub struct Behaviours {
-    default: Behaviour,
-    by_image: HashMap<String, Behaviour>,
-    by_pod: HashMap<(String, String), Behaviour>,
-}
-
-/// Handle the emulator exposes to tests.
-#[derive(Default)]
-pub struct Kubelet {
-    behaviours: Mutex<Behaviours>,
-    /// Pods whose behaviour changed and need another look.
-    touched: Mutex<HashSet<(String, String)>>,
-}
-
-impl Kubelet {
-    pub fn set_default(&self, b: Behaviour) {
-        self.behaviours
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .default = b;
-        self.touched
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(("*".into(), "*".into()));
-    }
-
-    /// Every container running `image` behaves as `b` (exact image reference).
-    pub fn set_image(&self, image: &str, b: Behaviour) {
-        self.behaviours
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .by_image
-            .insert(image.to_string(), b);
-        self.touched
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(("*".into(), "*".into()));
-    }
-
-    /// Every container of one pod behaves as `b`.
-    pub fn set_pod(&self, namespace: &str, pod: &str, b: Behaviour) {
-        self.behaviours
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .by_pod
-            .insert((namespace.into(), pod.into()), b);
-        self.touched
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert((namespace.into(), pod.into()));
-    }
-
-    fn behaviour(&self, ns: &str, pod: &str, image: &str) -> Behaviour {
-        let b = self.behaviours.lock().unwrap_or_else(|p| p.into_inner());
-        b.by_pod
-            .get(&(ns.to_string(), pod.to_string()))
-            .or_else(|| b.by_image.get(image))
-            .copied()
-            .unwrap_or(b.default)
-    }
-}
 
 #[derive(Default)]
 struct Dirty {

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use crate::meta;
 use crate::registry::ResourceInfo;
-use crate::server::App;
+use crate::state::App;
 
 pub fn is_crd(r: &ResourceInfo) -> bool {
     r.is_builtin() && r.group == "apiextensions.k8s.io" && r.kind == "CustomResourceDefinition"

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::meta::{self, meta_str, rv_of};
-use crate::server::App;
+use crate::state::App;
 
 /// Runs the collector until the process ends.
 pub async fn run(app: Arc<App>) {

@@ -33,6 +33,7 @@ pub mod schema;
 pub mod selector;
 pub mod server;
 pub mod smp;
+pub mod state;
 pub mod stats;
 pub mod status;
 pub mod store;
@@ -51,7 +52,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::registry::Registry;
-use crate::server::App;
+use crate::state::App;
 use crate::stats::Stats;
 use crate::store::Store;
 

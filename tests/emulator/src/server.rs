@@ -16,30 +16,15 @@ use crate::ops::{self, FieldValidation, WriteOptions};
 use crate::registry::ResourceInfo;
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::status::{self, ApiError};
-use crate::store::{CommitError, EventType, ObjKey, Store, WatchEvent};
-use crate::{apply, discovery, negotiate, smp, stats::Stats};
+use crate::store::{CommitError, EventType, ObjKey, WatchEvent};
+use crate::{apply, discovery, negotiate, smp};
 
 /// Request body limit, as the API server's.
 pub const MAX_BODY: usize = 3 * 1024 * 1024;
 /// Largest object etcd stores (its default request limit).
 pub const ETCD_LIMIT: usize = 1_572_864;
 
-/// Shared server state.
-pub struct App {
-    pub store: Arc<Store>,
-    /// Injected faults.
-    pub faults: crate::faults::Faults,
-    /// The simulated kubelet's test-controlled behaviour.
-    pub kubelet: crate::controllers::Kubelet,
-    pub stats: Arc<Stats>,
-    /// Where in-cluster Services (webhook backends) are reachable.
-    pub services: crate::admission::ServiceMap,
-    /// Cluster-wide state outside the store (CA, issued tokens).
-    pub cluster: crate::cluster::Cluster,
-    /// Authenticate tokens and authorize every request against the stored RBAC
-    /// (`Options::authorize`, [`crate::authz::admit`]).
-    pub authorize: bool,
-}
+use crate::state::App;
 
 type Query = HashMap<String, String>;
 

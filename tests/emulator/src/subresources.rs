@@ -20,7 +20,8 @@ use crate::meta::{self, meta_str, rv_of};
 use crate::negotiate;
 use crate::ops::{self, WriteOptions};
 use crate::registry::ResourceInfo;
-use crate::server::{App, Target};
+use crate::server::Target;
+use crate::state::App;
 use crate::status::ApiError;
 use crate::store::CommitError;
 

@@ -16,25 +16,13 @@ use serde_json::{Value, json};
 use crate::authz::UserInfo;
 use crate::meta::meta_str;
 use crate::registry::ResourceInfo;
-use crate::server::{App, Target};
+use crate::server::Target;
+use crate::state::App;
 use crate::status::ApiError;
 use crate::subresources::json_response;
 
 /// The API server's own audience (its service account issuer), as kubeadm and kind set it.
 pub const API_AUDIENCE: &str = "https://kubernetes.default.svc.cluster.local";
-
-/// One issued token.
-#[derive(Clone, Debug)]
-pub struct Issued {
-    pub namespace: String,
-    pub name: String,
-    pub uid: String,
-    pub audiences: Vec<String>,
-    pub expires: jiff::Timestamp,
-    pub jti: String,
-    /// (resource plural, name, uid) of the object the token is bound to.
-    pub bound: Option<(String, String, String)>,
-}
 
 fn token_request_info() -> ResourceInfo {
     ResourceInfo {
@@ -189,7 +177,7 @@ pub fn token_request(
         .unwrap_or_else(|p| p.into_inner())
         .insert(
             token.clone(),
-            Issued {
+            crate::state::Issued {
                 namespace: t.namespace.clone(),
                 name: name.to_string(),
                 uid: sa_uid,
