@@ -3,7 +3,7 @@
 //! one document (apiserver `pkg/endpoints/discovery/aggregated`, types in
 //! `k8s.io/api/apidiscovery/v2`). The legacy documents stay for clients that ask for them.
 //!
-//! The subresources listed in both forms of discovery come from [`SUBRESOURCES`].
+//! The subresources listed in both forms of discovery come from [`crate::discovery::SUBRESOURCES`].
 
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
@@ -15,60 +15,6 @@ use serde_json::{Value, json};
 use crate::negotiate::{Output, Transform};
 use crate::registry::{Registry, ResourceInfo};
 use crate::state::App;
-
-/// A subresource as discovery lists it.
-pub struct Subresource {
-    pub name: &'static str,
-    /// Whether a resource has it.
-    pub applies: fn(&ResourceInfo) -> bool,
-    /// (group, version, kind) of its request and response bodies.
-    pub response_kind: fn(&ResourceInfo) -> (String, String, String),
-    pub verbs: &'static [&'static str],
-}
-
-fn own_kind(r: &ResourceInfo) -> (String, String, String) {
-    (r.group.clone(), r.version.clone(), r.kind.clone())
-}
-
-/// The subresources discovery lists, one row each.
-pub const SUBRESOURCES: &[Subresource] = &[
-    Subresource {
-        name: "approval",
-        applies: crate::kinds::has_approval,
-        response_kind: own_kind,
-        verbs: &["get", "patch", "update"],
-    },
-    Subresource {
-        name: "eviction",
-        applies: crate::kinds::has_eviction,
-        response_kind: |_| ("policy".into(), "v1".into(), "Eviction".into()),
-        verbs: &["create"],
-    },
-    Subresource {
-        name: "scale",
-        applies: crate::kinds::has_scale,
-        response_kind: |_| ("autoscaling".into(), "v1".into(), "Scale".into()),
-        verbs: &["get", "patch", "update"],
-    },
-    Subresource {
-        name: "status",
-        applies: |r| r.status_subresource,
-        response_kind: own_kind,
-        verbs: &["get", "patch", "update"],
-    },
-    Subresource {
-        name: "token",
-        applies: crate::kinds::has_token,
-        response_kind: |_| {
-            (
-                "authentication.k8s.io".into(),
-                "v1".into(),
-                "TokenRequest".into(),
-            )
-        },
-        verbs: &["create"],
-    },
-];
 
 fn resource_entry(r: &ResourceInfo) -> Value {
     let mut e = json!({
@@ -85,7 +31,7 @@ fn resource_entry(r: &ResourceInfo) -> Value {
     if !categories.is_empty() {
         e["categories"] = json!(categories);
     }
-    let subs: Vec<Value> = SUBRESOURCES
+    let subs: Vec<Value> = crate::discovery::SUBRESOURCES
         .iter()
         .filter(|s| (s.applies)(r))
         .map(|s| {

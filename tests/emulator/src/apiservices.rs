@@ -23,7 +23,7 @@ use crate::registry::ResourceInfo;
 use crate::state::App;
 
 /// The API group.
-pub const GROUP: &str = "apiregistration.k8s.io";
+pub const GROUP: &str = crate::registry::APIREGISTRATION_GROUP;
 
 /// The label autoregistration sets: `onstart` for built-in group versions, `true` for those
 /// of CustomResourceDefinitions.

@@ -26,69 +26,13 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use serde_json::{Value, json};
 
+pub use crate::identity::UserInfo;
 use crate::meta::meta_str;
-use crate::server::Target;
+use crate::request::Target;
+use crate::request::json_response;
 use crate::state::App;
 use crate::status::ApiError;
 use crate::store::State;
-use crate::subresources::json_response;
-
-/// An authenticated identity (`user.Info`).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct UserInfo {
-    pub username: String,
-    pub uid: String,
-    pub groups: Vec<String>,
-    pub extra: BTreeMap<String, Vec<String>>,
-}
-
-impl UserInfo {
-    /// Whoever calls the emulator without a token it issued: a cluster administrator.
-    pub fn default_caller() -> UserInfo {
-        UserInfo {
-            username: "kubernetes-admin".into(),
-            uid: String::new(),
-            groups: vec!["system:masters".into(), "system:authenticated".into()],
-            extra: BTreeMap::new(),
-        }
-    }
-
-    /// A request without credentials (`--anonymous-auth`, on by default).
-    pub fn anonymous() -> UserInfo {
-        UserInfo {
-            username: "system:anonymous".into(),
-            uid: String::new(),
-            groups: vec!["system:unauthenticated".into()],
-            extra: BTreeMap::new(),
-        }
-    }
-
-    /// A service account's identity.
-    pub fn service_account(ns: &str, name: &str, uid: &str) -> UserInfo {
-        UserInfo {
-            username: format!("system:serviceaccount:{ns}:{name}"),
-            uid: uid.to_string(),
-            groups: vec![
-                "system:serviceaccounts".into(),
-                format!("system:serviceaccounts:{ns}"),
-                "system:authenticated".into(),
-            ],
-            extra: BTreeMap::new(),
-        }
-    }
-
-    /// `authentication.k8s.io/v1` UserInfo JSON.
-    pub fn to_json(&self) -> Value {
-        let mut v = json!({"username": self.username, "groups": self.groups});
-        if !self.uid.is_empty() {
-            v["uid"] = json!(self.uid);
-        }
-        if !self.extra.is_empty() {
-            v["extra"] = json!(self.extra);
-        }
-        v
-    }
-}
 
 fn header_values<'a>(headers: &'a HeaderMap, name: &str) -> Vec<&'a str> {
     headers
@@ -753,6 +697,51 @@ fn rules_review(st: &State, user: &UserInfo, namespace: &str) -> Value {
         status["evaluationError"] = json!(errors.join(", "));
     }
     status
+}
+
+/// POST of a TokenReview or SelfSubjectReview.
+pub fn token_review(
+    app: &Arc<App>,
+    t: &Target,
+    headers: &HeaderMap,
+    mut obj: Value,
+) -> Result<Response, ApiError> {
+    crate::ops::check_type(&t.r, &mut obj)?;
+    if t.r.kind == "SelfSubjectReview" {
+        let user = requester(app, headers)?;
+        obj["status"] = json!({"userInfo": user.to_json()});
+        return Ok(json_response(StatusCode::CREATED, &obj));
+    }
+    let token = obj["spec"]["token"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    if token.is_empty() {
+        return Err(ApiError::invalid(
+            &t.r,
+            "",
+            &[(
+                "spec.token".into(),
+                "FieldValueRequired",
+                "Required value: token must be specified".into(),
+            )],
+        ));
+    }
+    let audiences: Option<Vec<String>> = obj["spec"]["audiences"]
+        .as_array()
+        .filter(|a| !a.is_empty())
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(str::to_string))
+                .collect()
+        });
+    obj["status"] = match crate::tokens::authenticate(app, &token, audiences.as_deref()) {
+        Ok((user, auds)) => {
+            json!({"authenticated": true, "user": user.to_json(), "audiences": auds})
+        }
+        Err(e) => json!({"user": {}, "error": e}),
+    };
+    Ok(json_response(StatusCode::CREATED, &obj))
 }
 
 #[cfg(test)]

@@ -477,7 +477,7 @@ pub fn format_selector(sel: &Value) -> String {
     if sel.is_null() {
         return "<none>".into();
     }
-    let s = crate::subresources::selector_string(sel);
+    let s = crate::selector::selector_string(sel);
     if s.is_empty() { "<none>".into() } else { s }
 }
 

@@ -71,7 +71,7 @@ pub fn kind_schema(group: &str, kind: &str) -> Option<Arc<KindSchema>> {
         ("rbac.authorization.k8s.io", "ClusterRoleBinding") => generate::<api::rbac::v1::ClusterRoleBinding>(),
         ("scheduling.k8s.io", "PriorityClass") => generate::<api::scheduling::v1::PriorityClass>(),
         ("storage.k8s.io", "StorageClass") => generate::<api::storage::v1::StorageClass>(),
-        _ => crate::kinds::schema(group, kind)?,
+        _ => extra_schema(group, kind)?,
     };
     let s = Arc::new(s);
     cache
@@ -537,4 +537,46 @@ fn quantity(v: &Value) -> Option<i128> {
         _ => return None,
     };
     sites_quantity::parse(&s).ok().map(|q| q.nanos())
+}
+
+/// Schemas of the additional kinds (pruning, OpenAPI, `kubectl explain`).
+fn extra_schema(group: &str, kind: &str) -> Option<KindSchema> {
+    use k8s_openapi::api;
+    Some(match (group, kind) {
+        ("", "Node") => generate::<api::core::v1::Node>(),
+        ("", "ResourceQuota") => generate::<api::core::v1::ResourceQuota>(),
+        ("batch", "Job") => generate::<api::batch::v1::Job>(),
+        ("batch", "CronJob") => generate::<api::batch::v1::CronJob>(),
+        ("apps", "DaemonSet") => generate::<api::apps::v1::DaemonSet>(),
+        ("", "ComponentStatus") => generate::<api::core::v1::ComponentStatus>(),
+        ("networking.k8s.io", "NetworkPolicy") => generate::<api::networking::v1::NetworkPolicy>(),
+        ("", "ReplicationController") => generate::<api::core::v1::ReplicationController>(),
+        ("apiregistration.k8s.io", "APIService") => {
+            generate::<k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService>()
+        }
+        ("discovery.k8s.io", "EndpointSlice") => generate::<api::discovery::v1::EndpointSlice>(),
+        ("policy", "PodDisruptionBudget") => generate::<api::policy::v1::PodDisruptionBudget>(),
+        ("certificates.k8s.io", "CertificateSigningRequest") => {
+            generate::<api::certificates::v1::CertificateSigningRequest>()
+        }
+        ("authentication.k8s.io", "TokenReview") => {
+            generate::<api::authentication::v1::TokenReview>()
+        }
+        ("authentication.k8s.io", "SelfSubjectReview") => {
+            generate::<api::authentication::v1::SelfSubjectReview>()
+        }
+        ("authorization.k8s.io", "SubjectAccessReview") => {
+            generate::<api::authorization::v1::SubjectAccessReview>()
+        }
+        ("authorization.k8s.io", "SelfSubjectAccessReview") => {
+            generate::<api::authorization::v1::SelfSubjectAccessReview>()
+        }
+        ("authorization.k8s.io", "LocalSubjectAccessReview") => {
+            generate::<api::authorization::v1::LocalSubjectAccessReview>()
+        }
+        ("authorization.k8s.io", "SelfSubjectRulesReview") => {
+            generate::<api::authorization::v1::SelfSubjectRulesReview>()
+        }
+        _ => return None,
+    })
 }

@@ -65,17 +65,6 @@ pub fn api_group(reg: &Registry, group: &str) -> Result<Value, ApiError> {
     Ok(g)
 }
 
-pub(crate) const VERBS: &[&str] = &[
-    "create",
-    "delete",
-    "deletecollection",
-    "get",
-    "list",
-    "patch",
-    "update",
-    "watch",
-];
-
 /// Categories a resource belongs to: `all` for the built-in workload kinds kubectl lists,
 /// `api-extensions` for the kinds that extend the API (as their REST storages declare).
 pub fn categories(r: &ResourceInfo) -> Vec<String> {
@@ -132,10 +121,7 @@ pub fn resource_list(reg: &Registry, group: &str, version: &str) -> Result<Value
             entry["categories"] = json!(categories);
         }
         out.push(entry);
-        for sub in crate::aggregated::SUBRESOURCES
-            .iter()
-            .filter(|s| (s.applies)(r))
-        {
+        for sub in SUBRESOURCES.iter().filter(|s| (s.applies)(r)) {
             let (group, version, kind) = (sub.response_kind)(r);
             let mut e = json!({
                 "name": format!("{}/{}", r.plural, sub.name),
@@ -351,3 +337,57 @@ fn rewrite_refs(mut v: Value) -> Value {
     walk(&mut v);
     v
 }
+
+/// A subresource as discovery lists it.
+pub struct Subresource {
+    pub name: &'static str,
+    /// Whether a resource has it.
+    pub applies: fn(&ResourceInfo) -> bool,
+    /// (group, version, kind) of its request and response bodies.
+    pub response_kind: fn(&ResourceInfo) -> (String, String, String),
+    pub verbs: &'static [&'static str],
+}
+
+fn own_kind(r: &ResourceInfo) -> (String, String, String) {
+    (r.group.clone(), r.version.clone(), r.kind.clone())
+}
+
+/// The subresources discovery lists, one row each.
+pub const SUBRESOURCES: &[Subresource] = &[
+    Subresource {
+        name: "approval",
+        applies: crate::kinds::has_approval,
+        response_kind: own_kind,
+        verbs: &["get", "patch", "update"],
+    },
+    Subresource {
+        name: "eviction",
+        applies: crate::kinds::has_eviction,
+        response_kind: |_| ("policy".into(), "v1".into(), "Eviction".into()),
+        verbs: &["create"],
+    },
+    Subresource {
+        name: "scale",
+        applies: crate::kinds::has_scale,
+        response_kind: |_| ("autoscaling".into(), "v1".into(), "Scale".into()),
+        verbs: &["get", "patch", "update"],
+    },
+    Subresource {
+        name: "status",
+        applies: |r| r.status_subresource,
+        response_kind: own_kind,
+        verbs: &["get", "patch", "update"],
+    },
+    Subresource {
+        name: "token",
+        applies: crate::kinds::has_token,
+        response_kind: |_| {
+            (
+                "authentication.k8s.io".into(),
+                "v1".into(),
+                "TokenRequest".into(),
+            )
+        },
+        verbs: &["create"],
+    },
+];

@@ -21,12 +21,12 @@ use serde_json::{Value, json};
 
 use crate::meta::{meta_str, rv_of};
 use crate::registry::ResourceInfo;
+use crate::request::Target;
+use crate::request::json_response;
 use crate::selector::LabelSelector;
-use crate::server::Target;
 use crate::state::App;
 use crate::status::ApiError;
 use crate::store::CommitError;
-use crate::subresources::json_response;
 
 /// How long an eviction keeps a pod out of `currentHealthy` while it is deleted.
 const DISRUPTED_TIMEOUT_SECS: i64 = 120;
@@ -309,7 +309,7 @@ pub async fn evict(
             ));
         }
     };
-    let opts = crate::server::delete_options(&Default::default(), &delete_body.into())?;
+    let opts = crate::deletion::delete_options(&Default::default(), &delete_body.into())?;
     let success =
         json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"});
     let Some(pdb_r) = res(app, "policy", "poddisruptionbudgets") else {
@@ -387,7 +387,7 @@ pub async fn evict(
         if opts.dry_run {
             return Ok(json_response(StatusCode::CREATED, &success));
         }
-        return match crate::server::delete_one(
+        return match crate::deletion::delete_one(
             app,
             &t.r,
             &t.namespace,

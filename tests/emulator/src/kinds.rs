@@ -10,165 +10,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-use crate::builtin::{KindSchema, generate};
-use crate::registry::{NameRule, ResourceInfo};
-
-fn info(
-    group: &str,
-    plural: &str,
-    kind: &str,
-    namespaced: bool,
-    short: &[&str],
-    status: bool,
-) -> ResourceInfo {
-    ResourceInfo {
-        group: group.into(),
-        version: "v1".into(),
-        plural: plural.into(),
-        singular: kind.to_ascii_lowercase(),
-        kind: kind.into(),
-        namespaced,
-        short_names: short.iter().map(|s| s.to_string()).collect(),
-        categories: Vec::new(),
-        status_subresource: status,
-        tracks_generation: matches!(
-            kind,
-            "PodDisruptionBudget"
-                | "Job"
-                | "CronJob"
-                | "DaemonSet"
-                | "ReplicationController"
-                | "NetworkPolicy"
-        ),
-        name_rule: NameRule::Subdomain,
-        custom: None,
-    }
-}
-
-/// The additional built-in resources.
-pub fn extra() -> Vec<ResourceInfo> {
-    vec![
-        info("", "nodes", "Node", false, &["no"], true),
-        info(
-            "",
-            "resourcequotas",
-            "ResourceQuota",
-            true,
-            &["quota"],
-            true,
-        ),
-        info("batch", "jobs", "Job", true, &[], true),
-        info("batch", "cronjobs", "CronJob", true, &["cj"], true),
-        info("apps", "daemonsets", "DaemonSet", true, &["ds"], true),
-        info(
-            "",
-            "componentstatuses",
-            "ComponentStatus",
-            false,
-            &["cs"],
-            false,
-        ),
-        info(
-            "networking.k8s.io",
-            "networkpolicies",
-            "NetworkPolicy",
-            true,
-            &["netpol"],
-            false,
-        ),
-        info(
-            "",
-            "replicationcontrollers",
-            "ReplicationController",
-            true,
-            &["rc"],
-            true,
-        ),
-        ResourceInfo {
-            categories: vec!["api-extensions".into()],
-            ..info(
-                crate::apiservices::GROUP,
-                "apiservices",
-                "APIService",
-                false,
-                &[],
-                true,
-            )
-        },
-        info(
-            "discovery.k8s.io",
-            "endpointslices",
-            "EndpointSlice",
-            true,
-            &[],
-            false,
-        ),
-        info(
-            "policy",
-            "poddisruptionbudgets",
-            "PodDisruptionBudget",
-            true,
-            &["pdb"],
-            true,
-        ),
-        info(
-            "certificates.k8s.io",
-            "certificatesigningrequests",
-            "CertificateSigningRequest",
-            false,
-            &["csr"],
-            true,
-        ),
-        info(
-            "authentication.k8s.io",
-            "tokenreviews",
-            "TokenReview",
-            false,
-            &[],
-            false,
-        ),
-        info(
-            "authentication.k8s.io",
-            "selfsubjectreviews",
-            "SelfSubjectReview",
-            false,
-            &[],
-            false,
-        ),
-        info(
-            "authorization.k8s.io",
-            "subjectaccessreviews",
-            "SubjectAccessReview",
-            false,
-            &[],
-            false,
-        ),
-        info(
-            "authorization.k8s.io",
-            "selfsubjectaccessreviews",
-            "SelfSubjectAccessReview",
-            false,
-            &[],
-            false,
-        ),
-        info(
-            "authorization.k8s.io",
-            "localsubjectaccessreviews",
-            "LocalSubjectAccessReview",
-            true,
-            &[],
-            false,
-        ),
-        info(
-            "authorization.k8s.io",
-            "selfsubjectrulesreviews",
-            "SelfSubjectRulesReview",
-            false,
-            &[],
-            false,
-        ),
-    ]
-}
+use crate::registry::ResourceInfo;
 
 /// Whether a resource is a create-only review: answered from the request, never stored.
 pub fn is_review(r: &ResourceInfo) -> bool {
@@ -193,50 +35,8 @@ pub fn verbs(r: &ResourceInfo) -> &'static [&'static str] {
     if is_review(r) {
         &["create"]
     } else {
-        crate::discovery::VERBS
+        crate::registry::VERBS
     }
-}
-
-/// Schemas of the additional kinds (pruning, OpenAPI, `kubectl explain`).
-pub fn schema(group: &str, kind: &str) -> Option<KindSchema> {
-    use k8s_openapi::api;
-    Some(match (group, kind) {
-        ("", "Node") => generate::<api::core::v1::Node>(),
-        ("", "ResourceQuota") => generate::<api::core::v1::ResourceQuota>(),
-        ("batch", "Job") => generate::<api::batch::v1::Job>(),
-        ("batch", "CronJob") => generate::<api::batch::v1::CronJob>(),
-        ("apps", "DaemonSet") => generate::<api::apps::v1::DaemonSet>(),
-        ("", "ComponentStatus") => generate::<api::core::v1::ComponentStatus>(),
-        ("networking.k8s.io", "NetworkPolicy") => generate::<api::networking::v1::NetworkPolicy>(),
-        ("", "ReplicationController") => generate::<api::core::v1::ReplicationController>(),
-        ("apiregistration.k8s.io", "APIService") => {
-            generate::<k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService>()
-        }
-        ("discovery.k8s.io", "EndpointSlice") => generate::<api::discovery::v1::EndpointSlice>(),
-        ("policy", "PodDisruptionBudget") => generate::<api::policy::v1::PodDisruptionBudget>(),
-        ("certificates.k8s.io", "CertificateSigningRequest") => {
-            generate::<api::certificates::v1::CertificateSigningRequest>()
-        }
-        ("authentication.k8s.io", "TokenReview") => {
-            generate::<api::authentication::v1::TokenReview>()
-        }
-        ("authentication.k8s.io", "SelfSubjectReview") => {
-            generate::<api::authentication::v1::SelfSubjectReview>()
-        }
-        ("authorization.k8s.io", "SubjectAccessReview") => {
-            generate::<api::authorization::v1::SubjectAccessReview>()
-        }
-        ("authorization.k8s.io", "SelfSubjectAccessReview") => {
-            generate::<api::authorization::v1::SelfSubjectAccessReview>()
-        }
-        ("authorization.k8s.io", "LocalSubjectAccessReview") => {
-            generate::<api::authorization::v1::LocalSubjectAccessReview>()
-        }
-        ("authorization.k8s.io", "SelfSubjectRulesReview") => {
-            generate::<api::authorization::v1::SelfSubjectRulesReview>()
-        }
-        _ => return None,
-    })
 }
 
 /// Whether a resource has the `scale` subresource (built-in workloads, or a CRD declaring it).
@@ -301,7 +101,7 @@ pub fn validate(
             }
         }
         ("certificates.k8s.io", "CertificateSigningRequest") => {
-            causes.extend(crate::subresources::validate_csr(old, obj));
+            causes.extend(validate_csr(old, obj));
         }
         (crate::apiservices::GROUP, "APIService") => {
             causes.extend(crate::apiservices::validate(obj));
@@ -336,7 +136,7 @@ pub fn defaults(r: &ResourceInfo, obj: &mut Value, old: Option<&Value>) {
             }
             None => {
                 if obj["spec"].is_object() {
-                    let who = crate::authz::UserInfo::default_caller();
+                    let who = crate::identity::UserInfo::default_caller();
                     obj["spec"]["username"] = json!(who.username);
                     obj["spec"]["groups"] = json!(who.groups);
                 }
@@ -365,4 +165,100 @@ pub fn compact(v: &Value) -> String {
             }
         }
     }
+}
+
+/// Validation of a CertificateSigningRequest (`pkg/apis/certificates/validation`).
+pub fn validate_csr(old: Option<&Value>, obj: &Value) -> Vec<(String, &'static str, String)> {
+    use base64::Engine;
+    let mut causes = Vec::new();
+    let spec = &obj["spec"];
+    let request = spec["request"]
+        .as_str()
+        .and_then(|s| base64::engine::general_purpose::STANDARD.decode(s).ok())
+        .map(|b| String::from_utf8_lossy(&b).to_string())
+        .unwrap_or_default();
+    if !request.contains("-----BEGIN CERTIFICATE REQUEST-----") {
+        causes.push((
+            "spec.request".into(),
+            "FieldValueInvalid",
+            "Invalid value: []byte{...}: PEM block type must be CERTIFICATE REQUEST".into(),
+        ));
+    }
+    if spec["signerName"].as_str().is_none_or(str::is_empty) {
+        causes.push((
+            "spec.signerName".into(),
+            "FieldValueRequired",
+            "Required value".into(),
+        ));
+    }
+    if spec["usages"].as_array().is_none_or(Vec::is_empty) {
+        causes.push((
+            "spec.usages".into(),
+            "FieldValueRequired",
+            "Required value".into(),
+        ));
+    }
+    let conds = obj["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let mut seen: Vec<String> = Vec::new();
+    for (i, c) in conds.iter().enumerate() {
+        let ty = c["type"].as_str().unwrap_or_default().to_string();
+        if ty.is_empty() {
+            causes.push((
+                format!("status.conditions[{i}].type"),
+                "FieldValueRequired",
+                "Required value".into(),
+            ));
+            continue;
+        }
+        if matches!(ty.as_str(), "Approved" | "Denied" | "Failed") {
+            let st = c["status"].as_str().unwrap_or_default();
+            if st != "True" {
+                causes.push((
+                    format!("status.conditions[{i}].status"),
+                    "FieldValueNotSupported",
+                    format!("Unsupported value: {st:?}: supported values: \"True\""),
+                ));
+            }
+            if seen.contains(&ty) {
+                causes.push((
+                    format!("status.conditions[{i}].type"),
+                    "FieldValueDuplicate",
+                    format!("Duplicate value: {ty:?}"),
+                ));
+            }
+            let other = match ty.as_str() {
+                "Approved" => "Denied",
+                "Denied" => "Approved",
+                _ => "",
+            };
+            if !other.is_empty() && seen.iter().any(|s| s == other) {
+                causes.push((
+                    format!("status.conditions[{i}].type"),
+                    "FieldValueInvalid",
+                    format!("Invalid value: {ty:?}: Approved and Denied conditions are mutually exclusive"),
+                ));
+            }
+        }
+        seen.push(ty);
+    }
+    if let Some(old) = old {
+        for c in old["status"]["conditions"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+        {
+            let ty = c["type"].as_str().unwrap_or_default();
+            if matches!(ty, "Approved" | "Denied") && !seen.iter().any(|s| s == ty) {
+                causes.push((
+                    "status.conditions".into(),
+                    "FieldValueForbidden",
+                    format!("Forbidden: updates may not remove a condition of type {ty:?}"),
+                ));
+            }
+        }
+    }
+    causes
 }

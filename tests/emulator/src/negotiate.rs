@@ -362,7 +362,7 @@ impl Presentation {
         kind: &'static str,
         object: Arc<Value>,
         first: &mut bool,
-    ) -> Option<crate::server::Event> {
+    ) -> Option<crate::request::Event> {
         if self.is_identity() || kind == "ERROR" {
             return Some((kind, object));
         }

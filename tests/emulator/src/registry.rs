@@ -396,7 +396,7 @@ impl Registry {
                 custom: None,
             });
         }
-        for info in crate::kinds::extra() {
+        for info in extra() {
             r.insert(info);
         }
         r
@@ -573,4 +573,179 @@ pub fn crd_resources(crd: &Value) -> Result<Vec<ResourceInfo>, String> {
         });
     }
     Ok(out)
+}
+
+pub const VERBS: &[&str] = &[
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
+
+/// The API group of APIServices (the kube-aggregator's).
+pub const APIREGISTRATION_GROUP: &str = "apiregistration.k8s.io";
+
+/// A row of the additional built-in resources ([`extra`]): version v1, DNS-subdomain names.
+fn info(
+    group: &str,
+    plural: &str,
+    kind: &str,
+    namespaced: bool,
+    short: &[&str],
+    status: bool,
+) -> ResourceInfo {
+    ResourceInfo {
+        group: group.into(),
+        version: "v1".into(),
+        plural: plural.into(),
+        singular: kind.to_ascii_lowercase(),
+        kind: kind.into(),
+        namespaced,
+        short_names: short.iter().map(|s| s.to_string()).collect(),
+        categories: Vec::new(),
+        status_subresource: status,
+        tracks_generation: matches!(
+            kind,
+            "PodDisruptionBudget"
+                | "Job"
+                | "CronJob"
+                | "DaemonSet"
+                | "ReplicationController"
+                | "NetworkPolicy"
+        ),
+        name_rule: NameRule::Subdomain,
+        custom: None,
+    }
+}
+
+/// The built-in resources served in addition to the core table: nodes, resource quotas, Jobs and
+/// CronJobs, DaemonSets and ReplicationControllers, ComponentStatuses, NetworkPolicies,
+/// APIServices, endpoint slices, PodDisruptionBudgets, CertificateSigningRequests, and the
+/// create-only review kinds.
+pub fn extra() -> Vec<ResourceInfo> {
+    vec![
+        info("", "nodes", "Node", false, &["no"], true),
+        info(
+            "",
+            "resourcequotas",
+            "ResourceQuota",
+            true,
+            &["quota"],
+            true,
+        ),
+        info("batch", "jobs", "Job", true, &[], true),
+        info("batch", "cronjobs", "CronJob", true, &["cj"], true),
+        info("apps", "daemonsets", "DaemonSet", true, &["ds"], true),
+        info(
+            "",
+            "componentstatuses",
+            "ComponentStatus",
+            false,
+            &["cs"],
+            false,
+        ),
+        info(
+            "networking.k8s.io",
+            "networkpolicies",
+            "NetworkPolicy",
+            true,
+            &["netpol"],
+            false,
+        ),
+        info(
+            "",
+            "replicationcontrollers",
+            "ReplicationController",
+            true,
+            &["rc"],
+            true,
+        ),
+        ResourceInfo {
+            categories: vec!["api-extensions".into()],
+            ..info(
+                APIREGISTRATION_GROUP,
+                "apiservices",
+                "APIService",
+                false,
+                &[],
+                true,
+            )
+        },
+        info(
+            "discovery.k8s.io",
+            "endpointslices",
+            "EndpointSlice",
+            true,
+            &[],
+            false,
+        ),
+        info(
+            "policy",
+            "poddisruptionbudgets",
+            "PodDisruptionBudget",
+            true,
+            &["pdb"],
+            true,
+        ),
+        info(
+            "certificates.k8s.io",
+            "certificatesigningrequests",
+            "CertificateSigningRequest",
+            false,
+            &["csr"],
+            true,
+        ),
+        info(
+            "authentication.k8s.io",
+            "tokenreviews",
+            "TokenReview",
+            false,
+            &[],
+            false,
+        ),
+        info(
+            "authentication.k8s.io",
+            "selfsubjectreviews",
+            "SelfSubjectReview",
+            false,
+            &[],
+            false,
+        ),
+        info(
+            "authorization.k8s.io",
+            "subjectaccessreviews",
+            "SubjectAccessReview",
+            false,
+            &[],
+            false,
+        ),
+        info(
+            "authorization.k8s.io",
+            "selfsubjectaccessreviews",
+            "SelfSubjectAccessReview",
+            false,
+            &[],
+            false,
+        ),
+        info(
+            "authorization.k8s.io",
+            "localsubjectaccessreviews",
+            "LocalSubjectAccessReview",
+            true,
+            &[],
+            false,
+        ),
+        info(
+            "authorization.k8s.io",
+            "selfsubjectrulesreviews",
+            "SelfSubjectRulesReview",
+            false,
+            &[],
+            false,
+        ),
+    ]
 }

@@ -965,6 +965,44 @@ fn unescape_value(s: &str) -> Result<String, String> {
     Ok(out)
 }
 
+/// A `metav1.LabelSelector` rendered as the API server's selector string.
+pub fn selector_string(sel: &Value) -> String {
+    let mut reqs: Vec<(String, String)> = Vec::new();
+    if let Some(m) = sel["matchLabels"].as_object() {
+        for (k, v) in m {
+            reqs.push((k.clone(), format!("{k}={}", v.as_str().unwrap_or_default())));
+        }
+    }
+    if let Some(exprs) = sel["matchExpressions"].as_array() {
+        for e in exprs {
+            let key = e["key"].as_str().unwrap_or_default().to_string();
+            let mut values: Vec<String> = e["values"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|v| v.as_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default();
+            values.sort();
+            values.dedup();
+            let s = match e["operator"].as_str().unwrap_or_default() {
+                "In" => format!("{key} in ({})", values.join(",")),
+                "NotIn" => format!("{key} notin ({})", values.join(",")),
+                "Exists" => key.clone(),
+                "DoesNotExist" => format!("!{key}"),
+                _ => continue,
+            };
+            reqs.push((key, s));
+        }
+    }
+    reqs.sort_by(|a, b| a.0.cmp(&b.0));
+    reqs.into_iter()
+        .map(|(_, s)| s)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,23 +13,18 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::http::{HeaderMap, Method, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use serde_json::{Value, json};
 
 use crate::meta::{self, meta_str, rv_of};
 use crate::negotiate;
 use crate::ops::{self, WriteOptions};
 use crate::registry::ResourceInfo;
-use crate::server::Target;
+use crate::request::Target;
+use crate::request::json_response;
 use crate::state::App;
 use crate::status::ApiError;
 use crate::store::CommitError;
-
-/// A JSON response.
-pub fn json_response(code: StatusCode, v: &Value) -> Response {
-    let body = serde_json::to_vec(v).unwrap_or_default();
-    (code, [(header::CONTENT_TYPE, "application/json")], body).into_response()
-}
 
 /// Whether [`dispatch`] answers the request.
 fn handles(t: &Target) -> bool {
@@ -90,7 +85,7 @@ async fn answer(
             Err(e) => return Some(Err(e)),
         };
         return Some(match t.r.group.as_str() {
-            "authentication.k8s.io" => crate::tokens::review(app, t, headers, obj),
+            "authentication.k8s.io" => crate::authz::token_review(app, t, headers, obj),
             _ => crate::authz::review(app, t, headers, obj),
         });
     }
@@ -198,7 +193,7 @@ fn content_type(headers: &HeaderMap) -> String {
 
 /// Decodes a JSON, YAML or protobuf request body into an object.
 pub fn decode(headers: &HeaderMap, body: &Bytes) -> Result<Value, ApiError> {
-    let v = crate::server::decode_body(headers, body)?;
+    let v = crate::request::decode_body(headers, body)?;
     if !v.is_object() {
         return Err(ApiError::bad_request(
             "the body of the request must be a JSON object",
@@ -233,7 +228,7 @@ fn patch_value(current: &Value, ct: &str, body: &Bytes) -> Result<Value, ApiErro
             })?;
         }
         "application/apply-patch+yaml" | "application/apply-patch+json" => {
-            let doc: Value = crate::server::from_yaml(body)
+            let doc: Value = crate::request::from_yaml(body)
                 .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
             if !doc.is_object() {
                 return Err(ApiError::bad_request("apply patch must be an object"));
@@ -315,44 +310,6 @@ fn set_at(obj: &mut Value, path: &str, v: Value) {
     }
 }
 
-/// A `metav1.LabelSelector` rendered as the API server's selector string.
-pub fn selector_string(sel: &Value) -> String {
-    let mut reqs: Vec<(String, String)> = Vec::new();
-    if let Some(m) = sel["matchLabels"].as_object() {
-        for (k, v) in m {
-            reqs.push((k.clone(), format!("{k}={}", v.as_str().unwrap_or_default())));
-        }
-    }
-    if let Some(exprs) = sel["matchExpressions"].as_array() {
-        for e in exprs {
-            let key = e["key"].as_str().unwrap_or_default().to_string();
-            let mut values: Vec<String> = e["values"]
-                .as_array()
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|v| v.as_str().map(str::to_string))
-                        .collect()
-                })
-                .unwrap_or_default();
-            values.sort();
-            values.dedup();
-            let s = match e["operator"].as_str().unwrap_or_default() {
-                "In" => format!("{key} in ({})", values.join(",")),
-                "NotIn" => format!("{key} notin ({})", values.join(",")),
-                "Exists" => key.clone(),
-                "DoesNotExist" => format!("!{key}"),
-                _ => continue,
-            };
-            reqs.push((key, s));
-        }
-    }
-    reqs.sort_by(|a, b| a.0.cmp(&b.0));
-    reqs.into_iter()
-        .map(|(_, s)| s)
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
 /// The Scale of an object.
 pub fn to_scale(obj: &Value, paths: &ScalePaths) -> Value {
     let mut metadata = json!({});
@@ -372,7 +329,7 @@ pub fn to_scale(obj: &Value, paths: &ScalePaths) -> Value {
         "replicas": at(obj, &paths.status).and_then(Value::as_i64).unwrap_or(0),
     });
     let selector = if paths.builtin {
-        Some(selector_string(&obj["spec"]["selector"]))
+        Some(crate::selector::selector_string(&obj["spec"]["selector"]))
     } else {
         paths
             .selector
@@ -558,100 +515,4 @@ where
         }
     }
     Err(ApiError::modified(r, name))
-}
-
-/// Validation of a CertificateSigningRequest (`pkg/apis/certificates/validation`).
-pub fn validate_csr(old: Option<&Value>, obj: &Value) -> Vec<(String, &'static str, String)> {
-    use base64::Engine;
-    let mut causes = Vec::new();
-    let spec = &obj["spec"];
-    let request = spec["request"]
-        .as_str()
-        .and_then(|s| base64::engine::general_purpose::STANDARD.decode(s).ok())
-        .map(|b| String::from_utf8_lossy(&b).to_string())
-        .unwrap_or_default();
-    if !request.contains("-----BEGIN CERTIFICATE REQUEST-----") {
-        causes.push((
-            "spec.request".into(),
-            "FieldValueInvalid",
-            "Invalid value: []byte{...}: PEM block type must be CERTIFICATE REQUEST".into(),
-        ));
-    }
-    if spec["signerName"].as_str().is_none_or(str::is_empty) {
-        causes.push((
-            "spec.signerName".into(),
-            "FieldValueRequired",
-            "Required value".into(),
-        ));
-    }
-    if spec["usages"].as_array().is_none_or(Vec::is_empty) {
-        causes.push((
-            "spec.usages".into(),
-            "FieldValueRequired",
-            "Required value".into(),
-        ));
-    }
-    let conds = obj["status"]["conditions"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    let mut seen: Vec<String> = Vec::new();
-    for (i, c) in conds.iter().enumerate() {
-        let ty = c["type"].as_str().unwrap_or_default().to_string();
-        if ty.is_empty() {
-            causes.push((
-                format!("status.conditions[{i}].type"),
-                "FieldValueRequired",
-                "Required value".into(),
-            ));
-            continue;
-        }
-        if matches!(ty.as_str(), "Approved" | "Denied" | "Failed") {
-            let st = c["status"].as_str().unwrap_or_default();
-            if st != "True" {
-                causes.push((
-                    format!("status.conditions[{i}].status"),
-                    "FieldValueNotSupported",
-                    format!("Unsupported value: {st:?}: supported values: \"True\""),
-                ));
-            }
-            if seen.contains(&ty) {
-                causes.push((
-                    format!("status.conditions[{i}].type"),
-                    "FieldValueDuplicate",
-                    format!("Duplicate value: {ty:?}"),
-                ));
-            }
-            let other = match ty.as_str() {
-                "Approved" => "Denied",
-                "Denied" => "Approved",
-                _ => "",
-            };
-            if !other.is_empty() && seen.iter().any(|s| s == other) {
-                causes.push((
-                    format!("status.conditions[{i}].type"),
-                    "FieldValueInvalid",
-                    format!("Invalid value: {ty:?}: Approved and Denied conditions are mutually exclusive"),
-                ));
-            }
-        }
-        seen.push(ty);
-    }
-    if let Some(old) = old {
-        for c in old["status"]["conditions"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default()
-        {
-            let ty = c["type"].as_str().unwrap_or_default();
-            if matches!(ty, "Approved" | "Denied") && !seen.iter().any(|s| s == ty) {
-                causes.push((
-                    "status.conditions".into(),
-                    "FieldValueForbidden",
-                    format!("Forbidden: updates may not remove a condition of type {ty:?}"),
-                ));
-            }
-        }
-    }
-    causes
 }

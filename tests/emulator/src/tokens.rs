@@ -9,17 +9,17 @@
 
 use std::sync::Arc;
 
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{Value, json};
 
-use crate::authz::UserInfo;
+use crate::identity::UserInfo;
 use crate::meta::meta_str;
 use crate::registry::ResourceInfo;
-use crate::server::Target;
+use crate::request::Target;
+use crate::request::json_response;
 use crate::state::App;
 use crate::status::ApiError;
-use crate::subresources::json_response;
 
 /// The API server's own audience (its service account issuer), as kubeadm and kind set it.
 pub const API_AUDIENCE: &str = "https://kubernetes.default.svc.cluster.local";
@@ -284,49 +284,4 @@ pub fn authenticate(
         vec![format!("JTI={}", issued.jti)],
     );
     Ok((user, matched))
-}
-
-/// POST of a TokenReview or SelfSubjectReview.
-pub fn review(
-    app: &Arc<App>,
-    t: &Target,
-    headers: &HeaderMap,
-    mut obj: Value,
-) -> Result<Response, ApiError> {
-    crate::ops::check_type(&t.r, &mut obj)?;
-    if t.r.kind == "SelfSubjectReview" {
-        let user = crate::authz::requester(app, headers)?;
-        obj["status"] = json!({"userInfo": user.to_json()});
-        return Ok(json_response(StatusCode::CREATED, &obj));
-    }
-    let token = obj["spec"]["token"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
-    if token.is_empty() {
-        return Err(ApiError::invalid(
-            &t.r,
-            "",
-            &[(
-                "spec.token".into(),
-                "FieldValueRequired",
-                "Required value: token must be specified".into(),
-            )],
-        ));
-    }
-    let audiences: Option<Vec<String>> = obj["spec"]["audiences"]
-        .as_array()
-        .filter(|a| !a.is_empty())
-        .map(|a| {
-            a.iter()
-                .filter_map(|s| s.as_str().map(str::to_string))
-                .collect()
-        });
-    obj["status"] = match authenticate(app, &token, audiences.as_deref()) {
-        Ok((user, auds)) => {
-            json!({"authenticated": true, "user": user.to_json(), "audiences": auds})
-        }
-        Err(e) => json!({"user": {}, "error": e}),
-    };
-    Ok(json_response(StatusCode::CREATED, &obj))
 }
