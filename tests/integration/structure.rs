@@ -199,7 +199,12 @@ fn resolve(
 
 /// The imports against the layer order: one line per import that runs upwards or sideways, or
 /// names a module the table does not place.
-fn violations(src: &Path, files: &BTreeMap<String, String>, layers: &Layers) -> Vec<String> {
+fn violations(
+    src: &Path,
+    files: &BTreeMap<String, String>,
+    layers: &Layers,
+    root: &str,
+) -> Vec<String> {
     let lib = files.get("lib.rs").map(String::as_str).unwrap_or_default();
     // `pub use error::{Error, Result}` in lib.rs: `crate::Error` is the error module's.
     let mut reexports = BTreeMap::new();
@@ -244,7 +249,7 @@ fn violations(src: &Path, files: &BTreeMap<String, String>, layers: &Layers) -> 
             },
             [] => continue,
         };
-        let top_layers = &layers["src/"];
+        let top_layers = &layers[root];
         let Some(&own) = top_layers.get(&from.top) else {
             out.push(format!(
                 "{rel}: module {} is not in the layer table",
@@ -280,7 +285,7 @@ fn violations(src: &Path, files: &BTreeMap<String, String>, layers: &Layers) -> 
             if mine == target {
                 continue;
             }
-            let scope = format!("src/{}/", from.top);
+            let scope = format!("{root}{}/", from.top);
             let Some(files_layers) = layers.get(&scope) else {
                 out.push(format!("{rel}: folder {scope} is not in the layer table"));
                 continue;
@@ -324,13 +329,34 @@ fn table() -> Layers {
     layers(&std::fs::read_to_string(repo_file("docs/architecture.md")).unwrap())
 }
 
+fn emulator_table() -> Layers {
+    layers(&std::fs::read_to_string(repo_file("docs/emulator.md")).unwrap())
+}
+
 #[test]
 fn imports_only_run_downwards() {
     let src = repo_file("src");
-    let found = violations(&src, &sources(&src), &table());
+    let found = violations(&src, &sources(&src), &table(), "src/");
     assert!(
         found.is_empty(),
         "imports against the layer order of docs/architecture.md:\n{}",
+        found.join("\n")
+    );
+}
+
+/// The same for the Kubernetes API emulator, against the layer order of docs/emulator.md.
+#[test]
+fn the_emulators_imports_only_run_downwards() {
+    let src = repo_file("tests/emulator/src");
+    let found = violations(
+        &src,
+        &sources(&src),
+        &emulator_table(),
+        "tests/emulator/src/",
+    );
+    assert!(
+        found.is_empty(),
+        "imports against the layer order of docs/emulator.md:\n{}",
         found.join("\n")
     );
 }
@@ -345,7 +371,7 @@ fn a_planted_upward_import_is_found() {
         let mut files = sources(&src);
         let text = files.get_mut(file).unwrap();
         text.insert_str(0, &format!("{line}\n"));
-        violations(&src, &files, &layers)
+        violations(&src, &files, &layers, "src/")
     };
     let found = plant("labels.rs", "use crate::app::run;");
     assert!(
@@ -380,9 +406,21 @@ fn a_planted_upward_import_is_found() {
         found.iter().any(|v| v.contains("render imports rules")),
         "{found:?}"
     );
+    // The emulator's table is held the same way.
+    let emulator = repo_file("tests/emulator/src");
+    let mut files = sources(&emulator);
+    files
+        .get_mut("registry.rs")
+        .unwrap()
+        .insert_str(0, "use crate::server::handle;\n");
+    let found = violations(&emulator, &files, &emulator_table(), "tests/emulator/src/");
+    assert!(
+        found.iter().any(|v| v.contains("registry imports server")),
+        "{found:?}"
+    );
     let mut files = sources(&src);
     files.insert("newcomer.rs".into(), String::new());
-    let found = violations(&src, &files, &layers);
+    let found = violations(&src, &files, &layers, "src/");
     assert!(
         found
             .iter()

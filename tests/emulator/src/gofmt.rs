@@ -4,9 +4,12 @@
 
 use std::fmt::Write as _;
 
-use serde_json::{Number, Value};
+/// Maximum nesting depth the schema walkers and the Go formatting here process (object/array levels, plus allOf/anyOf/oneOf/not levels
+/// during validation) that is processed. Deeper data gets a `FieldValueInvalid`
+/// cause from [`validate`] and is left untouched by [`prune`] and [`apply_defaults`].
+pub const MAX_DEPTH: usize = 100;
 
-use crate::schema::MAX_DEPTH;
+use serde_json::{Number, Value};
 
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum GoNum {

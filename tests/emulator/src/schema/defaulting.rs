@@ -1,8 +1,8 @@
 //! Defaulting ([`apply_defaults`], `pkg/apiserver/schema/defaulting`):
 //! `PruneNonNullableNullsWithoutDefaults`, then the structural `Default` algorithm.
 
-use super::MAX_DEPTH;
 use super::access::Sch;
+use super::cause::MAX_DEPTH;
 use serde_json::Value;
 use std::collections::HashSet;
 

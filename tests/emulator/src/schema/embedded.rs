@@ -3,9 +3,9 @@
 //! `field.Path` form (`spec.headers[X-Foo]`).
 
 use super::access::Sch;
+use super::cause::{Cause, MAX_DEPTH};
 use super::go_value::{go_body, go_quote};
 use super::pruning::{joined, path_index, path_key};
-use super::{Cause, MAX_DEPTH};
 use serde_json::{Map, Value};
 
 pub(super) fn fchild(path: &mut String, k: &str) {

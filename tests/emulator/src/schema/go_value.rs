@@ -1,7 +1,7 @@
 //! Go value rendering for cause messages: `%q`, `%v` and `%#v` of unstructured values as
 //! `field.Error.ErrorBody()` prints them, and Go's `strconv.Quote`.
 
-use super::MAX_DEPTH;
+use super::cause::MAX_DEPTH;
 use crate::gofmt::{GoNum, go_float, go_num};
 use serde_json::{Number, Value};
 use std::fmt::Write as _;

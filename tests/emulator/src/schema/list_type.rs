@@ -2,10 +2,10 @@
 //! duplicate elements of set lists and duplicate keys of map lists.
 
 use super::access::Sch;
+use super::cause::{Cause, MAX_DEPTH};
 use super::embedded::{fchild, fkey};
 use super::go_value::{go_body, go_sharp_pairs};
 use super::pruning::path_index;
-use super::{Cause, MAX_DEPTH};
 use crate::gofmt::{GoNum, go_json, go_json_pairs, go_num};
 use serde_json::{Map, Value};
 use std::collections::HashMap;

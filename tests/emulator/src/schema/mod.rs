@@ -42,6 +42,7 @@
 //! `go_regex` (Go pattern translation) and `go_value` (Go value rendering).
 
 mod access;
+mod cause;
 mod defaulting;
 mod embedded;
 mod formats;
@@ -53,76 +54,10 @@ mod pruning;
 mod tests;
 mod validation;
 
+pub use cause::{
+    Cause, MAX_DEPTH, REASON_DUPLICATE, REASON_FORBIDDEN, REASON_INVALID, REASON_NOT_SUPPORTED,
+    REASON_REQUIRED, REASON_TOO_LONG, REASON_TOO_MANY, REASON_TYPE_INVALID,
+};
 pub use defaulting::apply_defaults;
 pub use pruning::prune;
 pub use validation::validate;
-
-/// Maximum nesting depth (object/array levels, plus allOf/anyOf/oneOf/not levels
-/// during validation) that is processed. Deeper data gets a `FieldValueInvalid`
-/// cause from [`validate`] and is left untouched by [`prune`] and [`apply_defaults`].
-pub const MAX_DEPTH: usize = 100;
-
-/// Upper bound on (schema node, value) visits in one [`validate`] call. The work
-/// is at most schema size × data size, so this only guards against hostile
-/// combinations (e.g. thousands of allOf branches over a huge list); real objects
-/// (≤ 1.5 MB) stay far below it.
-const MAX_STEPS: usize = 10_000_000;
-
-pub const REASON_REQUIRED: &str = "FieldValueRequired";
-pub const REASON_INVALID: &str = "FieldValueInvalid";
-pub const REASON_NOT_SUPPORTED: &str = "FieldValueNotSupported";
-pub const REASON_TYPE_INVALID: &str = "FieldValueTypeInvalid";
-pub const REASON_TOO_LONG: &str = "FieldValueTooLong";
-pub const REASON_TOO_MANY: &str = "FieldValueTooMany";
-pub const REASON_DUPLICATE: &str = "FieldValueDuplicate";
-pub const REASON_FORBIDDEN: &str = "FieldValueForbidden";
-
-/// One validation failure, shaped like a metav1.StatusCause.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Cause {
-    /// Field path as the API server prints it (see the module docs for the two
-    /// upstream path styles).
-    pub field: String,
-    /// One of the `REASON_*` constants (metav1.CauseType strings).
-    pub reason: &'static str,
-    /// The detail exactly as `field.Error.ErrorBody()` renders it.
-    pub message: String,
-}
-
-impl Cause {
-    /// `<field>: <message>` as it appears in the Status message.
-    pub fn to_string_full(&self) -> String {
-        format!("{}: {}", self.field, self.message)
-    }
-
-    fn new(field: String, reason: &'static str, message: String) -> Cause {
-        Cause {
-            field,
-            reason,
-            message,
-        }
-    }
-
-    fn required(field: String) -> Cause {
-        Cause::new(field, REASON_REQUIRED, "Required value".to_string())
-    }
-
-    fn invalid(field: String, value: &str, detail: &str) -> Cause {
-        Cause::new(field, REASON_INVALID, body("Invalid value", value, detail))
-    }
-
-    fn duplicate(field: String, value: &str) -> Cause {
-        Cause::new(field, REASON_DUPLICATE, body("Duplicate value", value, ""))
-    }
-}
-
-/// `ErrorBody()` of a value-carrying error: `<Type>: <value>[: <detail>]`.
-/// `value` must already be rendered with [`go_body`](go_value::go_body) /
-/// [`go_quote`](go_value::go_quote).
-fn body(kind: &str, value: &str, detail: &str) -> String {
-    if detail.is_empty() {
-        format!("{kind}: {value}")
-    } else {
-        format!("{kind}: {value}: {detail}")
-    }
-}

@@ -2,8 +2,8 @@
 //! removed and reported, and the ObjectMeta of embedded resources is coerced like a round
 //! trip through `metav1.ObjectMeta` (`schema/objectmeta/coerce.go`).
 
-use super::MAX_DEPTH;
 use super::access::{Addl, Sch, is_meta_field};
+use super::cause::MAX_DEPTH;
 use crate::meta::OBJECT_META_FIELDS;
 use serde_json::Value;
 use std::collections::HashSet;

@@ -4,15 +4,15 @@
 //! that guards against hostile schema × data combinations.
 
 use super::access::{Addl, Sch};
+use super::cause::{
+    Cause, MAX_DEPTH, MAX_STEPS, REASON_NOT_SUPPORTED, REASON_TOO_LONG, REASON_TOO_MANY,
+    REASON_TYPE_INVALID, body,
+};
 use super::embedded::embedded_validate;
 use super::formats::format_ok;
 use super::go_regex::compile_go_regex;
 use super::go_value::{go_body, go_quote, is_json_integer};
 use super::list_type::list_validate_map;
-use super::{
-    Cause, MAX_DEPTH, MAX_STEPS, REASON_NOT_SUPPORTED, REASON_TOO_LONG, REASON_TOO_MANY,
-    REASON_TYPE_INVALID, body,
-};
 use crate::gofmt::{GoNum, go_float, go_json, go_num};
 use regex::Regex;
 use serde_json::{Map, Value};
