@@ -575,6 +575,8 @@ pub fn crd_resources(crd: &Value) -> Result<Vec<ResourceInfo>, String> {
     Ok(out)
 }
 
+/// Every verb of a resource served in full: what discovery lists for it, and what the
+/// bootstrap roles grant on such resources.
 pub const VERBS: &[&str] = &[
     "create",
     "delete",
