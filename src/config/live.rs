@@ -13,11 +13,9 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
-use super::{Installation, PlatformConfig, RoutingMode, data_field, validate_configmap_data};
+use super::model::{Installation, PlatformConfig, RoutingMode};
+use super::{CONFIGMAP_NAME, data_field, validate_configmap_data};
 use crate::validation::FieldError;
-
-/// The name of the ConfigMap that holds the configuration.
-pub const CONFIGMAP_NAME: &str = "sites-config";
 
 /// The configuration in force. Cloning shares it.
 #[derive(Clone, Debug)]

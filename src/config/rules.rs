@@ -4,8 +4,8 @@
 
 use std::collections::BTreeMap;
 
+use super::model::{CpuMemory, Installation, PlatformConfig, RoutingMode};
 use super::reader::child_path;
-use super::{CpuMemory, Installation, PlatformConfig, RoutingMode};
 use crate::policy;
 use crate::quantity;
 use crate::validation;

@@ -101,9 +101,11 @@ fn paths(code: &str) -> Vec<Vec<String>> {
     let mut out = Vec::new();
     let mut rest = code;
     // Use statements (with brace groups), then inline paths.
-    while let Some(i) = rest
-        .find("use crate::")
-        .or_else(|| rest.find("use super::"))
+    // The earlier of the two kinds of use statement, so that neither is skipped.
+    while let Some(i) = [rest.find("use crate::"), rest.find("use super::")]
+        .into_iter()
+        .flatten()
+        .min()
     {
         let stmt = &rest[i + 4..];
         let end = stmt.find(';').unwrap_or(stmt.len());
