@@ -390,6 +390,17 @@ fn a_planted_upward_import_is_found() {
             .any(|v| v.contains("src/controller/queue imports src/controller/reconcile")),
         "{found:?}"
     );
+    // A `use super::` before a `use crate::` is read too.
+    let found = plant(
+        "controller/queue.rs",
+        "use super::reconcile::reconcile;\nuse crate::labels::labels;",
+    );
+    assert!(
+        found
+            .iter()
+            .any(|v| v.contains("src/controller/queue imports src/controller/reconcile")),
+        "{found:?}"
+    );
     let found = plant(
         "admission/review/reader.rs",
         "use super::super::server::Limits;",
