@@ -14,7 +14,7 @@ KUBERNETES_VALIDATE_VERSION := 1.37.0
 # Kubernetes version the manifests are validated against (the emulator's and kubectl's).
 KUBERNETES_VERSION := 1.32.0
 
-.PHONY: merge-table merge-table-check rbac-mutation-check bench bench-full prometheus-tools all build run test lint fmt fmt-check clippy unit crd crd-check validate-manifests promtool-test kind-e2e-check image kind-e2e fuzz tools clean
+.PHONY: control-plane real-apiserver-test merge-table merge-table-check rbac-mutation-check bench bench-full prometheus-tools all build run test lint fmt fmt-check clippy unit crd crd-check validate-manifests promtool-test kind-e2e-check image kind-e2e fuzz tools clean
 
 all: build
 
@@ -28,7 +28,7 @@ run:
 
 ## test: formatting, lints, every test, CRD drift, manifest validation, kind-e2e dry run, and
 ## the bounded fuzzing run.
-test: fmt-check clippy unit rbac-mutation-check crd-check merge-table-check validate-manifests promtool-test kind-e2e-check fuzz
+test: fmt-check clippy unit real-apiserver-test rbac-mutation-check crd-check merge-table-check validate-manifests promtool-test kind-e2e-check fuzz
 
 ## lint: formatting and clippy with warnings as errors.
 lint: fmt-check clippy
@@ -52,6 +52,22 @@ unit: prometheus-tools
 		$(CARGO) nextest run --locked --workspace --no-fail-fast; \
 	else \
 		$(CARGO) test --locked --workspace --no-fail-fast; \
+	fi
+
+## control-plane: a real Kubernetes 1.20.2 control plane (etcd, kube-apiserver,
+## kube-controller-manager), built once from Debian's source package into
+## ~/.cache/sites-operator (KUBE_ASSETS_CACHE); `scripts/control-plane.sh start DIR` runs one.
+control-plane:
+	scripts/control-plane.sh install
+
+## real-apiserver-test: the tests named real_apiserver (ignored in `unit`), each against a
+## control plane of its own with the emulator's kubelet as its node.
+real-apiserver-test: control-plane
+	$(BUILD)
+	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
+		$(CARGO) nextest run --locked --workspace --no-fail-fast --run-ignored only -E 'test(/real_apiserver/)'; \
+	else \
+		$(CARGO) test --locked --workspace --no-fail-fast -- --ignored real_apiserver; \
 	fi
 
 ## rbac-mutation-check: the e2e suite runs the operator as manifests/overlays/kind-e2e deploys

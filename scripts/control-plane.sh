@@ -1,0 +1,270 @@
+#!/usr/bin/env bash
+# A real Kubernetes control plane on loopback, as envtest gives kubebuilder projects: etcd,
+# kube-apiserver and kube-controller-manager of Kubernetes $KUBE_VERSION, built once from
+# Debian's source package into a cache outside the checkout.
+#
+#   scripts/control-plane.sh install          # apt-get what it needs, build into the cache (once)
+#   scripts/control-plane.sh start DIR        # start on free loopback ports; DIR/kubeconfig
+#   scripts/control-plane.sh stop DIR         # stop exactly what `start DIR` started
+#   scripts/control-plane.sh assets           # print the directory holding the binaries
+#
+# `start` waits until the API server answers /readyz and the default ServiceAccount exists, and
+# prints `export KUBECONFIG=DIR/kubeconfig`. Everything binds to 127.0.0.1. With
+# `--watch-pid PID` the control plane stops by itself when that process ends (tests use it so
+# that a killed test leaves nothing behind).
+#
+# Environment: KUBE_ASSETS_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/sites-operator), KUBE_VERSION.
+set -euo pipefail
+
+KUBE_VERSION=${KUBE_VERSION:-1.20.2}
+DEBIAN_VERSION=1.20.5+really${KUBE_VERSION}
+CACHE=${KUBE_ASSETS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sites-operator}
+ASSETS=$CACHE/kubernetes-$KUBE_VERSION
+GO=/usr/lib/go-1.19/bin/go
+SUDO=$([ "$(id -u)" = 0 ] || echo sudo)
+
+log() { echo "control-plane: $*" >&2; }
+die() { log "$*"; exit 1; }
+
+packages() { # [build]: also what building needs
+  local missing=()
+  command -v etcd >/dev/null || missing+=(etcd-server)
+  command -v openssl >/dev/null || missing+=(openssl)
+  command -v curl >/dev/null || missing+=(curl)
+  if [ "${1:-}" = build ]; then
+    [ -x "$GO" ] || missing+=(golang-1.19-go)
+    [ -d /usr/share/gocode/src/github.com/modern-go/reflect2 ] || missing+=(golang-github-modern-go-reflect2-dev)
+  fi
+  if [ ${#missing[@]} -gt 0 ]; then
+    log "installing ${missing[*]}"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+}
+
+# Debian's `kubernetes` source package is upstream's tree with vendor/; apt-get source needs a
+# deb-src entry for bookworm.
+fetch_source() {
+  local work=$1
+  if ! apt-cache showsrc kubernetes 2>/dev/null | grep -q "^Version: $DEBIAN_VERSION"; then
+    log "adding a deb-src entry for bookworm"
+    $SUDO tee /etc/apt/sources.list.d/sites-operator-kubernetes-src.sources >/dev/null <<EOF
+Types: deb-src
+URIs: http://deb.debian.org/debian
+Suites: bookworm
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+EOF
+    $SUDO apt-get update -qq
+  fi
+  (cd "$work" && apt-get source --download-only -qq "kubernetes=$DEBIAN_VERSION-1.1+deb12u1" >/dev/null 2>&1 \
+    || apt-get source --download-only -qq kubernetes >/dev/null 2>&1)
+  local orig
+  orig=$(ls "$work"/kubernetes_*.orig.tar.gz | head -1)
+  [ -f "$orig" ] || die "apt-get source kubernetes brought no orig tarball"
+  tar -C "$work" -xzf "$orig"
+}
+
+install() {
+  packages
+  if [ -x "$ASSETS/kube-apiserver" ] && [ -x "$ASSETS/kube-controller-manager" ]; then
+    return
+  fi
+  packages build
+  mkdir -p "$CACHE"
+  local work
+  work=$(mktemp -d "$CACHE/build.XXXXXX")
+  trap 'rm -rf "$work"' RETURN
+  log "building Kubernetes $KUBE_VERSION in $work (a few minutes)"
+  fetch_source "$work"
+  local tree=$work/kubernetes-$KUBE_VERSION
+  [ -d "$tree" ] || die "no $tree after unpacking the source"
+  # The vendored reflect2 1.0.1 corrupts memory under Go >= 1.18: Debian's 1.0.2 replaces it.
+  rm -rf "$tree/vendor/github.com/modern-go/reflect2"
+  cp -r /usr/share/gocode/src/github.com/modern-go/reflect2 "$tree/vendor/github.com/modern-go/reflect2"
+  # Kubernetes 1.20 builds in GOPATH mode (hack/lib/golang.sh): the staging repositories are
+  # vendor/k8s.io/* symlinks, so no module metadata is needed.
+  local gopath=$work/gopath
+  mkdir -p "$gopath/src/k8s.io"
+  ln -s "$tree" "$gopath/src/k8s.io/kubernetes"
+  # The Go build cache goes with the build directory: only the binaries are kept.
+  export GOPATH=$gopath GO111MODULE=off GOCACHE=$work/go-build GOFLAGS= CGO_ENABLED=0
+  local src=$gopath/src/k8s.io/kubernetes
+  # pkg/generated/openapi is generated at build time upstream (build/root/Makefile.generated_files):
+  # the packages tagged +k8s:openapi-gen, staging named as vendor/, less the code-generator
+  # and sample-apiserver examples.
+  (cd "$src" && "$GO" build -o "$work/openapi-gen" ./vendor/k8s.io/kube-openapi/cmd/openapi-gen)
+  local inputs
+  inputs=$(cd "$src" && find -H . \( -path ./vendor -o -path './_*' -o -path './.*' \) -prune -o -name '*.go' -type f -print \
+    | xargs grep -l '^// *+k8s:openapi-gen=' \
+    | sed 's|^\./staging/src|vendor|; s|^\./||' | xargs -n1 dirname | LC_ALL=C sort -u \
+    | grep -v -e '^vendor/k8s.io/code-generator/' -e '^vendor/k8s.io/sample-apiserver/' \
+    | sed 's|^|k8s.io/kubernetes/|' | paste -sd, -)
+  (cd "$src" && "$work/openapi-gen" --logtostderr -i "$inputs" -p k8s.io/kubernetes/pkg/generated/openapi \
+    -O zz_generated.openapi -h vendor/k8s.io/code-generator/hack/boilerplate.go.txt \
+    -r "$work/openapi-violations.report" >"$work/openapi-gen.log" 2>&1) \
+    || { tail -20 "$work/openapi-gen.log"; die "openapi-gen failed"; }
+  local ldflags="-s -w" minor
+  minor=$(echo "$KUBE_VERSION" | cut -d. -f2)
+  for kv in gitVersion=v$KUBE_VERSION gitMajor=1 gitMinor=$minor gitTreeState=clean \
+            gitCommit=faecb196815e248d3ecfb03c680a4507229c2a56 buildDate=2021-01-13T13:20:00Z; do
+    ldflags+=" -X k8s.io/kubernetes/vendor/k8s.io/component-base/version.$kv"
+    ldflags+=" -X k8s.io/kubernetes/vendor/k8s.io/client-go/pkg/version.$kv"
+  done
+  mkdir -p "$work/bin"
+  for cmd in kube-apiserver kube-controller-manager; do
+    log "go build $cmd"
+    (cd "$src" && "$GO" build -trimpath -ldflags "$ldflags" -o "$work/bin/$cmd" "./cmd/$cmd")
+  done
+  mkdir -p "$ASSETS.tmp"
+  mv "$work/bin/"* "$ASSETS.tmp/"
+  rm -rf "$ASSETS" && mv "$ASSETS.tmp" "$ASSETS"
+  log "built into $ASSETS"
+}
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+certs() {
+  local dir=$1
+  (
+    cd "$dir"
+    openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj /CN=kubernetes-ca \
+      -keyout ca.key -out ca.crt >/dev/null 2>&1
+    openssl req -newkey rsa:2048 -nodes -subj /CN=kube-apiserver -keyout apiserver.key -out apiserver.csr >/dev/null 2>&1
+    printf 'subjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc\n' > san.ext
+    openssl x509 -req -in apiserver.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
+      -extfile san.ext -out apiserver.crt >/dev/null 2>&1
+    openssl genrsa -out sa.key 2048 >/dev/null 2>&1
+    openssl rsa -in sa.key -pubout -out sa.pub >/dev/null 2>&1
+    rm -f apiserver.csr san.ext ca.srl
+  )
+}
+
+wait_for() { # DEADLINE-SECONDS PID COMMAND...: until COMMAND succeeds, PID lives, the deadline
+  local deadline=$(( $(date +%s) + $1 )) pid=$2; shift 2
+  until "$@" >/dev/null 2>&1; do
+    [ "$(date +%s)" -lt "$deadline" ] || return 1
+    kill -0 "$pid" 2>/dev/null || return 1
+    sleep 0.2
+  done
+}
+
+start() {
+  local dir=$1 watch_pid=${2:-}
+  packages
+  [ -x "$ASSETS/kube-apiserver" ] && [ -x "$ASSETS/kube-controller-manager" ] \
+    || die "Kubernetes $KUBE_VERSION is not built in $ASSETS: run '$0 install' (make control-plane)"
+  mkdir -p "$dir"
+  dir=$(cd "$dir" && pwd)
+  [ ! -s "$dir/pids" ] || die "$dir/pids exists: stop that control plane first"
+  certs "$dir"
+  local token
+  token=$(openssl rand -hex 24)
+  echo "$token,admin,admin,system:masters" > "$dir/tokens.csv"
+  local etcd_port etcd_peer api_port cm_port
+  etcd_port=$(free_port); etcd_peer=$(free_port); api_port=$(free_port); cm_port=$(free_port)
+  : > "$dir/pids"
+  etcd --name control-plane --data-dir "$dir/etcd" \
+    --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
+    --listen-peer-urls "http://127.0.0.1:$etcd_peer" --initial-advertise-peer-urls "http://127.0.0.1:$etcd_peer" \
+    --initial-cluster "control-plane=http://127.0.0.1:$etcd_peer" \
+    --unsafe-no-fsync --quota-backend-bytes 4294967296 --log-level warn >"$dir/etcd.log" 2>&1 &
+  echo "etcd $!" >> "$dir/pids"
+  "$ASSETS/kube-apiserver" \
+    --etcd-servers "http://127.0.0.1:$etcd_port" \
+    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port" \
+    --cert-dir "$dir" --tls-cert-file "$dir/apiserver.crt" --tls-private-key-file "$dir/apiserver.key" \
+    --client-ca-file "$dir/ca.crt" --token-auth-file "$dir/tokens.csv" \
+    --authorization-mode RBAC --allow-privileged \
+    --service-account-issuer https://kubernetes.default.svc --service-account-key-file "$dir/sa.pub" \
+    --service-account-signing-key-file "$dir/sa.key" --api-audiences https://kubernetes.default.svc \
+    --service-cluster-ip-range 10.0.0.0/16 \
+    >"$dir/kube-apiserver.log" 2>&1 &
+  local api_pid=$!
+  echo "kube-apiserver $api_pid" >> "$dir/pids"
+  cat > "$dir/kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: control-plane
+  cluster:
+    server: https://127.0.0.1:$api_port
+    certificate-authority: $dir/ca.crt
+users:
+- name: admin
+  user:
+    token: $token
+contexts:
+- name: control-plane
+  context: {cluster: control-plane, user: admin, namespace: default}
+current-context: control-plane
+EOF
+  if ! wait_for 60 "$api_pid" curl -sf --cacert "$dir/ca.crt" -H "Authorization: Bearer $token" \
+      "https://127.0.0.1:$api_port/readyz"; then
+    tail -20 "$dir/kube-apiserver.log" >&2
+    stop "$dir"; die "the API server did not become ready"
+  fi
+  "$ASSETS/kube-controller-manager" \
+    --kubeconfig "$dir/kubeconfig" --authentication-kubeconfig "$dir/kubeconfig" \
+    --authorization-kubeconfig "$dir/kubeconfig" \
+    --bind-address 127.0.0.1 --secure-port "$cm_port" --port 0 \
+    --leader-elect=false --use-service-account-credentials \
+    --service-account-private-key-file "$dir/sa.key" --root-ca-file "$dir/ca.crt" \
+    --cluster-signing-cert-file "$dir/ca.crt" --cluster-signing-key-file "$dir/ca.key" \
+    --controllers '*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle,-service,-route,-ttl,-bootstrapsigner,-tokencleaner,-attachdetach,-persistentvolume-expander' \
+    >"$dir/kube-controller-manager.log" 2>&1 &
+  local cm_pid=$!
+  echo "kube-controller-manager $cm_pid" >> "$dir/pids"
+  # The ServiceAccount controller creates `default` in each namespace: the first sign the
+  # controller manager runs (pods cannot be created before it).
+  if ! wait_for 60 "$cm_pid" env KUBECONFIG="$dir/kubeconfig" kubectl get serviceaccount default -n default; then
+    tail -20 "$dir/kube-controller-manager.log" >&2
+    stop "$dir"; die "the controller manager did not start"
+  fi
+  if [ -n "$watch_pid" ]; then
+    # It keeps the pids itself: the directory may be gone by the time the watched process is.
+    local started
+    started=$(awk '{print $2}' "$dir/pids" | tr '\n' ' ')
+    ( trap '' HUP
+      while kill -0 "$watch_pid" 2>/dev/null; do sleep 1; done
+      # shellcheck disable=SC2086
+      kill $started 2>/dev/null; sleep 5; kill -9 $started 2>/dev/null
+      rm -f "$dir/pids" ) </dev/null >/dev/null 2>&1 &
+    echo "watchdog $!" >> "$dir/pids"
+  fi
+  echo "export KUBECONFIG=$dir/kubeconfig"
+}
+
+stop() {
+  local dir=$1
+  [ -f "$dir/pids" ] || return 0
+  local pids=()
+  while read -r name pid; do
+    [ "$name" = watchdog ] && [ "$pid" = "$PPID" ] && continue
+    pids+=("$pid")
+  done < <(tac "$dir/pids")
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for _ in $(seq 50); do
+    local alive=0
+    for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+    [ $alive = 0 ] && break
+    sleep 0.1
+  done
+  for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
+  rm -f "$dir/pids"
+}
+
+cmd=${1:-}
+case "$cmd" in
+  install) install ;;
+  assets) echo "$ASSETS" ;;
+  start)
+    [ $# -ge 2 ] || die "usage: $0 start DIR [--watch-pid PID]"
+    dir=$2; watch=
+    [ "${3:-}" = --watch-pid ] && watch=${4:?--watch-pid needs a pid}
+    start "$dir" "$watch" ;;
+  stop) [ $# -ge 2 ] || die "usage: $0 stop DIR"; stop "$2" ;;
+  *) die "usage: $0 install | start DIR [--watch-pid PID] | stop DIR | assets" ;;
+esac
