@@ -199,17 +199,23 @@ pub fn seed(app: &Arc<App>, addr: std::net::SocketAddr) {
 }
 
 fn node() -> Value {
+    node_object(NODE_NAME, "10.0.0.1", "v1.32.0", &crate::meta::now())
+}
+
+/// A Node as its kubelet registers and reports it: `name`, its labels, pod CIDR, capacity and
+/// allocatable, the conditions of a healthy kubelet (Ready) heartbeating at `now`, the
+/// InternalIP `ip` and `kubelet_version` in nodeInfo.
+pub fn node_object(name: &str, ip: &str, kubelet_version: &str, now: &str) -> Value {
     let resources =
         json!({"cpu": "8", "memory": "32Gi", "pods": "110", "ephemeral-storage": "100Gi"});
-    let now = crate::meta::now();
     let cond = |ty: &str, status: &str, reason: &str, message: &str| {
         json!({"type": ty, "status": status, "reason": reason, "message": message,
                "lastHeartbeatTime": now, "lastTransitionTime": now})
     };
     json!({
         "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": NODE_NAME, "labels": {
-            "kubernetes.io/hostname": NODE_NAME, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+        "metadata": {"name": name, "labels": {
+            "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
             "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": "amd64"}},
         "spec": {"podCIDR": "10.244.0.0/16", "podCIDRs": ["10.244.0.0/16"]},
         "status": {
@@ -220,11 +226,11 @@ fn node() -> Value {
                 cond("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
                 cond("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
             ],
-            "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}, {"type": "Hostname", "address": NODE_NAME}],
+            "addresses": [{"type": "InternalIP", "address": ip}, {"type": "Hostname", "address": name}],
             "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
             "nodeInfo": {"machineID": "emulated", "systemUUID": "emulated", "bootID": "emulated",
                          "kernelVersion": "6.1.0", "osImage": "sites-emulator", "containerRuntimeVersion": "containerd://1.7.0",
-                         "kubeletVersion": "v1.32.0", "kubeProxyVersion": "v1.32.0", "operatingSystem": "linux", "architecture": "amd64"},
+                         "kubeletVersion": kubelet_version, "kubeProxyVersion": kubelet_version, "operatingSystem": "linux", "architecture": "amd64"},
         },
     })
 }
@@ -249,13 +255,20 @@ fn tolerates_unschedulable(pod: &Value) -> bool {
 /// Where the scheduler puts a pod: the node's name, or the PodScheduled message why not.
 pub fn schedule(app: &App, pod: &Value) -> Result<&'static str, String> {
     let node = res(app, "", "nodes").and_then(|r| app.store.lock().get(&r, "", NODE_NAME));
+    fits(node.as_deref(), pod).map(|()| NODE_NAME)
+}
+
+/// Whether the scheduler may put `pod` on the cluster's only node (None: there is none), or
+/// the PodScheduled message why not: a cordoned node takes only pods tolerating
+/// `node.kubernetes.io/unschedulable`.
+pub fn fits(node: Option<&Value>, pod: &Value) -> Result<(), String> {
     let Some(node) = node else {
         return Err("no nodes available to schedule pods".into());
     };
     if node["spec"]["unschedulable"] == json!(true) && !tolerates_unschedulable(pod) {
         return Err("0/1 nodes are available: 1 node(s) were unschedulable. preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.".into());
     }
-    Ok(NODE_NAME)
+    Ok(())
 }
 
 /// The status of a pod the scheduler could not place.

@@ -1,13 +1,23 @@
-//! `sites-emulator`: runs the Kubernetes API emulator on a port and writes a kubeconfig.
+//! `sites-emulator`: runs the Kubernetes API emulator on a port and writes a kubeconfig;
+//! `sites-emulator kubelet` runs its simulated kubelet (with scheduler and volume provisioner)
+//! against another API server.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 
-use clap::Parser;
+use clap::{Parser, Subcommand};
+use sites_emulator::controllers::Behaviour;
 
 /// Kubernetes API server emulator for local use and tests.
 #[derive(Parser, Debug)]
-#[command(name = "sites-emulator", version)]
+#[command(
+    name = "sites-emulator",
+    version,
+    args_conflicts_with_subcommands = true
+)]
 struct Cli {
+    #[command(subcommand)]
+    command: Option<Cmd>,
     /// Port on 127.0.0.1 (0 picks a free port).
     #[arg(long, default_value_t = 0)]
     port: u16,
@@ -29,6 +39,46 @@ struct Cli {
     services: Vec<(String, String, u16, std::net::SocketAddr)>,
 }
 
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Runs the emulator's simulated kubelet against another API server.
+    ///
+    /// For an API server without scheduler and kubelet: registers a Ready node, binds
+    /// unscheduled pods to it, runs them as the emulator does (pod annotation
+    /// `sites-emulator.test/behaviour`: Ready, NeverReady, CrashLoop, ImagePullFailure),
+    /// deletes pods whose deletion is due and provisions hostPath volumes pre-bound to the
+    /// claims of the given storage classes. Runs until SIGTERM or SIGINT.
+    Kubelet(KubeletArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct KubeletArgs {
+    /// Kubeconfig of the API server (current context: server, certificate authority, token).
+    #[arg(long)]
+    kubeconfig: PathBuf,
+    /// The Node's name.
+    #[arg(long, default_value = sites_emulator::cluster::NODE_NAME)]
+    node: String,
+    /// Provision volumes for the claims of this StorageClass (repeatable).
+    #[arg(long = "storage-class")]
+    storage_classes: Vec<String>,
+    /// How containers of an image behave unless their pod's annotation says otherwise:
+    /// `IMAGE=Ready|NeverReady|CrashLoop|ImagePullFailure` (repeatable).
+    #[arg(long = "image-behaviour", value_parser = parse_image_behaviour)]
+    image_behaviours: Vec<(String, Behaviour)>,
+    /// Written once the node is registered and Ready.
+    #[arg(long)]
+    ready_file: Option<PathBuf>,
+}
+
+fn parse_image_behaviour(s: &str) -> Result<(String, Behaviour), String> {
+    let (image, behaviour) = s
+        .rsplit_once('=')
+        .filter(|(i, _)| !i.is_empty())
+        .ok_or_else(|| format!("{s:?}: expected IMAGE=BEHAVIOUR"))?;
+    Ok((image.to_string(), behaviour.parse()?))
+}
+
 fn parse_service(s: &str) -> Result<(String, String, u16, std::net::SocketAddr), String> {
     let bad = || format!("{s:?}: expected NAMESPACE/NAME:PORT=HOST:PORT");
     let (service, addr) = s.split_once('=').ok_or_else(bad)?;
@@ -39,9 +89,43 @@ fn parse_service(s: &str) -> Result<(String, String, u16, std::net::SocketAddr),
     Ok((ns.to_string(), name.to_string(), port, addr))
 }
 
+/// Completes on SIGTERM or SIGINT.
+async fn terminated() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("a SIGTERM handler can be installed");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}
+
+async fn kubelet(args: KubeletArgs) -> std::process::ExitCode {
+    let client = match sites_emulator::client::load_kubeconfig(&args.kubeconfig)
+        .and_then(|t| sites_emulator::client::Client::new(&t))
+    {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let config = sites_emulator::node::Config {
+        node: args.node,
+        storage_classes: args.storage_classes,
+        ready_file: args.ready_file,
+        image_behaviours: args.image_behaviours.into_iter().collect::<HashMap<_, _>>(),
+    };
+    println!("kubelet: node {}", config.node);
+    sites_emulator::node::run(client, config, terminated()).await;
+    std::process::ExitCode::SUCCESS
+}
+
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    if let Some(Cmd::Kubelet(args)) = cli.command {
+        return kubelet(args).await;
+    }
     let emulator = match sites_emulator::Emulator::start(sites_emulator::Options {
         tls: cli.tls,
         port: cli.port,
@@ -65,11 +149,6 @@ async fn main() -> std::process::ExitCode {
     }
     println!("emulator listening on {}", emulator.url());
     println!("kubeconfig: {}", cli.kubeconfig.display());
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("a SIGTERM handler can be installed");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
+    terminated().await;
     std::process::ExitCode::SUCCESS
 }

@@ -42,6 +42,23 @@ pub enum Behaviour {
     ImagePullFailure,
 }
 
+impl std::str::FromStr for Behaviour {
+    type Err = String;
+
+    /// The variant's name: `Ready`, `NeverReady`, `CrashLoop`, `ImagePullFailure`.
+    fn from_str(s: &str) -> Result<Behaviour, String> {
+        match s {
+            "Ready" => Ok(Behaviour::Ready),
+            "NeverReady" => Ok(Behaviour::NeverReady),
+            "CrashLoop" => Ok(Behaviour::CrashLoop),
+            "ImagePullFailure" => Ok(Behaviour::ImagePullFailure),
+            other => Err(format!(
+                "{other:?}: expected Ready, NeverReady, CrashLoop or ImagePullFailure"
+            )),
+        }
+    }
+}
+
 /// Test-controlled kubelet behaviour.
 #[derive(Default)]
 pub struct Behaviours {
