@@ -276,6 +276,9 @@ pub fn defaults(r: &ResourceInfo, obj: &mut Value, old: Option<&Value>) {
                 obj["status"] = json!({"replicas": 0, "availableReplicas": 0});
             }
         }
+        ("scheduling.k8s.io", "PriorityClass") => {
+            set_default(obj, &["preemptionPolicy"], json!("PreemptLowerPriority"));
+        }
         ("apps", "Deployment") => {
             set_default(obj, &["spec", "replicas"], json!(1));
             if let Some(spec) = obj.pointer_mut("/spec/template/spec") {
@@ -411,7 +414,12 @@ pub fn validate(
         ("batch", "CronJob") => causes.extend(crate::batch::validate_cronjob(obj)),
         ("", "ResourceQuota") => causes.extend(crate::batch::validate_quota(obj)),
         ("apiextensions.k8s.io", "CustomResourceDefinition") => {
-            if let Err(e) = crate::registry::crd_resources(obj) {
+            // The schema and approval rules, each cause with the API server's reason; then
+            // what serving the resources needs.
+            let rules = crate::crds::validate(obj, old);
+            if !rules.is_empty() {
+                causes.extend(rules);
+            } else if let Err(e) = crate::registry::crd_resources(obj) {
                 let (field, msg) = e.split_once(": ").unwrap_or(("spec", e.as_str()));
                 causes.push((field.to_string(), "FieldValueInvalid", msg.to_string()));
             }

@@ -7,7 +7,10 @@
 //!   pod Running and Ready before the next; the stall when an updated pod never becomes Ready
 //!   (reverting the template does not help, deleting the pod does: kubernetes/kubernetes#67250);
 //!   status with observedGeneration, replicas, readyReplicas, availableReplicas,
-//!   currentReplicas, updatedReplicas and revisions.
+//!   currentReplicas, updatedReplicas and revisions. Its pods pass the built-in admission
+//!   plugins ([`crate::priority`]); a pod that cannot be created leaves the status as it was,
+//!   is reported by a Warning Event `FailedCreate` on the StatefulSet (repeats counted on one
+//!   Event) and retried with a back-off, at once when a PriorityClass is written.
 //! - **Kubelet**: moves pods through Pending (ContainerCreating) to Running; per container, a
 //!   test-controlled [`Behaviour`] decides ready, never ready, crash-looping or image-pull
 //!   failure; conditions change lastTransitionTime only when they flip; pods being deleted are
@@ -16,9 +19,9 @@
 //!   retained volume named in `spec.volumeName`; deleting a claim deletes its volume (reclaim
 //!   policy Delete) or leaves it Released with the old claimRef (Retain).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
@@ -38,6 +41,28 @@ struct Dirty {
     quotas: HashSet<String>,
 }
 
+/// The first and the longest wait before a StatefulSet whose pod could not be created is
+/// synced again (the controller's rate-limited requeue, shortened).
+const RETRY_FIRST: Duration = Duration::from_millis(500);
+const RETRY_MAX: Duration = Duration::from_secs(5);
+
+/// A StatefulSet waiting to be retried: when, and the wait after the next failure.
+struct Retry {
+    at: Instant,
+    next: Duration,
+}
+
+/// What a StatefulSet sync asks for next.
+#[derive(Debug, PartialEq)]
+enum Next {
+    /// Nothing until something changes.
+    Idle,
+    /// Another pass soon: it created or deleted pods.
+    Soon,
+    /// Creating a pod failed: retry after a back-off.
+    Retry,
+}
+
 /// Runs the controllers until the process ends.
 pub async fn run(app: Arc<App>) {
     let mut rx = app.store.subscribe();
@@ -46,6 +71,7 @@ pub async fn run(app: Arc<App>) {
     // do not care, and looking at every claim on every volume event is quadratic at scale).
     let mut unbound = HashSet::new();
     mark_all(&app, &mut dirty, &mut unbound);
+    let mut retries: HashMap<(String, String), Retry> = HashMap::new();
     let mut tick = tokio::time::interval(Duration::from_millis(25));
     loop {
         tokio::select! {
@@ -85,6 +111,9 @@ pub async fn run(app: Arc<App>) {
                         "persistentvolumes" | "storageclasses.storage.k8s.io" => {
                             dirty.claims.extend(unbound.iter().cloned());
                         }
+                        "priorityclasses.scheduling.k8s.io" => {
+                            dirty.statefulsets.extend(retries.keys().cloned());
+                        }
                         _ => {}
                     }
                 }
@@ -98,6 +127,10 @@ pub async fn run(app: Arc<App>) {
                 } else {
                     dirty.pods.extend(touched);
                 }
+                let now = Instant::now();
+                dirty.statefulsets.extend(
+                    retries.iter().filter(|(_, r)| r.at <= now).map(|(k, _)| k.clone()),
+                );
                 let d = std::mem::take(&mut dirty);
                 for claim in d.released_claims {
                     release_volume(&app, &claim);
@@ -108,9 +141,20 @@ pub async fn run(app: Arc<App>) {
                 for (ns, name) in d.claims {
                     bind_claim(&app, &ns, &name);
                 }
-                for (ns, name) in d.statefulsets {
-                    if let Some(more) = sync_statefulset(&app, &ns, &name) {
-                        dirty.statefulsets.insert(more);
+                for key in d.statefulsets {
+                    match sync_statefulset(&app, &key.0, &key.1) {
+                        Next::Retry => {
+                            let wait = retries.get(&key).map_or(RETRY_FIRST, |r| r.next);
+                            let next = (wait * 2).min(RETRY_MAX);
+                            retries.insert(key, Retry { at: Instant::now() + wait, next });
+                        }
+                        Next::Soon => {
+                            retries.remove(&key);
+                            dirty.statefulsets.insert(key);
+                        }
+                        Next::Idle => {
+                            retries.remove(&key);
+                        }
                     }
                 }
                 for (ns, name) in d.pods {
@@ -199,7 +243,8 @@ fn sts_owner(pod: &Value) -> Option<String> {
         })
 }
 
-fn pod_claims(pod: &Value) -> Vec<String> {
+/// The claims a pod mounts (`persistentVolumeClaim.claimName` of its volumes).
+pub fn pod_claims(pod: &Value) -> Vec<String> {
     pod["spec"]["volumes"]
         .as_array()
         .map(|vs| {
@@ -222,9 +267,21 @@ fn write(app: &App, r: &ResourceInfo, old: &Value, new: Value) {
 }
 
 fn create(app: &App, r: &ResourceInfo, ns: &str, obj: Value) -> Option<Arc<Value>> {
-    let prepared =
-        crate::ops::prepare_create(r, ns, obj, &crate::ops::WriteOptions::default()).ok()?;
-    app.store.commit_create(r, prepared.object).ok()
+    admitted_create(app, r, ns, obj).ok()
+}
+
+/// Creates an object as a controller's client does: through the built-in admission plugins.
+fn admitted_create(
+    app: &App,
+    r: &ResourceInfo,
+    ns: &str,
+    obj: Value,
+) -> Result<Arc<Value>, crate::status::ApiError> {
+    let name = meta_str(&obj, "name").unwrap_or_default().to_string();
+    let mut object =
+        crate::ops::prepare_create(r, ns, obj, &crate::ops::WriteOptions::default())?.object;
+    crate::priority::admit(app, r, None, &name, &mut object, None)?;
+    app.store.commit_create(r, object)
 }
 
 fn now() -> String {
@@ -270,14 +327,20 @@ fn pod_ready(p: &Value) -> bool {
         })
 }
 
-/// One pass over a StatefulSet; returns its key when it wants another pass soon.
-fn sync_statefulset(app: &App, ns: &str, name: &str) -> Option<(String, String)> {
-    let sts_r = resource(app, "apps", "statefulsets")?;
-    let pod_r = resource(app, "", "pods")?;
-    let rev_r = resource(app, "apps", "controllerrevisions")?;
-    let sts = app.store.lock().get(&sts_r, ns, name)?;
+/// One pass over a StatefulSet.
+fn sync_statefulset(app: &App, ns: &str, name: &str) -> Next {
+    let (Some(sts_r), Some(pod_r), Some(rev_r)) = (
+        resource(app, "apps", "statefulsets"),
+        resource(app, "", "pods"),
+        resource(app, "apps", "controllerrevisions"),
+    ) else {
+        return Next::Idle;
+    };
+    let Some(sts) = app.store.lock().get(&sts_r, ns, name) else {
+        return Next::Idle;
+    };
     if sts["metadata"]["deletionTimestamp"].is_string() {
-        return None;
+        return Next::Idle;
     }
     let template = &sts["spec"]["template"];
     let hash = revision_hash(template);
@@ -340,7 +403,27 @@ fn sync_statefulset(app: &App, ns: &str, name: &str) -> Option<(String, String)>
                 }
             }
             None => {
-                create_pod(app, &pod_r, &sts, ns, name, i, &update_revision, &owner);
+                let pod = pod_of(app, &sts, ns, name, i, &update_revision, &owner);
+                if let Err(e) = admitted_create(app, &pod_r, ns, pod) {
+                    // As the controller: a Warning Event (none for a pod that exists but is
+                    // not this set's), no status update, a retry later.
+                    if e.reason == "AlreadyExists" {
+                        return Next::Retry;
+                    }
+                    crate::events::record(
+                        app,
+                        &sts_r,
+                        &sts,
+                        "Warning",
+                        "FailedCreate",
+                        &format!(
+                            "create Pod {name}-{i} in StatefulSet {name} failed error: {}",
+                            e.message
+                        ),
+                        "statefulset-controller",
+                    );
+                    return Next::Retry;
+                }
                 changed = true;
                 if !parallel {
                     break;
@@ -444,20 +527,19 @@ fn sync_statefulset(app: &App, ns: &str, name: &str) -> Option<(String, String)>
         new["status"] = status;
         write(app, &sts_r, &sts, new);
     }
-    changed.then(|| (ns.to_string(), name.to_string()))
+    if changed { Next::Soon } else { Next::Idle }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn create_pod(
+/// Pod `i` of a StatefulSet, its claims created first (as the controller creates them).
+fn pod_of(
     app: &App,
-    pod_r: &ResourceInfo,
     sts: &Value,
     ns: &str,
     name: &str,
     i: usize,
     update_revision: &str,
     owner: &Value,
-) {
+) -> Value {
     let template = &sts["spec"]["template"];
     let mut pod_meta = template["metadata"].clone();
     if !pod_meta.is_object() {
@@ -497,24 +579,22 @@ fn create_pod(
             create(app, &pvc_r, ns, c);
         }
     }
-    create(
-        app,
-        pod_r,
-        ns,
-        json!({"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": spec}),
-    );
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": spec})
 }
 
 // ---------------------------------------------------------------- Kubelet
 
-fn condition(existing: &Value, kind: &str, status: bool, reason: Option<&str>) -> Value {
+/// The pods' InternalIP of the in-process node ([`crate::cluster::NODE_NAME`]).
+const HOST_IP: &str = "10.0.0.1";
+
+fn condition(existing: &Value, kind: &str, status: bool, reason: Option<&str>, now: &str) -> Value {
     let status_s = if status { "True" } else { "False" };
     let old = existing
         .as_array()
         .and_then(|cs| cs.iter().find(|c| c["type"] == kind));
     let ltt = match old {
         Some(c) if c["status"] == status_s => c["lastTransitionTime"].clone(),
-        _ => json!(now()),
+        _ => json!(now),
     };
     let mut c =
         json!({"type": kind, "status": status_s, "lastProbeTime": null, "lastTransitionTime": ltt});
@@ -533,24 +613,21 @@ fn kubelet_step(app: &App, ns: &str, name: &str) -> bool {
         return false;
     };
     if pod["metadata"]["deletionTimestamp"].is_string() {
-        let finalizers_left = pod["metadata"]["finalizers"]
-            .as_array()
-            .is_some_and(|f| !f.is_empty());
-        if !finalizers_left {
+        if !finalizers_left(&pod) {
             let _ = app.store.commit_remove(&pod_r, ns, name, None, None);
         }
         return false;
     }
-    let containers = pod["spec"]["containers"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    let old_status = &pod["status"];
-    let conds = &old_status["conditions"];
     let mut new = (*pod).clone();
     if pod["spec"]["nodeName"].is_null() {
         match crate::cluster::schedule(app, &pod) {
-            Ok(node) => new["spec"]["nodeName"] = json!(node),
+            Ok(node) => {
+                new["spec"]["nodeName"] = json!(node);
+                // Just scheduled: its containers are created from scratch.
+                if let Some(s) = new["status"].as_object_mut() {
+                    s.remove("containerStatuses");
+                }
+            }
             Err(why) => {
                 // Stays Pending until a node event makes it schedulable again.
                 new["status"] = crate::cluster::unschedulable_status(&pod, &why);
@@ -559,7 +636,54 @@ fn kubelet_step(app: &App, ns: &str, name: &str) -> bool {
             }
         }
     }
-    if old_status["containerStatuses"].is_null() || pod["spec"]["nodeName"].is_null() {
+    let step = pod_step(
+        &new,
+        |image| app.kubelet.behaviour(ns, name, image),
+        HOST_IP,
+        &now(),
+    );
+    new["status"] = step.status;
+    write(app, &pod_r, &pod, new);
+    step.again
+}
+
+/// A pod being deleted still has finalizers: the kubelet leaves it for their controllers.
+pub fn finalizers_left(pod: &Value) -> bool {
+    pod["metadata"]["finalizers"]
+        .as_array()
+        .is_some_and(|f| !f.is_empty())
+}
+
+/// What the kubelet does next with a pod bound to its node.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PodStep {
+    /// The pod's next `status` (equal to the current one when nothing changes).
+    pub status: Value,
+    /// It wants another step soon: containers being created, ErrImagePull turning into
+    /// ImagePullBackOff.
+    pub again: bool,
+}
+
+/// The simulated kubelet's step for a pod bound to its node and not being deleted: the next
+/// status, given how each container behaves (`behaviour` of the container's image), the node's
+/// IP and the current time. Pods without container statuses get their containers created
+/// (Pending, ContainerCreating); then each container runs as its [`Behaviour`] says. Conditions
+/// keep their lastTransitionTime unless they flip; a second step without a change in behaviour
+/// returns the same status.
+pub fn pod_step(
+    pod: &Value,
+    behaviour: impl Fn(&str) -> Behaviour,
+    host_ip: &str,
+    now: &str,
+) -> PodStep {
+    let name = meta_str(pod, "name").unwrap_or_default();
+    let containers = pod["spec"]["containers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let old_status = &pod["status"];
+    let conds = &old_status["conditions"];
+    if old_status["containerStatuses"].is_null() {
         // Scheduled; containers being created.
         let statuses: Vec<Value> = containers
             .iter()
@@ -570,26 +694,24 @@ fn kubelet_step(app: &App, ns: &str, name: &str) -> bool {
                 })
             })
             .collect();
-        new["status"] = json!({
+        let status = json!({
             "phase": "Pending",
-            "hostIP": "10.0.0.1",
-            "podIP": null,
-            "startTime": now(),
+            "hostIP": host_ip,
+            "startTime": now,
             "qosClass": old_status["qosClass"].as_str().unwrap_or("BestEffort"),
             "conditions": [
-                condition(conds, "PodScheduled", true, None),
-                condition(conds, "PodReadyToStartContainers", false, None),
-                condition(conds, "Initialized", true, None),
-                condition(conds, "ContainersReady", false, Some("ContainersNotReady")),
-                condition(conds, "Ready", false, Some("ContainersNotReady")),
+                condition(conds, "PodScheduled", true, None, now),
+                condition(conds, "PodReadyToStartContainers", false, None, now),
+                condition(conds, "Initialized", true, None, now),
+                condition(conds, "ContainersReady", false, Some("ContainersNotReady"), now),
+                condition(conds, "Ready", false, Some("ContainersNotReady"), now),
             ],
             "containerStatuses": statuses,
         });
-        if let Some(o) = new["status"].as_object_mut() {
-            o.remove("podIP");
-        }
-        write(app, &pod_r, &pod, new);
-        return true;
+        return PodStep {
+            status,
+            again: true,
+        };
     }
     let old_statuses = old_status["containerStatuses"]
         .as_array()
@@ -610,9 +732,9 @@ fn kubelet_step(app: &App, ns: &str, name: &str) -> bool {
         let restarts = prev["restartCount"].as_i64().unwrap_or(0);
         let started_at = prev["state"]["running"]["startedAt"]
             .as_str()
-            .map(str::to_string)
-            .unwrap_or_else(now);
-        let b = app.kubelet.behaviour(ns, name, image);
+            .unwrap_or(now)
+            .to_string();
+        let b = behaviour(image);
         let s = match b {
             Behaviour::Ready | Behaviour::NeverReady => {
                 any_running = true;
@@ -624,15 +746,23 @@ fn kubelet_step(app: &App, ns: &str, name: &str) -> bool {
             Behaviour::CrashLoop => {
                 any_running = true;
                 all_ready = false;
-                let restarts = if prev["state"]["waiting"]["reason"] == "CrashLoopBackOff" {
-                    restarts
+                let backing_off = prev["state"]["waiting"]["reason"] == "CrashLoopBackOff";
+                // The container exits once per entry into the back-off; while it backs off, its
+                // last termination stays as it was.
+                let (restarts, last_state) = if backing_off
+                    && prev["lastState"]["terminated"].is_object()
+                {
+                    (restarts, prev["lastState"].clone())
                 } else {
-                    restarts + 1
+                    (
+                        if backing_off { restarts } else { restarts + 1 },
+                        json!({"terminated": {"exitCode": 1, "reason": "Error", "startedAt": started_at, "finishedAt": now}}),
+                    )
                 };
                 json!({"name": cname, "image": image, "imageID": format!("{image}@sha256:emulated"), "ready": false, "started": false,
                        "restartCount": restarts,
                        "state": {"waiting": {"reason": "CrashLoopBackOff", "message": format!("back-off 10s restarting failed container={cname}")}},
-                       "lastState": {"terminated": {"exitCode": 1, "reason": "Error", "startedAt": started_at, "finishedAt": now()}}})
+                       "lastState": last_state})
             }
             Behaviour::ImagePullFailure => {
                 all_ready = false;
@@ -659,38 +789,35 @@ fn kubelet_step(app: &App, ns: &str, name: &str) -> bool {
     let not_ready = (!all_ready).then_some("ContainersNotReady");
     let mut status = json!({
         "phase": phase,
-        "hostIP": "10.0.0.1",
+        "hostIP": host_ip,
         "startTime": old_status["startTime"],
         "qosClass": old_status["qosClass"],
         "conditions": [
-            condition(conds, "PodScheduled", true, None),
-            condition(conds, "PodReadyToStartContainers", true, None),
-            condition(conds, "Initialized", true, None),
-            condition(conds, "ContainersReady", all_ready, not_ready),
-            condition(conds, "Ready", all_ready, not_ready),
+            condition(conds, "PodScheduled", true, None, now),
+            condition(conds, "PodReadyToStartContainers", true, None, now),
+            condition(conds, "Initialized", true, None, now),
+            condition(conds, "ContainersReady", all_ready, not_ready, now),
+            condition(conds, "Ready", all_ready, not_ready, now),
         ],
         "containerStatuses": statuses,
     });
     if any_running {
         status["podIP"] = json!(pod_ip(name));
     }
-    new["status"] = status;
-    let pulling = statuses_want_step(&new);
-    write(app, &pod_r, &pod, new);
-    pulling
+    let again = statuses_want_step(&status);
+    PodStep { status, again }
 }
 
 /// ErrImagePull moves to ImagePullBackOff on the next step.
-fn statuses_want_step(pod: &Value) -> bool {
-    pod["status"]["containerStatuses"]
-        .as_array()
-        .is_some_and(|cs| {
-            cs.iter()
-                .any(|c| c["state"]["waiting"]["reason"] == "ErrImagePull")
-        })
+fn statuses_want_step(status: &Value) -> bool {
+    status["containerStatuses"].as_array().is_some_and(|cs| {
+        cs.iter()
+            .any(|c| c["state"]["waiting"]["reason"] == "ErrImagePull")
+    })
 }
 
-fn pod_ip(name: &str) -> String {
+/// A pod's IP, derived from its name (stable across steps and restarts).
+pub fn pod_ip(name: &str) -> String {
     let mut h: u32 = 7;
     for b in name.bytes() {
         h = h.wrapping_mul(31).wrapping_add(b as u32);
@@ -936,5 +1063,125 @@ mod tests {
         assert_eq!(revision_hash(&template), want);
         let other = json!({"spec": {"containers": [{"name": "c", "image": "nginx:1.28"}]}});
         assert_ne!(revision_hash(&other), want);
+    }
+
+    /// One container's state after a step: (phase, Ready, container state, restarts, wants
+    /// another step, has a pod IP).
+    type Seen = (&'static str, bool, &'static str, i64, bool, bool);
+
+    /// Whether `step` gives what `want` says.
+    fn gives(step: &PodStep, want: &Seen) -> bool {
+        let s = &step.status;
+        let ready = s["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True");
+        let c = &s["containerStatuses"][0];
+        let state = match c["state"]["waiting"]["reason"].as_str() {
+            Some(r) => r,
+            None if c["state"]["running"].is_object() => "running",
+            None => "?",
+        };
+        let (phase, want_ready, want_state, restarts, again, ip) = *want;
+        s["phase"] == phase
+            && ready == want_ready
+            && state == want_state
+            && c["restartCount"] == restarts
+            && step.again == again
+            && s["podIP"].is_string() == ip
+    }
+
+    #[test]
+    fn the_kubelet_step_runs_each_behaviour_to_a_fixed_point() {
+        use Behaviour::*;
+        let creating: Seen = ("Pending", false, "ContainerCreating", 0, true, false);
+        // Behaviour, then what each step gives; one more step changes nothing.
+        let cases: Vec<(Behaviour, Vec<Seen>)> = vec![
+            (
+                Ready,
+                vec![creating, ("Running", true, "running", 0, false, true)],
+            ),
+            (
+                NeverReady,
+                vec![creating, ("Running", false, "running", 0, false, true)],
+            ),
+            (
+                CrashLoop,
+                vec![
+                    creating,
+                    ("Running", false, "CrashLoopBackOff", 1, false, true),
+                ],
+            ),
+            (
+                ImagePullFailure,
+                vec![
+                    creating,
+                    ("Pending", false, "ErrImagePull", 0, true, false),
+                    ("Pending", false, "ImagePullBackOff", 0, false, false),
+                ],
+            ),
+        ];
+        let times = [
+            "2026-01-01T00:00:01Z",
+            "2026-01-01T00:00:02Z",
+            "2026-01-01T00:00:03Z",
+            "2026-01-01T00:00:04Z",
+        ];
+        for (b, want) in cases {
+            let mut pod = json!({
+                "metadata": {"name": "web-0", "namespace": "sites"},
+                "spec": {"nodeName": "n", "containers": [{"name": "web", "image": "nginx:1.27"}]},
+                "status": {"phase": "Pending", "qosClass": "Burstable"},
+            });
+            for (i, w) in want.iter().enumerate() {
+                let step = pod_step(&pod, |_| b, "127.0.0.1", times[i]);
+                assert!(gives(&step, w), "{b:?}, step {}: {}", i + 1, step.status);
+                assert_eq!(step.status["hostIP"], "127.0.0.1");
+                assert_eq!(step.status["qosClass"], "Burstable");
+                assert_eq!(step.status["startTime"], times[0]);
+                pod["status"] = step.status;
+            }
+            let last = pod_step(&pod, |_| b, "127.0.0.1", times[want.len()]);
+            assert_eq!(last.status, pod["status"], "{b:?}: a fixed point");
+            assert!(!last.again, "{b:?}");
+            // PodScheduled never flipped: it keeps the time of the first step.
+            let scheduled = last.status["conditions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["type"] == "PodScheduled")
+                .unwrap()
+                .clone();
+            assert_eq!(scheduled["lastTransitionTime"], times[0], "{b:?}");
+        }
+    }
+
+    #[test]
+    fn a_pod_is_ready_when_every_container_is() {
+        let pod = json!({
+            "metadata": {"name": "web-0"},
+            "spec": {"nodeName": "n", "containers": [
+                {"name": "a", "image": "ready"}, {"name": "b", "image": "slow"}]},
+            "status": {"containerStatuses": []},
+        });
+        let by_image = |image: &str| match image {
+            "ready" => Behaviour::Ready,
+            _ => Behaviour::NeverReady,
+        };
+        let step = pod_step(&pod, by_image, HOST_IP, "2026-01-01T00:00:00Z");
+        assert_eq!(step.status["phase"], "Running");
+        assert_eq!(step.status["containerStatuses"][0]["ready"], true);
+        assert_eq!(step.status["containerStatuses"][1]["ready"], false);
+        let ready = step.status["conditions"][4].clone();
+        assert_eq!(
+            (&ready["type"], &ready["status"], &ready["reason"]),
+            (
+                &json!("Ready"),
+                &json!("False"),
+                &json!("ContainersNotReady")
+            )
+        );
+        assert_eq!(step.status["podIP"], json!(pod_ip("web-0")));
     }
 }

@@ -17,6 +17,7 @@
 use serde_json::{Map, Value, json};
 
 use crate::registry::ResourceInfo;
+use crate::state::App;
 use crate::status::ApiError;
 
 /// (events.k8s.io/v1 name, core v1 name) of every Event field but metadata.
@@ -85,6 +86,91 @@ pub fn from_core(v: &Value) -> Value {
 pub fn to_core(view: &ResourceInfo, mut v: Value) -> Result<Value, ApiError> {
     crate::ops::check_type(view, &mut v)?;
     Ok(remap(&v, "v1", true))
+}
+
+/// Records an Event about `object` (of resource `r`) as a controller's event recorder does
+/// (client-go `tools/record`): a new core v1 Event named `<object>.<nanoseconds in hex>` in the
+/// object's namespace (`default` for cluster-scoped objects), `source.component` the
+/// controller, count 1; an Event already recorded with the same source, involved object, type,
+/// reason and message is updated instead (count + 1, lastTimestamp), as the recorder's
+/// correlator patches it. Errors are dropped, as the recorder drops them.
+pub fn record(
+    app: &App,
+    r: &ResourceInfo,
+    object: &Value,
+    event_type: &str,
+    reason: &str,
+    message: &str,
+    component: &str,
+) {
+    let Some(events) = app.store.lock().registry.get("", "v1", "events") else {
+        return;
+    };
+    let m = &object["metadata"];
+    let namespace = m["namespace"]
+        .as_str()
+        .filter(|n| !n.is_empty())
+        .unwrap_or("default");
+    let mut involved = json!({"kind": r.kind, "name": m["name"], "uid": m["uid"],
+        "apiVersion": r.api_version(), "resourceVersion": m["resourceVersion"]});
+    if r.namespaced {
+        involved["namespace"] = m["namespace"].clone();
+    }
+    let now = crate::meta::now();
+    let same = |e: &Value| {
+        let i = &e["involvedObject"];
+        e["source"]["component"] == component
+            && e["source"]["host"].is_null()
+            && e["type"] == event_type
+            && e["reason"] == reason
+            && e["message"] == message
+            && ["kind", "namespace", "name", "uid", "apiVersion"]
+                .iter()
+                .all(|k| i[*k] == involved[*k])
+    };
+    let existing = app
+        .store
+        .lock()
+        .objects_of(&events.key(), Some(namespace))
+        .into_iter()
+        .find(|e| same(e));
+    if let Some(e) = existing {
+        let mut new = (*e).clone();
+        new["count"] = json!(e["count"].as_i64().unwrap_or(1) + 1);
+        new["lastTimestamp"] = json!(now);
+        let _ = app
+            .store
+            .commit_update(&events, crate::meta::rv_of(&e), new);
+        return;
+    }
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    let name = m["name"].as_str().unwrap_or_default();
+    let event = json!({
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"name": format!("{name}.{nanos:x}"), "namespace": namespace},
+        "involvedObject": involved,
+        "reason": reason,
+        "message": message,
+        "source": {"component": component},
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+        "type": event_type,
+        "eventTime": null,
+        "reportingComponent": "",
+        "reportingInstance": "",
+    });
+    if let Ok(p) = crate::ops::prepare_create(
+        &events,
+        namespace,
+        event,
+        &crate::ops::WriteOptions::default(),
+    ) {
+        let _ = app.store.commit_create(&events, p.object);
+    }
 }
 
 /// The API server's create validation of Events (`pkg/apis/core/validation/events.go`):

@@ -4,6 +4,7 @@
 
 use serde_json::{Map, Value, json};
 
+use crate::apply;
 use crate::meta::{self, meta_str};
 use crate::registry::ResourceInfo;
 use crate::schema;
@@ -37,8 +38,51 @@ impl FieldValidation {
 #[derive(Clone, Debug, Default)]
 pub struct WriteOptions {
     pub dry_run: bool,
+    /// The `fieldManager` parameter.
     pub field_manager: Option<String>,
     pub field_validation: FieldValidation,
+    /// The request's `User-Agent` (empty when it sent none); None for the emulator's own writes,
+    /// which record no field ownership.
+    pub user_agent: Option<String>,
+}
+
+impl WriteOptions {
+    /// The field manager a write other than an apply is recorded under, as the API server
+    /// names it: `fieldManager`, else the User-Agent up to its first `/`
+    /// (`kubectl-client-side-apply/v1.32.0 (linux/amd64) kubernetes/...` is
+    /// `kubectl-client-side-apply`) without unprintable characters, cut to 128 bytes; `unknown`
+    /// when that leaves nothing.
+    pub fn manager(&self) -> Option<String> {
+        if let Some(m) = &self.field_manager {
+            return Some(m.clone());
+        }
+        let ua = self.user_agent.as_deref()?;
+        let mut name = String::new();
+        for c in ua.split('/').next().unwrap_or_default().chars() {
+            if c.is_control() {
+                continue;
+            }
+            if name.len() + c.len_utf8() > 128 {
+                break;
+            }
+            name.push(c);
+        }
+        Some(if name.is_empty() {
+            "unknown".into()
+        } else {
+            name
+        })
+    }
+
+    /// These options for the create or update that stores an apply's result: the apply has
+    /// recorded its ownership already.
+    pub fn recording_nothing(&self) -> WriteOptions {
+        WriteOptions {
+            field_manager: None,
+            user_agent: None,
+            ..self.clone()
+        }
+    }
 }
 
 /// A prepared object plus the warnings for the response.
@@ -148,7 +192,7 @@ pub fn prepare_create(
         } else {
             m.remove("generation");
         }
-        set_managed_fields(m, opts, r, "Update", None);
+        start_entries(m, None);
     }
     if r.status_subresource
         && let Some(o) = obj.as_object_mut()
@@ -159,6 +203,9 @@ pub fn prepare_create(
         crate::builtin::defaults(r, &mut obj, None);
     }
     normalize(r, &mut obj, opts, &mut warnings)?;
+    if let Some(manager) = opts.manager() {
+        apply::record_update(r, None, &mut obj, &manager, false);
+    }
     Ok(Prepared {
         object: obj,
         warnings,
@@ -257,18 +304,15 @@ pub fn prepare_update(
                 ));
             }
         }
-        let existing = old_meta.get("managedFields").cloned();
-        if m.get("managedFields").is_none()
-            && let Some(e) = existing
-        {
-            m.insert("managedFields".into(), e);
-        }
-        set_managed_fields(m, opts, r, "Update", None);
+        start_entries(m, old_meta.get("managedFields"));
     }
     if r.is_builtin() {
         crate::builtin::defaults(r, &mut obj, Some(old));
     }
     normalize(r, &mut obj, opts, &mut warnings)?;
+    if let Some(manager) = opts.manager() {
+        apply::record_update(r, Some(old), &mut obj, &manager, status_path);
+    }
     update_generation(r, old, &mut obj);
     Ok(Prepared {
         object: obj,
@@ -286,11 +330,13 @@ fn strip_volatile(v: &Value) -> Value {
     if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
         m.remove("resourceVersion");
         if let Some(Value::Array(mf)) = m.get_mut("managedFields") {
-            for e in mf {
+            for e in mf.iter_mut() {
                 if let Some(e) = e.as_object_mut() {
                     e.remove("time");
                 }
             }
+            // Entries are ordered by time: a newer time alone may move one.
+            mf.sort_by_cached_key(|e| e.to_string());
         }
     }
     v
@@ -392,41 +438,22 @@ pub fn update_generation(r: &ResourceInfo, old: &Value, obj: &mut Value) {
     meta::meta_mut(obj).insert("generation".into(), json!(g));
 }
 
-/// Records a managedFields entry for `manager` (operation Update or Apply).
-pub fn set_managed_fields(
-    m: &mut Map<String, Value>,
-    opts: &WriteOptions,
-    r: &ResourceInfo,
-    operation: &str,
-    fields: Option<Value>,
-) {
-    let Some(manager) = opts.field_manager.as_deref() else {
-        return;
-    };
-    let mut entries: Vec<Value> = m
-        .get("managedFields")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    let existing = entries
-        .iter()
-        .position(|e| e["manager"] == json!(manager) && e["operation"] == json!(operation));
-    let mut entry = json!({
-        "manager": manager,
-        "operation": operation,
-        "apiVersion": r.api_version(),
-        "time": meta::now(),
-        "fieldsType": "FieldsV1",
-        "fieldsV1": fields.clone().unwrap_or_else(|| json!({})),
-    });
-    match existing {
-        Some(i) => {
-            if fields.is_none() {
-                entry["fieldsV1"] = entries[i]["fieldsV1"].clone();
-            }
-            entries[i] = entry;
+/// The managedFields a write starts from, as the API server decides: the request's own when it
+/// sends some (a client may rewrite them), `[{}]` clears them, and without any (or an empty
+/// list) the stored ones stay.
+fn start_entries(m: &mut Map<String, Value>, stored: Option<&Value>) {
+    match m.get("managedFields").and_then(Value::as_array) {
+        Some(entries) if entries.len() == 1 && entries[0] == json!({}) => {
+            m.remove("managedFields");
         }
-        None => entries.push(entry),
+        Some(entries) if !entries.is_empty() => {}
+        _ => match stored {
+            Some(e) => {
+                m.insert("managedFields".into(), e.clone());
+            }
+            None => {
+                m.remove("managedFields");
+            }
+        },
     }
-    m.insert("managedFields".into(), Value::Array(entries));
 }

@@ -76,3 +76,12 @@ pub fn json_response(code: StatusCode, v: &Value) -> Response {
     let body = crate::wire::to_vec(v);
     (code, [(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
+
+/// The request's `User-Agent` ("" without one).
+pub fn user_agent(headers: &HeaderMap) -> String {
+    headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string()
+}

@@ -261,7 +261,7 @@ fn verb_of(method: &Method, t: &Target, query: &Query) -> &'static str {
     }
 }
 
-fn write_options(query: &Query) -> Result<WriteOptions, ApiError> {
+fn write_options(query: &Query, headers: &HeaderMap) -> Result<WriteOptions, ApiError> {
     let dry_run = match query.get("dryRun").map(String::as_str) {
         None | Some("") => false,
         Some("All") => true,
@@ -275,6 +275,7 @@ fn write_options(query: &Query) -> Result<WriteOptions, ApiError> {
         dry_run,
         field_manager: query.get("fieldManager").cloned().filter(|m| !m.is_empty()),
         field_validation: FieldValidation::parse(query.get("fieldValidation").map(String::as_str))?,
+        user_agent: Some(crate::request::user_agent(headers)),
     })
 }
 
@@ -382,17 +383,17 @@ async fn respond(
             Ok(json_response(StatusCode::OK, &obj))
         }
         ("POST", None) => {
-            let opts = write_options(query)?;
+            let opts = write_options(query, headers)?;
             let obj = as_stored(t, decode_body(headers, &body)?)?;
             create(app, t, obj, &opts).await
         }
         ("PUT", Some(name)) => {
-            let opts = write_options(query)?;
+            let opts = write_options(query, headers)?;
             let obj = as_stored(t, decode_body(headers, &body)?)?;
             update(app, t, name, obj, status_path, &opts).await
         }
         ("PATCH", Some(name)) => {
-            let opts = write_options(query)?;
+            let opts = write_options(query, headers)?;
             patch(app, t, name, headers, &body, query, status_path, &opts).await
         }
         ("DELETE", Some(name)) => delete(app, t, name, query, &body).await,
@@ -588,10 +589,17 @@ pub async fn create(
     } else {
         ""
     };
+    // Admission errors name the object as posted: its generateName when it has no name yet.
+    let posted_name = meta_str(&obj, "name")
+        .filter(|n| !n.is_empty())
+        .or_else(|| meta_str(&obj, "generateName"))
+        .unwrap_or_default()
+        .to_string();
     let prepared = ops::prepare_create(&t.r, ns, obj, opts)?;
     let mut object = prepared.object;
     let name = meta_str(&object, "name").unwrap_or_default().to_string();
     created_as_posted(app, t, &name, &mut object)?;
+    crate::priority::admit(app, &t.r, None, &posted_name, &mut object, None)?;
     let (object, admission_warnings) = admit(
         app,
         &t.r,
@@ -658,7 +666,9 @@ fn status_sub(t: &Target) -> Option<&'static str> {
 }
 
 /// Admission for a normalized object: mutating webhooks (then pruning and defaulting again),
-/// validation, validating webhooks. Returns the object to store and the warnings.
+/// validation, the built-in validating plugins, validating webhooks. The built-in mutating
+/// plugins ([`crate::priority::admit`]) run before, on the prepared object. Returns the object
+/// to store and the warnings.
 #[allow(clippy::too_many_arguments)]
 async fn admit(
     app: &Arc<App>,
@@ -700,6 +710,7 @@ async fn admit(
             "etcdserver: request is too large",
         ));
     }
+    crate::priority::validate(app, r, sub, &object, old)?;
     let attempt = Attempt {
         object: Some(&object),
         ..attempt
@@ -769,6 +780,14 @@ where
             created_as_posted(app, t, name, &mut prepared.object)?;
             Operation::Create
         };
+        crate::priority::admit(
+            app,
+            &t.r,
+            sub,
+            name,
+            &mut prepared.object,
+            current.as_deref(),
+        )?;
         let (object, admission_warnings) = admit(
             app,
             &t.r,
@@ -898,10 +917,7 @@ async fn patch(
                             old,
                             merged,
                             status_path,
-                            &WriteOptions {
-                                field_manager: None,
-                                ..opts.clone()
-                            },
+                            &opts.recording_nothing(),
                         ),
                         None => {
                             let mut merged = merged;
@@ -910,10 +926,7 @@ async fn patch(
                                 &t.r,
                                 &t.namespace,
                                 merged,
-                                &WriteOptions {
-                                    field_manager: None,
-                                    ..opts.clone()
-                                },
+                                &opts.recording_nothing(),
                             )
                         }
                     }

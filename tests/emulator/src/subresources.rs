@@ -91,7 +91,7 @@ async fn answer(
     }
     let sub = t.sub.as_deref()?;
     let name = t.name.as_deref()?;
-    let opts = match write_options(query) {
+    let opts = match write_options(query, headers) {
         Ok(o) => o,
         Err(e) => return Some(Err(e)),
     };
@@ -160,6 +160,7 @@ fn is_csr(r: &ResourceInfo) -> bool {
 
 fn write_options(
     query: &std::collections::HashMap<String, String>,
+    headers: &HeaderMap,
 ) -> Result<WriteOptions, ApiError> {
     let dry_run = match query.get("dryRun").map(String::as_str) {
         None | Some("") => false,
@@ -176,6 +177,7 @@ fn write_options(
         field_validation: ops::FieldValidation::parse(
             query.get("fieldValidation").map(String::as_str),
         )?,
+        user_agent: Some(crate::request::user_agent(headers)),
     })
 }
 

@@ -7,9 +7,13 @@
 use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
 use serde_json::Value;
 
-/// Serializes a response value with the API server's member order.
+/// Serializes a response value with the API server's member order, ended by a newline as Go's
+/// `json.Encoder` ends every value the API server's JSON serializer writes
+/// (apimachinery `runtime/serializer/json` `doEncode`).
 pub fn to_vec(v: &Value) -> Vec<u8> {
-    serde_json::to_vec(&Object(v)).unwrap_or_default()
+    let mut out = serde_json::to_vec(&Object(v)).unwrap_or_default();
+    out.push(b'\n');
+    out
 }
 
 /// A watch event line: `{"type": .., "object": ..}`, the object's fields in object order (as
@@ -179,7 +183,7 @@ mod tests {
             r#"{"type":"MODIFIED","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"x"},"data":{"a":"b"}}}"#
         );
         let event = json!({"type": "MODIFIED", "object": object});
-        assert_eq!(text.as_bytes(), to_vec(&event));
+        assert_eq!(format!("{text}\n").as_bytes(), to_vec(&event));
     }
 
     #[test]
@@ -187,7 +191,7 @@ mod tests {
         let v = json!({"apiVersion": "v1", "data": {"a": "b"}, "kind": "ConfigMap", "metadata": {"name": "x"}});
         assert_eq!(
             String::from_utf8(to_vec(&v)).unwrap(),
-            r#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"x"},"data":{"a":"b"}}"#
+            "{\"kind\":\"ConfigMap\",\"apiVersion\":\"v1\",\"metadata\":{\"name\":\"x\"},\"data\":{\"a\":\"b\"}}\n"
         );
         let list =
             json!({"apiVersion": "v1", "items": [v], "kind": "ConfigMapList", "metadata": {}});
@@ -199,7 +203,7 @@ mod tests {
         let ev = json!({"object": {"apiVersion": "v1", "kind": "Secret", "type": "Opaque"}, "type": "ADDED"});
         assert_eq!(
             String::from_utf8(to_vec(&ev)).unwrap(),
-            r#"{"type":"ADDED","object":{"kind":"Secret","apiVersion":"v1","type":"Opaque"}}"#
+            "{\"type\":\"ADDED\",\"object\":{\"kind\":\"Secret\",\"apiVersion\":\"v1\",\"type\":\"Opaque\"}}\n"
         );
     }
 }

@@ -180,7 +180,7 @@ async fn denial_reaches_the_client_with_the_field_and_kubectl_shows_it() {
     let c = Cluster::start(false).await;
     let ca = TestCa::new();
     let hook = TestWebhook::start(ca.serving("hooks.sites.svc"), deny_owner_root()).await;
-    c.emulator.map_service("sites", "hooks", 443, hook.addr);
+    c.emulator().map_service("sites", "hooks", 443, hook.addr);
     install_validating(
         &c,
         vec![webhook(
@@ -247,7 +247,7 @@ async fn status_writes_skip_a_webhook_that_matches_only_sites() {
         .unwrap();
     let ca = TestCa::new();
     // Registered, but nothing listens: every matching call fails, and the policy is Fail.
-    c.emulator
+    c.emulator()
         .map_service("sites", "hooks", 443, "127.0.0.1:9".parse().unwrap());
     install_validating(
         &c,
@@ -296,7 +296,7 @@ async fn failure_policy_ignore_lets_requests_through_and_sites_star_matches_stat
     let broken: Handler =
         Arc::new(|_: &Value| json!({"apiVersion": "v1", "kind": "Status", "status": "Success"}));
     let hook = TestWebhook::start(ca.serving("hooks.sites.svc"), broken).await;
-    c.emulator.map_service("sites", "hooks", 443, hook.addr);
+    c.emulator().map_service("sites", "hooks", 443, hook.addr);
     install_validating(
         &c,
         vec![webhook(
@@ -399,7 +399,7 @@ async fn mutating_webhook_patch_is_applied_and_stored() {
         answer
     });
     let hook = TestWebhook::start(ca.serving("hooks.sites.svc"), handler).await;
-    c.emulator.map_service("sites", "hooks", 443, hook.addr);
+    c.emulator().map_service("sites", "hooks", 443, hook.addr);
     let api: Api<MutatingWebhookConfiguration> = Api::all(c.client.clone());
     let cfg: MutatingWebhookConfiguration = serde_json::from_value(json!({
         "metadata": {"name": "test-mutating"},
@@ -428,7 +428,7 @@ async fn dry_run_needs_side_effect_free_webhooks() {
     let c = Cluster::start(false).await;
     let ca = TestCa::new();
     let hook = TestWebhook::start(ca.serving("hooks.sites.svc"), deny_owner_root()).await;
-    c.emulator.map_service("sites", "hooks", 443, hook.addr);
+    c.emulator().map_service("sites", "hooks", 443, hook.addr);
     install_validating(
         &c,
         vec![webhook(
@@ -461,7 +461,7 @@ async fn certificate_for_another_name_fails_the_call() {
     let c = Cluster::start(false).await;
     let ca = TestCa::new();
     let hook = TestWebhook::start(ca.serving("other.sites.svc"), deny_owner_root()).await;
-    c.emulator.map_service("sites", "hooks", 443, hook.addr);
+    c.emulator().map_service("sites", "hooks", 443, hook.addr);
     install_validating(
         &c,
         vec![webhook(
@@ -496,7 +496,7 @@ async fn certificate_for_another_name_fails_the_call() {
         .await
         .unwrap();
     let hook2 = TestWebhook::start(ca.serving("hooks.sites.svc"), deny_owner_root()).await;
-    c.emulator.map_service("sites", "hooks", 443, hook2.addr);
+    c.emulator().map_service("sites", "hooks", 443, hook2.addr);
     install_validating(
         &c,
         vec![webhook(
@@ -532,7 +532,7 @@ async fn match_conditions_select_the_config_map() {
         )
     });
     let hook = TestWebhook::start(ca.serving("hooks.sites.svc"), handler).await;
-    c.emulator.map_service("sites", "hooks", 443, hook.addr);
+    c.emulator().map_service("sites", "hooks", 443, hook.addr);
     let mut w = webhook(
         "config.sites.ecmwf.int",
         &ca,

@@ -61,7 +61,7 @@ async fn already_exists_and_not_found_statuses() {
 
 /// GETs a path with a plain HTTP client and returns the JSON body whatever the status.
 async fn raw_get(c: &Cluster, path: &str) -> serde_json::Value {
-    let url = format!("{}{path}", c.emulator.url());
+    let url = format!("{}{path}", c.emulator().url());
     tokio::task::spawn_blocking(move || {
         let out = std::process::Command::new("curl")
             .args(["-s", &url])
@@ -116,7 +116,7 @@ async fn server_side_apply_noop_keeps_the_resource_version_and_omitted_fields_ar
         first.metadata.resource_version, again.metadata.resource_version,
         "no-op apply must not write"
     );
-    let events_before = c.emulator.app.store.lock().resource_version();
+    let events_before = c.emulator().app.store.lock().resource_version();
     let cm2 = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"one": "1"}});
     let pruned = cms.patch("a", &pp, &Patch::Apply(&cm2)).await.unwrap();
     let data = pruned.data.unwrap();
@@ -125,7 +125,7 @@ async fn server_side_apply_noop_keeps_the_resource_version_and_omitted_fields_ar
         !data.contains_key("two"),
         "field omitted from the applied configuration is removed"
     );
-    assert!(c.emulator.app.store.lock().resource_version() > events_before);
+    assert!(c.emulator().app.store.lock().resource_version() > events_before);
     // Another manager's field: conflict unless forced.
     let other = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"one": "changed"}});
     let e = api_error(
@@ -335,7 +335,7 @@ async fn finalizers_block_deletion_and_background_gc_removes_children() {
 async fn dry_run_persists_nothing() {
     let c = Cluster::start(false).await;
     let sites: Api<Site> = Api::namespaced(c.client.clone(), "default");
-    let rv_before = c.emulator.app.store.lock().resource_version();
+    let rv_before = c.emulator().app.store.lock().resource_version();
     let pp = PostParams {
         dry_run: true,
         ..Default::default()
@@ -343,7 +343,7 @@ async fn dry_run_persists_nothing() {
     let would_be = sites.create(&pp, &site("a")).await.unwrap();
     assert_eq!(would_be.metadata.name.as_deref(), Some("a"));
     assert!(sites.get_opt("a").await.unwrap().is_none());
-    assert_eq!(c.emulator.app.store.lock().resource_version(), rv_before);
+    assert_eq!(c.emulator().app.store.lock().resource_version(), rv_before);
     let e = api_error(
         c.client
             .request::<serde_json::Value>(
@@ -445,7 +445,7 @@ async fn watch_resumes_and_expired_versions_get_410() {
     }
     drop(stream);
 
-    c.emulator.compact();
+    c.emulator().compact();
     let mut stream = cms
         .watch(&WatchParams::default().timeout(5), &rv)
         .await
@@ -468,7 +468,7 @@ async fn kube_runtime_watcher_relists_after_410() {
         .await
         .unwrap();
     // Short watches (no bookmark moves the watcher's position) that it keeps resuming.
-    c.emulator
+    c.emulator()
         .faults()
         .drop_watches_every(Some(Duration::from_millis(50)));
     // Drive the watcher in the background; it reports the names it sees.
@@ -491,16 +491,16 @@ async fn kube_runtime_watcher_relists_after_410() {
         .unwrap()
         .unwrap();
     assert_eq!(first, "one");
-    let lists_before = c.emulator.stats().count("list", "configmaps");
+    let lists_before = c.emulator().stats().count("list", "configmaps");
     // Move the cluster past the watcher's position, then expire the history: resuming from its
     // resourceVersion gets 410 Gone and the watcher lists again.
     let other: Api<k8s_openapi::api::core::v1::Secret> =
         Api::namespaced(c.client.clone(), "default");
     let secret = serde_json::from_value(json!({"metadata": {"name": "s"}})).unwrap();
     other.create(&PostParams::default(), &secret).await.unwrap();
-    c.emulator.compact();
+    c.emulator().compact();
     eventually("re-list after 410", Duration::from_secs(15), || async {
-        (c.emulator.stats().count("list", "configmaps") > lists_before).then_some(())
+        (c.emulator().stats().count("list", "configmaps") > lists_before).then_some(())
     })
     .await;
     cms.create(&PostParams::default(), &mk("two"))
@@ -527,8 +527,8 @@ async fn injected_faults_fail_requests_and_are_counted() {
     let cms: Api<ConfigMap> = Api::namespaced(c.client.clone(), "default");
     let mk =
         |n: &str| serde_json::from_value::<ConfigMap>(json!({"metadata": {"name": n}})).unwrap();
-    c.emulator.stats().reset();
-    c.emulator.faults().add(FaultRule {
+    c.emulator().stats().reset();
+    c.emulator().faults().add(FaultRule {
         verb: Some("create".into()),
         resource: Some("configmaps".into()),
         rate: 1.0,
@@ -547,11 +547,11 @@ async fn injected_faults_fail_requests_and_are_counted() {
     );
     // Reads are unaffected by a create rule.
     cms.list(&ListParams::default()).await.unwrap();
-    c.emulator.faults().clear();
+    c.emulator().faults().clear();
     cms.create(&PostParams::default(), &mk("a")).await.unwrap();
 
     // Forbidden for one verb, with the API server's wording.
-    c.emulator.faults().add(FaultRule {
+    c.emulator().faults().add(FaultRule {
         verb: Some("delete".into()),
         rate: 1.0,
         codes: vec![403],
@@ -564,11 +564,11 @@ async fn injected_faults_fail_requests_and_are_counted() {
         "{}",
         e.message
     );
-    c.emulator.faults().clear();
+    c.emulator().faults().clear();
 
     // A partial rate fails some requests, deterministically for a seed.
-    c.emulator.faults().seed(7);
-    c.emulator.faults().add(FaultRule {
+    c.emulator().faults().seed(7);
+    c.emulator().faults().add(FaultRule {
         verb: Some("get".into()),
         rate: 0.5,
         codes: vec![500, 429],
@@ -584,10 +584,10 @@ async fn injected_faults_fail_requests_and_are_counted() {
         (40..=160).contains(&failures),
         "{failures} of 200 failed at rate 0.5"
     );
-    c.emulator.faults().clear();
+    c.emulator().faults().clear();
 
     // The request counters saw every outcome, by verb, resource and code.
-    let stats = c.emulator.stats().to_json();
+    let stats = c.emulator().stats().to_json();
     let count = |verb: &str, code: u64| -> u64 {
         stats
             .as_array()
@@ -601,8 +601,8 @@ async fn injected_faults_fail_requests_and_are_counted() {
     assert_eq!(count("create", 201), 1);
     assert_eq!(count("delete", 403), 1);
     assert_eq!(count("get", 500) + count("get", 429), failures);
-    assert_eq!(c.emulator.stats().count("get", "configmaps"), 201);
-    assert!(c.emulator.stats().writes() >= 3);
+    assert_eq!(c.emulator().stats().count("get", "configmaps"), 201);
+    assert!(c.emulator().stats().writes() >= 3);
 }
 
 #[tokio::test]
@@ -611,7 +611,7 @@ async fn latency_and_dropped_watches() {
     use sites_emulator::faults::FaultRule;
     let c = Cluster::start(false).await;
     let cms: Api<ConfigMap> = Api::namespaced(c.client.clone(), "default");
-    c.emulator.faults().add(FaultRule {
+    c.emulator().faults().add(FaultRule {
         verb: Some("list".into()),
         latency_ms: 200,
         ..Default::default()
@@ -622,10 +622,10 @@ async fn latency_and_dropped_watches() {
         started.elapsed() >= Duration::from_millis(200),
         "latency is added"
     );
-    c.emulator.faults().clear();
+    c.emulator().faults().clear();
 
     // Watches end early; kube's watcher reconnects and still sees every object.
-    c.emulator
+    c.emulator()
         .faults()
         .drop_watches_every(Some(Duration::from_millis(300)));
     let mut w = watcher::watcher(cms.clone(), watcher::Config::default()).boxed();
@@ -654,7 +654,7 @@ async fn latency_and_dropped_watches() {
     creator.await.unwrap();
     assert!(result.is_ok(), "saw {seen:?}");
     assert!(
-        c.emulator.stats().count("watch", "configmaps") >= 2,
+        c.emulator().stats().count("watch", "configmaps") >= 2,
         "the watch was re-established"
     );
 }

@@ -53,7 +53,7 @@ fn ok(out: &Output) -> String {
 fn curl(c: &Cluster, method: &str, path: &str, token: Option<&str>) -> (u16, String) {
     let mut cmd = std::process::Command::new("curl");
     cmd.args(["-s", "-X", method, "-w", "\n%{http_code}"]);
-    if let Some(ca) = c.emulator.ca_pem() {
+    if let Some(ca) = c.emulator().ca_pem() {
         let file = c.dir.join("ca.crt");
         std::fs::write(&file, ca).unwrap();
         cmd.arg("--cacert").arg(file);
@@ -62,7 +62,7 @@ fn curl(c: &Cluster, method: &str, path: &str, token: Option<&str>) -> (u16, Str
         cmd.args(["-H", &format!("Authorization: Bearer {t}")]);
     }
     let out = cmd
-        .arg(format!("{}{path}", c.emulator.url()))
+        .arg(format!("{}{path}", c.emulator().url()))
         .output()
         .expect("curl runs");
     let text = String::from_utf8(out.stdout).unwrap();
@@ -215,7 +215,8 @@ async fn issued_tokens_get_what_rbac_grants_and_the_api_servers_403_otherwise() 
     assert_eq!(
         body,
         format!(
-            r#"{{"kind":"Status","apiVersion":"v1","metadata":{{}},"status":"Failure","message":"pods \"p\" is forbidden: User \"{ROBOT}\" cannot delete resource \"pods\" in API group \"\" in the namespace \"apps\"","reason":"Forbidden","details":{{"name":"p","kind":"pods"}},"code":403}}"#
+            r#"{{"kind":"Status","apiVersion":"v1","metadata":{{}},"status":"Failure","message":"pods \"p\" is forbidden: User \"{ROBOT}\" cannot delete resource \"pods\" in API group \"\" in the namespace \"apps\"","reason":"Forbidden","details":{{"name":"p","kind":"pods"}},"code":403}}
+"#
         )
     );
 
@@ -251,7 +252,10 @@ async fn unknown_tokens_are_unauthorized_and_no_token_is_anonymous() {
     assert_eq!(code, 401);
     assert_eq!(
         body,
-        r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Unauthorized","reason":"Unauthorized","code":401}"#
+        concat!(
+            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Unauthorized","reason":"Unauthorized","code":401}"#,
+            "\n"
+        )
     );
 
     // Without a token: system:anonymous, who may read the public information only
@@ -262,13 +266,19 @@ async fn unknown_tokens_are_unauthorized_and_no_token_is_anonymous() {
     assert_eq!(code, 403);
     assert_eq!(
         body,
-        r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"pods is forbidden: User \"system:anonymous\" cannot list resource \"pods\" in API group \"\" in the namespace \"default\"","reason":"Forbidden","details":{"kind":"pods"},"code":403}"#
+        concat!(
+            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"pods is forbidden: User \"system:anonymous\" cannot list resource \"pods\" in API group \"\" in the namespace \"default\"","reason":"Forbidden","details":{"kind":"pods"},"code":403}"#,
+            "\n"
+        )
     );
     let (code, body) = curl(&c, "GET", "/apis", None);
     assert_eq!(code, 403);
     assert_eq!(
         body,
-        r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"forbidden: User \"system:anonymous\" cannot get path \"/apis\"","reason":"Forbidden","details":{},"code":403}"#
+        concat!(
+            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"forbidden: User \"system:anonymous\" cannot get path \"/apis\"","reason":"Forbidden","details":{},"code":403}"#,
+            "\n"
+        )
     );
 
     // The administrator's kubeconfig works as before.

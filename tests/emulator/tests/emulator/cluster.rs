@@ -35,7 +35,7 @@ async fn every_cluster_has_the_default_objects() {
     let subset = &ep.subsets.unwrap()[0];
     assert_eq!(
         subset.ports.as_ref().unwrap()[0].port,
-        c.emulator.addr.port() as i32
+        c.emulator().addr.port() as i32
     );
     let slice = Api::<EndpointSlice>::namespaced(c.client.clone(), "default")
         .get("kubernetes")
@@ -47,7 +47,7 @@ async fn every_cluster_has_the_default_objects() {
     );
 
     // Every namespace, including new ones, has the root CA and the default service account.
-    let ca = c.emulator.ca_pem().unwrap().to_string();
+    let ca = c.emulator().ca_pem().unwrap().to_string();
     for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
         let cm = Api::<ConfigMap>::namespaced(c.client.clone(), ns)
             .get("kube-root-ca.crt")

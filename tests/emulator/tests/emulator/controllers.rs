@@ -155,7 +155,7 @@ async fn restarted_at_rolls_pods_and_a_never_ready_update_stalls_until_the_pod_i
     assert_ne!(rev_before, rev_after);
 
     // An update to an image that never becomes ready: the highest ordinal is replaced and stalls.
-    c.emulator
+    c.emulator()
         .kubelet()
         .set_image("bad:1", Behaviour::NeverReady);
     let bad = json!({"spec": {"template": {"spec": {"containers": [{"name": "web", "image": "bad:1"}]}}}});
@@ -231,10 +231,10 @@ async fn restarted_at_rolls_pods_and_a_never_ready_update_stalls_until_the_pod_i
 async fn kubelet_behaviours_show_in_pod_status() {
     let c = Cluster::start(false).await;
     let pods: Api<Pod> = Api::namespaced(c.client.clone(), "default");
-    c.emulator
+    c.emulator()
         .kubelet()
         .set_image("crash:1", Behaviour::CrashLoop);
-    c.emulator
+    c.emulator()
         .kubelet()
         .set_image("missing:1", Behaviour::ImagePullFailure);
     for (name, image) in [
@@ -282,7 +282,7 @@ async fn kubelet_behaviours_show_in_pod_status() {
         .find(|c| c.type_ == "Ready")
         .unwrap();
     // A test flips readiness; the condition flips with a new transition time.
-    c.emulator
+    c.emulator()
         .kubelet()
         .set_pod("default", "fine", Behaviour::NeverReady);
     let flipped = eventually("not ready", WAIT, || async {

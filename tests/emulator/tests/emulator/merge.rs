@@ -5,7 +5,7 @@
 
 use serde_json::{Value, json};
 
-use crate::support::Cluster;
+use crate::support::{Cluster, on_both};
 
 fn apply(c: &Cluster, manager: &str, manifest: &str) {
     let out = c.kubectl_stdin(
@@ -56,16 +56,27 @@ spec:
       name: dns-udp
 "#;
 
+on_both! {
 /// The issue's case: a merge patch adds a key to a Service's selector (a JSON merge patch merges
 /// maps whatever the schema); the owner's next apply replaces the atomic selector whole.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_atomic_selector_is_replaced_whole_by_its_appliers_next_apply() {
-    let c = Cluster::start(false).await;
+async fn an_atomic_selector_is_replaced_whole_by_its_appliers_next_apply(c: Cluster) {
     apply(&c, "operator", SERVICE);
     let svc = get(&c, "service/web");
     // Owned as one field: no entries below f:selector.
     let fields = owned(&svc, "operator");
-    assert_eq!(fields["f:spec"]["f:selector"], json!({}), "{fields}");
+    // ServiceSpec.selector is `+mapType=atomic` since Kubernetes 1.27; in 1.20 it is a
+    // granular map (staging/src/k8s.io/api/core/v1/types.go:4050 of 1.20.2 has no map type),
+    // owned key by key, and keys other managers added stay through the owner's next apply.
+    let atomic = !c.is_real();
+    if atomic {
+        assert_eq!(fields["f:spec"]["f:selector"], json!({}), "{fields}");
+    } else {
+        assert_eq!(
+            fields["f:spec"]["f:selector"],
+            json!({"f:app": {}, "f:tier": {}}),
+            "{fields}"
+        );
+    }
     // Ports keyed by port and protocol: 53/TCP and 53/UDP are two items.
     let ports = fields["f:spec"]["f:ports"].as_object().unwrap();
     assert!(
@@ -94,10 +105,12 @@ async fn an_atomic_selector_is_replaced_whole_by_its_appliers_next_apply() {
         json!({"app": "hijacked", "tier": "front", "extra": "x"})
     );
     apply(&c, "operator", SERVICE);
-    assert_eq!(
-        get(&c, "service/web")["spec"]["selector"],
+    let reapplied = if atomic {
         json!({"app": "web", "tier": "front"})
-    );
+    } else {
+        json!({"app": "web", "tier": "front", "extra": "x"})
+    };
+    assert_eq!(get(&c, "service/web")["spec"]["selector"], reapplied);
 
     // Strategic merge reads the struct tags only, as the API server: a selector merges there.
     c.kubectl_ok(&[
@@ -111,6 +124,7 @@ async fn an_atomic_selector_is_replaced_whole_by_its_appliers_next_apply() {
         get(&c, "service/web")["spec"]["selector"],
         json!({"app": "web", "tier": "front", "extra": "x"})
     );
+}
 }
 
 const DEPLOYMENT: &str = r#"
@@ -140,11 +154,10 @@ spec:
               protocol: UDP
 "#;
 
+on_both! {
 /// A LabelSelector is atomic as a type; template labels merge key by key; container env merges
 /// by name and ports by containerPort and protocol, each item owned by whoever applied it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn deployments_merge_selectors_env_and_ports_as_the_schemas_say() {
-    let c = Cluster::start(false).await;
+async fn deployments_merge_selectors_env_and_ports_as_the_schemas_say(c: Cluster) {
     apply(&c, "owner", DEPLOYMENT);
     let fields = owned(&get(&c, "deployment/web"), "owner");
     assert_eq!(fields["f:spec"]["f:selector"], json!({}), "{fields}");
@@ -159,19 +172,33 @@ async fn deployments_merge_selectors_env_and_ports_as_the_schemas_say() {
         assert!(container["f:ports"][&key].is_object(), "{key}: {fields}");
     }
 
-    // Someone widens the selector and the labels by hand.
-    c.kubectl_ok(&[
-        "patch",
-        "deployment/web",
-        "--type=merge",
-        "-p",
-        r#"{"spec":{"selector":{"matchLabels":{"tier":"x"}},"template":{"metadata":{"labels":{"tier":"x"}}}}}"#,
-    ]);
-    // A second manager adds an env var and a port of its own.
-    apply(
-        &c,
-        "sidecar-injector",
-        r#"
+    // Someone widens the selector and the labels by hand. An apps/v1 Deployment's selector is
+    // immutable (pkg/registry/apps/deployment/strategy.go ValidateUpdate, 1.20.2 as 1.32): the
+    // API server refuses the selector and takes the labels alone. The emulator lets the
+    // selector change (open).
+    let widened = r#"{"spec":{"selector":{"matchLabels":{"tier":"x"}},"template":{"metadata":{"labels":{"tier":"x"}}}}}"#;
+    if c.is_real() {
+        let out = c.kubectl(&["patch", "deployment/web", "--type=merge", "-p", widened]);
+        assert!(!out.status.success(), "{out:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("spec.selector: Invalid value: ")
+                && String::from_utf8_lossy(&out.stderr).contains("field is immutable"),
+            "{out:?}"
+        );
+        c.kubectl_ok(&[
+            "patch",
+            "deployment/web",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"template":{"metadata":{"labels":{"tier":"x"}}}}}"#,
+        ]);
+    } else {
+        c.kubectl_ok(&["patch", "deployment/web", "--type=merge", "-p", widened]);
+    }
+    // A second manager adds an env var and a port of its own. (Against 1.20 kubectl validates
+    // with OpenAPI v2, which requires a Deployment's selector even in an apply configuration:
+    // the sidecar applies the same selector, shared with its owner.)
+    let sidecar = r#"
 apiVersion: apps/v1
 kind: Deployment
 metadata:
@@ -187,8 +214,16 @@ spec:
           ports:
             - containerPort: 9090
               protocol: TCP
-"#,
-    );
+"#;
+    let sidecar = if c.is_real() {
+        sidecar.replace(
+            "spec:\n  template:",
+            "spec:\n  selector:\n    matchLabels:\n      app: web\n  template:",
+        )
+    } else {
+        sidecar.to_string()
+    };
+    apply(&c, "sidecar-injector", &sidecar);
     let d = get(&c, "deployment/web");
     let names = |d: &Value, list: &str, key: &str| -> Vec<String> {
         d["spec"]["template"]["spec"]["containers"][0][list]
@@ -246,11 +281,11 @@ spec:
         json!([{"name": "TRACE", "value": "2"}])
     );
 }
+}
 
+on_both! {
 /// A custom resource's schema says the same with its own extensions.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crd_schemas_own_map_type_is_followed() {
-    let c = Cluster::start(false).await;
+async fn a_crd_schemas_own_map_type_is_followed(c: Cluster) {
     let out = c.kubectl_stdin(
         &["apply", "-f", "-"],
         Some(
@@ -335,4 +370,5 @@ spec:
     assert_eq!(spec["selector"], json!({"app": "web"}));
     assert_eq!(spec["target"], json!({"name": "web"}));
     assert_eq!(spec["labels"], json!({"app": "web", "x": "1"}));
+}
 }

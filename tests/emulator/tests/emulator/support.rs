@@ -130,23 +130,38 @@ pub fn repo_file(path: &str) -> PathBuf {
         .join(path)
 }
 
-/// A running emulator plus a temporary directory for kubeconfig and kubectl cache.
+/// Where a test's cluster runs.
+pub enum Backend {
+    /// The in-process emulator.
+    Emulator(Emulator),
+    /// A real Kubernetes 1.20.2 control plane (`scripts/control-plane.sh`), started for the
+    /// test and stopped when the cluster is dropped, with the emulator's kubelet in-process as
+    /// its node, scheduler and volume provisioner.
+    Real(ControlPlane),
+}
+
+/// A running cluster (the emulator, or a real control plane) with the Site CRD established,
+/// plus a temporary directory for kubeconfig and kubectl cache.
 pub struct Cluster {
-    pub emulator: Emulator,
+    pub backend: Backend,
     pub client: kube::Client,
     pub dir: PathBuf,
 }
 
 impl Drop for Cluster {
     fn drop(&mut self) {
+        // The control plane lives in the directory: stopped first (its pid file is there).
+        if let Backend::Real(plane) = &mut self.backend {
+            plane.stop();
+        }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
-/// A kube client configuration for the emulator, without client-side retries (the tests look
+/// A kube client configuration for a kubeconfig, without client-side retries (the tests look
 /// at raw responses).
-async fn client_config(emulator: &Emulator) -> kube::Config {
-    let kubeconfig = Kubeconfig::from_yaml(&emulator.kubeconfig_yaml()).unwrap();
+async fn client_config(kubeconfig: &str) -> kube::Config {
+    let kubeconfig = Kubeconfig::from_yaml(kubeconfig).unwrap();
     let mut config =
         kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
             .await
@@ -154,6 +169,34 @@ async fn client_config(emulator: &Emulator) -> kube::Config {
     config.default_retry = false;
     config
 }
+
+/// Defines a test that runs against the emulator and, under the same name with
+/// `::real_apiserver` appended (ignored unless asked for: `make real-apiserver-test`), against
+/// a real control plane. The body gets the cluster as `$c`; [`Cluster::is_real`] tells it which
+/// one it has, for the points where Kubernetes 1.20 answers otherwise than 1.32.
+macro_rules! on_both {
+    ($(#[$attr:meta])* async fn $name:ident($c:ident: Cluster) $body:block) => {
+        $(#[$attr])*
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            $name::body($crate::support::Cluster::start(false).await).await
+        }
+
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+
+            pub(super) async fn body($c: $crate::support::Cluster) $body
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            #[ignore = "needs the real control plane: make real-apiserver-test"]
+            async fn real_apiserver() {
+                body($crate::support::Cluster::start_real().await).await
+            }
+        }
+    };
+}
+pub(crate) use on_both;
 
 impl Cluster {
     /// Starts an emulator (HTTP or HTTPS) with the Site CRD registered.
@@ -168,19 +211,122 @@ impl Cluster {
     /// [`Cluster::start`] with any options.
     pub async fn start_with(options: Options) -> Cluster {
         let emulator = Emulator::start(options).await.expect("emulator starts");
-        let dir = std::env::temp_dir().join(format!("sites-emulator-it-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = temp_dir();
         emulator.write_kubeconfig(&dir.join("kubeconfig")).unwrap();
-        let client = kube::Client::try_from(client_config(&emulator).await).expect("client");
+        let client = kube::Client::try_from(client_config(&emulator.kubeconfig_yaml()).await)
+            .expect("client");
         let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
         crds.create(&PostParams::default(), &site_crd())
             .await
             .expect("Site CRD is accepted");
         Cluster {
-            emulator,
+            backend: Backend::Emulator(emulator),
             client,
             dir,
         }
+    }
+
+    /// Starts a real control plane (in a directory of its own) with the Site CRD established.
+    pub async fn start_real() -> Cluster {
+        let dir = temp_dir();
+        let plane = ControlPlane::start(&dir.join("control-plane")).await;
+        std::fs::copy(plane.kubeconfig(), dir.join("kubeconfig")).unwrap();
+        let yaml = std::fs::read_to_string(plane.kubeconfig()).unwrap();
+        let client = kube::Client::try_from(client_config(&yaml).await).expect("client");
+        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+        crds.create(&PostParams::default(), &site_crd())
+            .await
+            .expect("Site CRD is accepted");
+        kube::runtime::wait::await_condition(
+            crds,
+            "sites.sites.ecmwf.int",
+            kube::runtime::wait::conditions::is_crd_established(),
+        )
+        .await
+        .expect("the Site CRD is established");
+        let cluster = Cluster {
+            backend: Backend::Real(plane),
+            client,
+            dir,
+        };
+        // The CRD's handler serves once it is established; discovery follows shortly after.
+        eventually(
+            "the Site resource to be served",
+            Duration::from_secs(30),
+            || {
+                let sites: Api<Site> = Api::namespaced(cluster.client.clone(), "default");
+                async move { sites.list(&Default::default()).await.ok().map(|_| ()) }
+            },
+        )
+        .await;
+        // kubectl (1.32) validates against OpenAPI v2 here, which publishes a new CRD's
+        // schema some seconds after it is established.
+        eventually(
+            "the Site schema in /openapi/v2",
+            Duration::from_secs(60),
+            || {
+                let client = cluster.client.clone();
+                async move {
+                    let request = http::Request::get("/openapi/v2").body(Vec::new()).unwrap();
+                    let doc = client.request_text(request).await.ok()?;
+                    doc.contains("\"int.ecmwf.sites.v1.Site\"").then_some(())
+                }
+            },
+        )
+        .await;
+        cluster
+    }
+
+    /// Whether this is a real control plane (Kubernetes 1.20.2) rather than the emulator.
+    pub fn is_real(&self) -> bool {
+        matches!(self.backend, Backend::Real(_))
+    }
+
+    /// The emulator; panics for a real control plane (a test that needs the emulator's own
+    /// handles runs on the emulator only).
+    pub fn emulator(&self) -> &Emulator {
+        match &self.backend {
+            Backend::Emulator(e) => e,
+            Backend::Real(_) => panic!("this test needs the emulator's own handles"),
+        }
+    }
+
+    /// The API server's URL.
+    pub fn url(&self) -> String {
+        match &self.backend {
+            Backend::Emulator(e) => e.url(),
+            Backend::Real(_) => self.kubeconfig_value()["clusters"][0]["cluster"]["server"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+        }
+    }
+
+    /// curl arguments that authenticate as the kubeconfig's user and trust the server's CA
+    /// (none for a plain HTTP emulator).
+    pub fn curl_auth(&self) -> Vec<String> {
+        let config = self.kubeconfig_value();
+        let mut args = Vec::new();
+        let cluster = &config["clusters"][0]["cluster"];
+        if let Some(ca) = cluster["certificate-authority"].as_str() {
+            args.extend(["--cacert".to_string(), ca.to_string()]);
+        } else if let Some(data) = cluster["certificate-authority-data"].as_str() {
+            use base64::Engine;
+            let pem = base64::engine::general_purpose::STANDARD
+                .decode(data)
+                .unwrap();
+            let path = self.dir.join("ca.crt");
+            std::fs::write(&path, pem).unwrap();
+            args.extend(["--cacert".to_string(), path.display().to_string()]);
+        }
+        if let Some(token) = config["users"][0]["user"]["token"].as_str() {
+            args.extend(["-H".to_string(), format!("Authorization: Bearer {token}")]);
+        }
+        args
+    }
+
+    fn kubeconfig_value(&self) -> Value {
+        serde_yaml_ng::from_str(&std::fs::read_to_string(self.kubeconfig()).unwrap()).unwrap()
     }
 
     pub fn kubeconfig(&self) -> PathBuf {
@@ -189,7 +335,7 @@ impl Cluster {
 
     /// A kubeconfig of the emulator with `token` as its credentials, written as `<name>.kubeconfig`.
     pub fn kubeconfig_with_token(&self, name: &str, token: &str) -> PathBuf {
-        let mut config: Value = serde_yaml_ng::from_str(&self.emulator.kubeconfig_yaml()).unwrap();
+        let mut config = self.kubeconfig_value();
         config["users"][0]["user"]["token"] = Value::String(token.to_string());
         let path = self.dir.join(format!("{name}.kubeconfig"));
         std::fs::write(&path, serde_yaml_ng::to_string(&config).unwrap()).unwrap();
@@ -246,6 +392,103 @@ impl Cluster {
         String::from_utf8(out.stdout).unwrap()
     }
 }
+
+fn temp_dir() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("sites-emulator-it-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A started real control plane; dropping it stops the kubelet and exactly what
+/// `scripts/control-plane.sh start` started.
+pub struct ControlPlane {
+    dir: PathBuf,
+    kubelet: Option<tokio::task::JoinHandle<()>>,
+    stopped: bool,
+}
+
+impl ControlPlane {
+    /// Starts one in `dir` (its kubeconfig is `dir/kubeconfig`, the administrator's) with the
+    /// kubelet's node registered and Ready.
+    pub async fn start(dir: &std::path::Path) -> ControlPlane {
+        let script = repo_file("scripts/control-plane.sh");
+        let args = (dir.to_path_buf(), std::process::id().to_string());
+        let out = tokio::task::spawn_blocking(move || {
+            Command::new(script)
+                .arg("start")
+                .arg(&args.0)
+                .arg("--watch-pid")
+                .arg(&args.1)
+                .output()
+                .expect("scripts/control-plane.sh runs")
+        })
+        .await
+        .unwrap();
+        let mut plane = ControlPlane {
+            dir: dir.to_path_buf(),
+            kubelet: None,
+            stopped: false,
+        };
+        assert!(
+            out.status.success(),
+            "the control plane did not start (make control-plane builds it):\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let ready = dir.join("kubelet.ready");
+        let target = sites_emulator::client::load_kubeconfig(&plane.kubeconfig())
+            .expect("the control plane's kubeconfig");
+        let client = sites_emulator::client::Client::new(&target).expect("a client");
+        let config = sites_emulator::node::Config {
+            storage_classes: vec![STORAGE_CLASS.to_string()],
+            ready_file: Some(ready.clone()),
+            ..Default::default()
+        };
+        plane.kubelet = Some(tokio::spawn(sites_emulator::node::run(
+            client,
+            config,
+            std::future::pending(),
+        )));
+        eventually(
+            "the kubelet's node to be Ready",
+            Duration::from_secs(30),
+            || {
+                let ready = ready.exists();
+                async move { ready.then_some(()) }
+            },
+        )
+        .await;
+        plane
+    }
+
+    /// The administrator's kubeconfig.
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.dir.join("kubeconfig")
+    }
+}
+
+impl ControlPlane {
+    /// Stops the kubelet and the control plane (once).
+    fn stop(&mut self) {
+        if let Some(k) = self.kubelet.take() {
+            k.abort();
+        }
+        if !std::mem::replace(&mut self.stopped, true) {
+            let _ = Command::new(repo_file("scripts/control-plane.sh"))
+                .arg("stop")
+                .arg(&self.dir)
+                .status();
+        }
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The storage class the kubelet provisions volumes of on a real control plane.
+pub const STORAGE_CLASS: &str = "standard";
 
 /// Polls `check` every 20 ms until it returns Some, or panics after `timeout`.
 pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
