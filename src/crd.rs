@@ -109,7 +109,10 @@ pub struct SiteConfiguration<S = String> {
         skip_serializing_if = "Vec::is_empty",
         deserialize_with = "names::applications"
     )]
-    #[schemars(length(max = 64))]
+    #[schemars(
+        length(max = 64),
+        extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"])
+    )]
     pub applications: Vec<Application<S>>,
     /// Extra HTTP response headers served by the site's nginx, name to value.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -328,9 +331,13 @@ fn default_path_type<S: From<&'static str>>() -> S {
     S::from("Prefix")
 }
 
-/// A Kubernetes quantity: a string such as `10Gi` or `500m`, or a plain number.
+/// A Kubernetes quantity: a string such as `10Gi` or `500m`, or a plain number. Declared as a
+/// value the API server keeps as written (the admission webhook checks it, naming the field),
+/// not as `x-kubernetes-int-or-string`: Kubernetes 1.20 unfolds that into an `anyOf` its
+/// server-side apply models cannot hold, and then treats every list of the Site as atomic
+/// (`apiextensions-apiserver` `buildOpenAPIModelsForApply`, fixed in 1.21).
 fn quantity_schema(_: &mut SchemaGenerator) -> Schema {
-    json_schema!({ "x-kubernetes-int-or-string": true })
+    json_schema!({ "x-kubernetes-preserve-unknown-fields": true })
 }
 
 /// An object the API server keeps as written, so that the admission webhook sees and rejects it.
@@ -387,8 +394,9 @@ pub fn gateway_api_crds() -> [CustomResourceDefinition; 2] {
         json_path: path.into(),
         ..Default::default()
     };
-    let with_columns = |mut crd: CustomResourceDefinition,
+    let with_columns = |crd: CustomResourceDefinition,
                         columns: Vec<CustomResourceColumnDefinition>| {
+        let mut crd = as_upstream_publishes(crd);
         for version in &mut crd.spec.versions {
             version.additional_printer_columns = Some(columns.clone());
         }
@@ -416,6 +424,50 @@ pub fn gateway_api_crds() -> [CustomResourceDefinition; 2] {
             ],
         ),
     ]
+}
+
+/// The Gateway API release whose standard-channel types the gateway-api crate generates.
+const GATEWAY_API_BUNDLE_VERSION: &str = "v1.5.1";
+
+/// A Gateway API CRD as an API server accepts it, as upstream publishes it:
+/// - `api-approved.kubernetes.io`: `gateway.networking.k8s.io` is a protected group (`*.k8s.io`);
+///   without the annotation every API server refuses the CRD (`protected groups must have
+///   approval annotation`). Upstream's CRDs carry the URL of their API review.
+/// - no `null` in an `enum`: the generated schemas list `null` beside `nullable: true`, which
+///   Kubernetes 1.20 refuses (`Unsupported value: null`); `nullable` alone admits it on every
+///   version.
+fn as_upstream_publishes(crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    fn drop_null_enums(node: &mut serde_json::Value) {
+        match node {
+            serde_json::Value::Object(o) => {
+                if let Some(serde_json::Value::Array(values)) = o.get_mut("enum") {
+                    values.retain(|v| !v.is_null());
+                }
+                o.values_mut().for_each(drop_null_enums);
+            }
+            serde_json::Value::Array(a) => a.iter_mut().for_each(drop_null_enums),
+            _ => {}
+        }
+    }
+    let mut value =
+        serde_json::to_value(&crd).expect("a CustomResourceDefinition always serialises");
+    drop_null_enums(&mut value);
+    let mut crd: CustomResourceDefinition = serde_json::from_value(value)
+        .expect("removing enum values keeps a CustomResourceDefinition");
+    let annotations = crd.metadata.annotations.get_or_insert_default();
+    annotations.insert(
+        "api-approved.kubernetes.io".into(),
+        "https://github.com/kubernetes-sigs/gateway-api/pull/2466".into(),
+    );
+    annotations.insert(
+        "gateway.networking.k8s.io/bundle-version".into(),
+        GATEWAY_API_BUNDLE_VERSION.into(),
+    );
+    annotations.insert(
+        "gateway.networking.k8s.io/channel".into(),
+        "standard".into(),
+    );
+    crd
 }
 
 /// The HTTPRoute CRD of [`gateway_api_crds`].
@@ -597,9 +649,14 @@ mod tests {
     fn schema_is_structural_and_every_field_is_described() {
         walk(&schema(), "", &mut |path, node| {
             let typed = node.get("type").is_some()
-                || node.get("x-kubernetes-int-or-string") == Some(&json!(true))
                 || node.get("x-kubernetes-preserve-unknown-fields") == Some(&json!(true));
             assert!(typed, "{path}: no type (the schema must be structural)");
+            // Kubernetes 1.20 builds no server-side apply model for a CRD with one (see
+            // `quantity_schema`): every list would become atomic.
+            assert!(
+                node.get("x-kubernetes-int-or-string").is_none(),
+                "{path}: x-kubernetes-int-or-string breaks the 1.20 apply models"
+            );
             for forbidden in ["anyOf", "oneOf", "allOf", "$ref", "not"] {
                 assert!(
                     node.get(forbidden).is_none(),
@@ -619,6 +676,19 @@ mod tests {
                 );
             }
         });
+    }
+
+    #[test]
+    fn applications_are_a_map_keyed_by_name() {
+        // Whoever applies the Site owns each application by name, not the whole list: the
+        // image the mutating webhook records stays the webhook's, and `kubectl diff
+        // --server-side` of the manifest the Site came from has no conflict.
+        let s = schema();
+        let apps =
+            &s["properties"]["spec"]["properties"]["configuration"]["properties"]["applications"];
+        assert_eq!(apps["x-kubernetes-list-type"], "map");
+        assert_eq!(apps["x-kubernetes-list-map-keys"], json!(["name"]));
+        assert_eq!(apps["items"]["required"], json!(["name"]));
     }
 
     #[test]

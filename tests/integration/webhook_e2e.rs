@@ -101,6 +101,20 @@ async fn kubectl_edits_go_through_the_operator_webhooks() {
         );
     }
 
+    // Two applications of one name: the list is keyed by name, so the API server's own schema
+    // validation refuses it (before the validating webhook, whose rule stays for Sites stored
+    // under an older CRD), naming the item.
+    let duplicate = "apiVersion: sites.ecmwf.int/v1\nkind: Site\nmetadata: {name: bad-duplicate}\n\
+        spec: {name: duplicate, owner: jdoe, type: static, configuration: {space: docs, \
+        applications: [{name: static}, {name: static}]}}\n";
+    let out = c.kubectl_stdin(&["apply", "-n", NS, "-f", "-"], Some(duplicate));
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("spec.configuration.applications[1]: Duplicate value"),
+        "{err}"
+    );
+
     // A valid Site is stored; `force` becomes a UUID, every time.
     c.kubectl_ok(&[
         "apply",
