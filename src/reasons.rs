@@ -24,6 +24,10 @@ pub const SCALED_TO_ZERO: &str = "ScaledToZero";
 pub const OBJECTS_NOT_READY: &str = "ObjectsNotReady";
 /// Available False / Progressing True: waiting for pods to become ready.
 pub const PODS_NOT_READY: &str = "PodsNotReady";
+/// Available False / Progressing True: the StatefulSet cannot create the site's pods (its
+/// `FailedCreate` Event: a missing PriorityClass, a quota, an admission policy); the message is
+/// the API server's.
+pub const FAILED_CREATE: &str = "FailedCreate";
 /// Progressing False: nothing more to do.
 pub const UP_TO_DATE: &str = "UpToDate";
 /// Progressing True: a retryable failure (API unreachable, 5xx, 409, 429, missing host, ...).

@@ -5,8 +5,9 @@
 --   Healthy     Ready True: the site is available and up to date at its generation
 --   Suspended   Ready True with reason Disabled: the site is archived (scaled to zero on purpose)
 --   Degraded    Stalled True (a terminal error: an invalid Site, a refused request), an object or
---               path conflict that someone has to resolve, a failed pod, or a container that
---               crash-loops or cannot pull its image
+--               path conflict that someone has to resolve, pods the StatefulSet cannot create
+--               (FailedCreate), a failed pod, or a container that crash-loops or cannot pull
+--               its image
 --   Progressing anything else: the operator has not reported on this generation yet, or is
 --               still working (Reconciling True)
 local hs = {
@@ -57,6 +58,8 @@ end
 -- Not ready. What only a person can resolve is Degraded; the rest is work in progress.
 local progressing = conditions.Progressing
 local needs_a_person = {
+  -- the StatefulSet cannot create the pods (a missing PriorityClass, a quota, a policy)
+  FailedCreate = true,
   ObjectConflict = true,
   PathConflict = true,
   RouteConflict = true,

@@ -121,6 +121,27 @@ where
             .await
             .map_err(failed)?
     };
+    // Server-side apply leaves the keys other managers own in a map it merges key by key; where
+    // the operator renders the whole map (a Service selector before Kubernetes 1.27 made it
+    // atomic, a ConfigMap's or Secret's data that containers read whole), such a key would stay
+    // and the object would be taken as repaired. Remove them, on the version just read.
+    let written = match foreign_keys(&desired, &written) {
+        None => written,
+        Some(mut patch) => {
+            tracing::info!(kind = %K::kind(&K::DynamicType::default()), object = %name, "removing keys someone else added");
+            patch["metadata"] = serde_json::json!({"resourceVersion": written.resource_version()});
+            api.patch(
+                &name,
+                &PatchParams {
+                    field_manager: Some(FIELD_MANAGER.into()),
+                    ..PatchParams::default()
+                },
+                &Patch::Merge(&patch),
+            )
+            .await
+            .map_err(failed)?
+        }
+    };
     let how = if stored.is_some() {
         Written::Updated
     } else {
@@ -129,6 +150,54 @@ where
     ctx.fingerprints.written(&written);
     tracing::info!(kind = %K::kind(&K::DynamicType::default()), object = %name, written = ?how, "wrote object");
     Ok((how, Some(written)))
+}
+
+/// The maps the operator renders whole, by path: any key in the stored object's map that the
+/// rendered one does not have is someone else's.
+const WHOLE_MAPS: [&[&str]; 3] = [&["spec", "selector"], &["data"], &["binaryData"]];
+
+/// A merge patch removing the keys of [`WHOLE_MAPS`] that `written` has and `desired` does not
+/// (None: there are none). Only maps that `desired` renders are looked at, and only string
+/// values are maps of that kind (a StatefulSet's `spec.selector` is a label selector object).
+pub fn foreign_keys<K: Serialize>(desired: &K, written: &K) -> Option<serde_json::Value> {
+    let desired = serde_json::to_value(desired).ok()?;
+    let written = serde_json::to_value(written).ok()?;
+    let mut patch = serde_json::Map::new();
+    for path in WHOLE_MAPS {
+        let at = |v: &serde_json::Value| {
+            path.iter()
+                .try_fold(v, |v, key| v.get(key))
+                .and_then(serde_json::Value::as_object)
+                .cloned()
+        };
+        let (Some(want), Some(have)) = (at(&desired), at(&written)) else {
+            continue;
+        };
+        if !have
+            .values()
+            .chain(want.values())
+            .all(serde_json::Value::is_string)
+        {
+            continue;
+        }
+        let extra: serde_json::Map<String, serde_json::Value> = have
+            .keys()
+            .filter(|k| !want.contains_key(*k))
+            .map(|k| (k.clone(), serde_json::Value::Null))
+            .collect();
+        if extra.is_empty() {
+            continue;
+        }
+        let mut node = &mut patch;
+        for key in &path[..path.len() - 1] {
+            node = node
+                .entry(key.to_string())
+                .or_insert_with(|| serde_json::json!({}))
+                .as_object_mut()?;
+        }
+        node.insert(path[path.len() - 1].to_string(), extra.into());
+    }
+    (!patch.is_empty()).then_some(serde_json::Value::Object(patch))
 }
 
 /// Delete parameters that make the delete conditional on the object's `uid`: an object replaced
@@ -332,6 +401,69 @@ pub(crate) mod tests {
             "data": {"k": data}
         }))
         .unwrap()
+    }
+
+    /// Keys someone else added to a map the operator renders whole are removed (the Service
+    /// selector of Kubernetes before 1.27, ConfigMap and Secret data); everything else is left
+    /// to server-side apply.
+    #[test]
+    fn foreign_keys_of_whole_maps_are_removed() {
+        use k8s_openapi::api::apps::v1::StatefulSet;
+        use k8s_openapi::api::core::v1::{Secret, Service};
+        let svc = |selector: serde_json::Value| -> Service {
+            serde_json::from_value(
+                json!({"metadata": {"name": "a"}, "spec": {"selector": selector}}),
+            )
+            .unwrap()
+        };
+        let want = svc(json!({"app": "a"}));
+        let cases = [
+            (svc(json!({"app": "a"})), None),
+            (
+                svc(json!({"app": "a", "tier": "x"})),
+                Some(json!({"spec": {"selector": {"tier": null}}})),
+            ),
+            // A changed value is server-side apply's to repair: only extra keys are removed.
+            (svc(json!({"app": "b"})), None),
+        ];
+        for (written, patch) in cases {
+            assert_eq!(foreign_keys(&want, &written), patch, "{written:?}");
+        }
+        let mut extra = cm("1", "u");
+        extra
+            .data
+            .as_mut()
+            .unwrap()
+            .insert("LD_PRELOAD".into(), "x".into());
+        assert_eq!(
+            foreign_keys(&cm("1", "u"), &extra),
+            Some(json!({"data": {"LD_PRELOAD": null}}))
+        );
+        let secret = |keys: &[&str]| -> Secret {
+            let data: serde_json::Map<_, _> = keys
+                .iter()
+                .map(|k| (k.to_string(), json!("eA==")))
+                .collect();
+            serde_json::from_value(json!({"metadata": {"name": "a"}, "data": data})).unwrap()
+        };
+        assert_eq!(
+            foreign_keys(&secret(&["a"]), &secret(&["a", "b"])),
+            Some(json!({"data": {"b": null}}))
+        );
+        // A map the rendering does not have is not the operator's.
+        let no_data: ConfigMap =
+            serde_json::from_value(json!({"metadata": {"name": "a"}})).unwrap();
+        assert_eq!(foreign_keys(&no_data, &extra), None);
+        // A label selector object is not a string map.
+        let sts = |labels: serde_json::Value| -> StatefulSet {
+            serde_json::from_value(json!({"metadata": {"name": "a"},
+                "spec": {"selector": {"matchLabels": labels}, "serviceName": "a", "template": {}}}))
+            .unwrap()
+        };
+        assert_eq!(
+            foreign_keys(&sts(json!({"a": "1"})), &sts(json!({"a": "1", "b": "2"}))),
+            None
+        );
     }
 
     #[test]

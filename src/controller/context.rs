@@ -20,7 +20,7 @@ use crate::controller::index::Index;
 use crate::controller::labeller::Labeller;
 use crate::controller::records::{Records, Sites, Table, Volumes};
 use crate::controller::slim::{Kept, Owned};
-use crate::controller::status::SitePod;
+use crate::controller::status::{FailedCreate, SitePod};
 use crate::crd::{Site, SiteStatus};
 use crate::watched::Volume;
 use crate::{Error, Result, Target};
@@ -43,6 +43,8 @@ pub struct Caches {
     pub httproutes: HttpRoutes,
     /// Site pods, as [`SitePod`]s.
     pub pods: Table<SitePod>,
+    /// The StatefulSets' `FailedCreate` Events, by Event name: why a site's pods do not exist.
+    pub failed_creates: Table<FailedCreate>,
     /// PersistentVolumes (cluster-scoped): retained-volume lookup and the label check.
     pub volumes: Volumes,
     /// Site pods by site id ([`crate::controller::index::pod_keys`]).

@@ -132,6 +132,18 @@ impl Fingerprints {
         let mut known = self.lock();
         match known.get_mut(&key) {
             Some(print) => {
+                // Another rendering, carried by its desired hash, from another replica of the
+                // operator (a follower watches the leader's writes; a new leader takes over
+                // with the records it kept): taken as written, or every object the previous
+                // leader changed would be "restored" by a write. Not while the operator's own
+                // write is pending (older versions may still arrive). An edit by someone else
+                // keeps the hash (drift), and a changed hash that is not the rendering is
+                // written anyway (`Facts::up_to_date`).
+                let desired = obj.facts.desired().unwrap_or_default();
+                if desired != 0 && desired != print.wrote && print.pending.is_none() {
+                    print.fingerprint = obj.facts.fingerprint;
+                    print.wrote = desired;
+                }
                 print.seen.copy_within(..SEEN - 1, 1);
                 print.seen[0] = seen;
                 if print.pending.is_some_and(|(v, _)| v == seen) {
@@ -194,6 +206,38 @@ mod tests {
         // One for every owned object: 80,000 at 10,000 Sites.
         assert_eq!(std::mem::size_of::<Print>(), 40);
         assert!(tick() <= tick(), "monotonic");
+    }
+
+    /// A replica that watched the leader write a new rendering takes it as written when it
+    /// leads: no write; an edit that keeps the hash annotation is still drift.
+    #[test]
+    fn another_replicas_rendering_is_taken_as_written() {
+        let prints = Fingerprints::default();
+        let event = |data: &str, rv: &str, edited: bool| {
+            let mut c = cm(data, "u");
+            stamp(&mut c);
+            if edited {
+                c.data.as_mut().unwrap().insert("k".into(), "edited".into());
+            }
+            c.metadata.resource_version = Some(rv.into());
+            let v = version(&c.metadata);
+            let kept = Kept::new(c);
+            prints.observe(&kept, v);
+            kept
+        };
+        assert!(!prints.drifted(&event("1", "1", false)), "first seen");
+        assert!(
+            !prints.drifted(&event("2", "2", false)),
+            "the leader's new rendering"
+        );
+        assert!(
+            prints.drifted(&event("2", "3", true)),
+            "an edit keeping the hash"
+        );
+        assert!(
+            !prints.drifted(&event("3", "4", false)),
+            "the leader's repair and rendering"
+        );
     }
 
     #[test]

@@ -64,7 +64,7 @@ use queue::{Backoff, Queue};
 use reconcile::Next;
 use records::{Cache, Records, Sites, Table, Volumes};
 use slim::{Keep, Kept, Owned};
-use status::SitePod;
+use status::{FailedCreate, SitePod};
 
 /// How the controller runs.
 #[derive(Clone, Debug)]
@@ -471,6 +471,26 @@ fn watch_site_pods(
     (pods, pods_by_site)
 }
 
+/// The watch of the StatefulSets' `FailedCreate` Events (the controller manager's, on a pod it
+/// could not create): an Event queues the site whose StatefulSet it names, so that its status
+/// says why its pods do not exist.
+fn watch_failed_creates(client: &kube::Client, ns: &str, feed: &Feed) -> Table<FailedCreate> {
+    let failed = Table::<FailedCreate>::default();
+    let writer = failed.clone();
+    watch_kind_observed(
+        Api::<k8s_openapi::api::core::v1::Event>::namespaced(client.clone(), ns),
+        list_config().fields(status::FAILED_CREATE_EVENTS),
+        feed,
+        |e| FailedCreate::of(&e),
+        failed.clone(),
+        move |event| writer.apply(event),
+        |f: &FailedCreate| Some(f.statefulset.to_string()),
+        changed,
+        |_: &watcher::Event<FailedCreate>| {},
+    );
+    failed
+}
+
 /// The watch of the volumes (cluster-wide) and their index by site: an event matters to the
 /// site a volume is labelled or claimed for.
 fn watch_volumes(client: &kube::Client, feed: &Feed) -> (Volumes, Index<Volume, Volumes>) {
@@ -563,6 +583,7 @@ impl Controller {
         let (sites, sites_by_path) = watch_sites(&client, &ns, &feed, statuses.clone());
         let (pods, pods_by_site) = watch_site_pods(&client, &ns, &feed);
         let (volumes, volumes_by_site) = watch_volumes(&client, &feed);
+        let failed_creates = watch_failed_creates(&client, &ns, &feed);
         let owned = Watch {
             client: &client,
             ns: &ns,
@@ -581,6 +602,7 @@ impl Controller {
             httproutes: watch_http_routes(&client, &ns, &feed, prints.clone()).await,
             pods,
             pods_by_site,
+            failed_creates,
             volumes,
             volumes_by_site,
         };

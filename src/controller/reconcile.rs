@@ -637,7 +637,7 @@ async fn write_status(
     let pods: Vec<&SitePod> = pods.iter().map(AsRef::as_ref).collect();
     let previous = site.status.as_ref();
     let enabled = status::deployed_enabled(site, previous, workload_current);
-    let new = status::site_status(
+    let mut new = status::site_status(
         site,
         &pods,
         stopped,
@@ -646,6 +646,14 @@ async fn write_status(
         previous,
         &(ctx.now)(),
     );
+    let failed = ctx
+        .caches
+        .failed_creates
+        .state()
+        .into_iter()
+        .filter(|f| *f.statefulset == *site.name_any())
+        .max_by(|a, b| a.event.cmp(&b.event));
+    status::explain_missing_pods(&mut new, site, &pods, failed.as_deref());
     let last_written = ctx.statuses.last_is(&site.name_any(), &new);
     if status_up_to_date(previous, &new, last_written) {
         return Ok(());

@@ -17,7 +17,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 
 use crate::controller::slim::{Keep, Kept};
-use crate::controller::status::SitePod;
+use crate::controller::status::{FailedCreate, SitePod};
 use crate::crd::Site;
 
 /// Where a watch keeps its objects: a [`Table`], or kube's reflector store (in tests, to show
@@ -94,6 +94,12 @@ impl Named for Site {
 impl Named for crate::watched::Volume {
     fn name(&self) -> &str {
         self.metadata.name.as_deref().unwrap_or_default()
+    }
+}
+
+impl Named for FailedCreate {
+    fn name(&self) -> &str {
+        &self.event
     }
 }
 

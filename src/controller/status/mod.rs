@@ -347,5 +347,61 @@ pub fn site_status(
     }
 }
 
+/// Why the StatefulSet could not create a pod: the controller manager's `FailedCreate` Event
+/// on it, as the operator's cache keeps it (the Event's name; the StatefulSet, which is the
+/// site id; the message, e.g. `create Pod docs-0 in StatefulSet docs failed error: pods
+/// "docs-0" is forbidden: no PriorityClass with name low-priority was found`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct FailedCreate {
+    pub event: Box<str>,
+    pub statefulset: Box<str>,
+    pub message: Box<str>,
+}
+
+/// The Event's field selector: only these Events are watched.
+pub const FAILED_CREATE_EVENTS: &str = "involvedObject.kind=StatefulSet,reason=FailedCreate";
+
+impl FailedCreate {
+    pub fn of(event: &k8s_openapi::api::core::v1::Event) -> FailedCreate {
+        FailedCreate {
+            event: event.metadata.name.as_deref().unwrap_or_default().into(),
+            statefulset: event
+                .involved_object
+                .name
+                .as_deref()
+                .unwrap_or_default()
+                .into(),
+            message: event.message.as_deref().unwrap_or_default().into(),
+        }
+    }
+}
+
+/// Says in `status` why the site waits for pods that do not exist: while fewer pods exist than
+/// the site wants and the StatefulSet reported a `FailedCreate`, the conditions that wait for
+/// pods (reason PodsNotReady) carry reason FailedCreate and the API server's message instead of
+/// "0 of 1 pods ready", which would leave a user looking at pods that are not there.
+pub fn explain_missing_pods(
+    status: &mut SiteStatus,
+    site: &Site,
+    pods: &[&SitePod],
+    failed: Option<&FailedCreate>,
+) {
+    let Some(failed) = failed else {
+        return;
+    };
+    let want = usize::try_from(site.spec.configuration.settings.replicas).unwrap_or(0);
+    let exist = pods.iter().filter(|p| !p.terminating).count();
+    if exist >= want {
+        return;
+    }
+    let message = format!("{exist} of {want} pods exist: {}", failed.message);
+    for c in &mut status.conditions {
+        if c.reason == reasons::PODS_NOT_READY {
+            c.reason = reasons::FAILED_CREATE.into();
+            c.message = message.clone();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests;

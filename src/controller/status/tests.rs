@@ -685,3 +685,115 @@ fn the_phase_follows_what_is_deployed_not_the_spec() {
     assert_eq!(s.phase, Some(Phase::Running));
     assert_eq!(get(&s, PROGRESSING).status, "True");
 }
+
+/// A pod the StatefulSet could not create: the conditions waiting for pods carry reason
+/// FailedCreate and the API server's message while fewer pods exist than wanted; once they
+/// exist (ready or not), or with nothing reported, the status is the plain one.
+#[test]
+fn a_failed_create_explains_missing_pods() {
+    let now = time("2026-11-29T10:00:00Z");
+    let failed = FailedCreate {
+        event: "docs-handbook.18a0".into(),
+        statefulset: "docs-handbook".into(),
+        message: "create Pod docs-handbook-0 in StatefulSet docs-handbook failed error: pods \"docs-handbook-0\" is forbidden: no PriorityClass with name low-priority was found".into(),
+    };
+    let site = |replicas| {
+        SiteBuilder::new("docs-handbook")
+            .namespace("sites")
+            .generation(2)
+            .enabled(true)
+            .app("static")
+            .replicas(replicas)
+            .build()
+    };
+    let starting = pod("docs-handbook-0", "Pending", not_ready(), json!([]));
+    let ready = ready_pod("docs-handbook-0");
+    // (case, replicas, pods, reported, Available reason, Progressing reason, message starts)
+    type Case<'a> = (
+        &'a str,
+        i32,
+        Vec<&'a SitePod>,
+        bool,
+        &'a str,
+        &'a str,
+        &'a str,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            "no pod, reported",
+            1,
+            vec![],
+            true,
+            "FailedCreate",
+            "FailedCreate",
+            "0 of 1 pods exist: create Pod",
+        ),
+        (
+            "no pod, nothing reported",
+            1,
+            vec![],
+            false,
+            "PodsNotReady",
+            "PodsNotReady",
+            "0 of 1 pods ready",
+        ),
+        (
+            "one of two pods",
+            2,
+            vec![&ready],
+            true,
+            "FailedCreate",
+            "FailedCreate",
+            "1 of 2 pods exist: create Pod",
+        ),
+        (
+            "the pod exists, not ready",
+            1,
+            vec![&starting],
+            true,
+            "PodsNotReady",
+            "PodsNotReady",
+            "0 of 1 pods ready",
+        ),
+        (
+            "the pod exists and is ready",
+            1,
+            vec![&ready],
+            true,
+            "Available",
+            "UpToDate",
+            "1 of 1 pods ready",
+        ),
+        (
+            "scaled to zero",
+            0,
+            vec![],
+            true,
+            "ScaledToZero",
+            "ScaledToZero",
+            "settings.replicas is 0",
+        ),
+    ];
+    for (case, replicas, pods, reported, available, progressing, message) in cases {
+        let site = site(replicas);
+        let mut s = site_status(&site, &pods, None, true, Default::default(), None, &now);
+        explain_missing_pods(&mut s, &site, &pods, reported.then_some(&failed));
+        let (a, p) = (get(&s, AVAILABLE), get(&s, PROGRESSING));
+        assert_eq!(a.reason, available, "{case}");
+        assert_eq!(p.reason, progressing, "{case}");
+        assert!(a.message.starts_with(message), "{case}: {}", a.message);
+        if available == "FailedCreate" {
+            assert_eq!(
+                (a.status.as_str(), p.status.as_str()),
+                ("False", "True"),
+                "{case}"
+            );
+            assert!(
+                a.message
+                    .ends_with("no PriorityClass with name low-priority was found"),
+                "{case}"
+            );
+            assert_eq!(get(&s, READY).reason, "FailedCreate", "{case}");
+        }
+    }
+}
