@@ -67,8 +67,8 @@ for _ in $(seq 1 100); do
 done
 k get --raw /version >/dev/null || { echo "error: the emulator did not start (see $DIR/emulator.log)" >&2; exit 1; }
 
-# What an installation provides: CRDs, namespace, storage class, session key, configuration,
-# webhook configurations.
+# What an installation provides: CRDs, namespace, storage class, PriorityClasses, session key,
+# configuration, webhook configurations.
 if [ "$MODE" = gateway ]; then
   "$BIN/sites-operator" crd --with-gateway-api | k apply -f - >/dev/null
 else
@@ -76,6 +76,7 @@ else
 fi
 k create namespace "$NS" >/dev/null
 k apply -f manifests/dev/storageclass-sites-retain.yaml >/dev/null
+k apply -f manifests/base/priorityclasses.yaml >/dev/null
 k create secret generic sites-session -n "$NS" --from-literal=secret_key="$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')" >/dev/null
 sed "s/^  mode: ingress /  mode: $MODE /" manifests/base/config.yaml >"$DIR/config.yaml"
 k create configmap sites-config -n "$NS" --from-file=config.yaml="$DIR/config.yaml" >/dev/null

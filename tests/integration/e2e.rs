@@ -15,17 +15,19 @@ use std::time::Duration;
 
 use crate::support::deployed::{self, Pod};
 use crate::support::process::https_get;
-use crate::support::{Cluster, eventually_every, repo_file};
+use crate::support::{Cluster, eventually_every, real, repo_file};
 
 const NS: &str = "sites";
 
 /// Where the suite runs: a kubeconfig, and when it is the emulator, the emulator and the
 /// operator's pod.
-struct Target {
-    kubeconfig: PathBuf,
+pub(crate) struct Target {
+    pub(crate) kubeconfig: PathBuf,
     cache: PathBuf,
-    timeout: Duration,
-    local: Option<(Cluster, Pod)>,
+    pub(crate) timeout: Duration,
+    pub(crate) local: Option<(Cluster, Pod)>,
+    /// Where a real API server's webhooks reach the operator (0: the emulator routes them).
+    pub(crate) webhook_port: u16,
 }
 
 impl Target {
@@ -37,14 +39,33 @@ impl Target {
                 cache,
                 timeout: Duration::from_secs(300),
                 local: None,
+                webhook_port: 0,
             };
         }
-        let c = deployed::authorizing_cluster().await;
+        Target::deployed(deployed::authorizing_cluster().await, None).await
+    }
+
+    /// A real kube-apiserver 1.20 ([`Cluster::real`]), the operator deployed from
+    /// `manifests/overlays/local-1.20` (webhooks by URL to the port it listens on).
+    pub(crate) async fn real() -> Target {
+        let port = real::free_port();
+        Target::deployed(Cluster::real().await, Some(port)).await
+    }
+
+    /// The operator installed on `c` as a user installs it, and run as its Deployment's pod.
+    /// `webhook_port`: a real API server's webhooks reach it there (the emulator routes the
+    /// webhook Service instead).
+    async fn deployed(c: Cluster, webhook_port: Option<u16>) -> Target {
         let t = Target {
             kubeconfig: c.kubeconfig(),
             cache: c.dir.join("cache"),
-            timeout: Duration::from_secs(60),
+            timeout: Duration::from_secs(if webhook_port.is_some() { 120 } else { 60 }),
             local: None,
+            webhook_port: webhook_port.unwrap_or(0),
+        };
+        let overlay = match webhook_port {
+            Some(port) => real::local_overlay(&deployed::manifests(), &c.dir, port),
+            None => deployed::manifest("overlays/kind-e2e"),
         };
         // As scripts/kind-e2e.sh installs it: the storage class, the overlay, the session key.
         t.ok(&[
@@ -52,11 +73,7 @@ impl Target {
             "-f",
             &display(deployed::manifest("dev/storageclass-sites-retain.yaml")),
         ]);
-        t.ok(&[
-            "apply",
-            "-k",
-            &display(deployed::manifest("overlays/kind-e2e")),
-        ]);
+        t.ok(&["apply", "-k", &display(overlay)]);
         t.ok(&[
             "create",
             "secret",
@@ -76,14 +93,21 @@ impl Target {
             NS,
             "SITES_OPERATOR_LOG_LEVEL=debug",
         ]);
-        let pod = deployed::run_deployment(&c, NS, "sites-operator", t.timeout).await;
+        let pod = deployed::run_deployment(
+            &c,
+            NS,
+            "sites-operator",
+            t.timeout,
+            webhook_port.unwrap_or(0),
+        )
+        .await;
         Target {
             local: Some((c, pod)),
             ..t
         }
     }
 
-    fn kubectl(&self, args: &[&str]) -> Output {
+    pub(crate) fn kubectl(&self, args: &[&str]) -> Output {
         Command::new("kubectl")
             .arg("--kubeconfig")
             .arg(&self.kubeconfig)
@@ -94,7 +118,7 @@ impl Target {
             .expect("kubectl runs")
     }
 
-    fn ok(&self, args: &[&str]) -> String {
+    pub(crate) fn ok(&self, args: &[&str]) -> String {
         let out = self.kubectl(args);
         assert!(
             out.status.success(),
@@ -105,7 +129,7 @@ impl Target {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
-    fn get(&self, args: &[&str]) -> Option<String> {
+    pub(crate) fn get(&self, args: &[&str]) -> Option<String> {
         let out = self.kubectl(args);
         out.status
             .success()
@@ -114,7 +138,7 @@ impl Target {
 
     /// Polls `check` until it answers; fails at once, with the log line, when the operator
     /// was refused a call (a grant the deployed RBAC lacks), rather than at the deadline.
-    async fn until(&self, what: &str, check: impl Fn() -> Option<String>) -> String {
+    pub(crate) async fn until(&self, what: &str, check: impl Fn() -> Option<String>) -> String {
         eventually_every(what, self.timeout, Duration::from_millis(200), || {
             if let Some((_, pod)) = &self.local {
                 let log = pod.process.log();
@@ -133,7 +157,7 @@ fn display(p: PathBuf) -> String {
     p.display().to_string()
 }
 
-fn path(p: &str) -> &'static str {
+pub(crate) fn path(p: &str) -> &'static str {
     Box::leak(display(deployed::manifest(p.trim_start_matches("manifests/"))).into_boxed_str())
 }
 
@@ -152,7 +176,7 @@ fn restarted_at(t: &Target) -> String {
 
 /// Waits until the Site's field at `jsonpath` reads `want` (as `kubectl wait --for=jsonpath`,
 /// polling, so that a 403 in the operator's log ends the wait at once).
-async fn wait_for(t: &Target, what: &str, jsonpath: &str, want: &str) {
+pub(crate) async fn wait_for(t: &Target, what: &str, jsonpath: &str, want: &str) {
     let output = format!("jsonpath={jsonpath}");
     t.until(what, || {
         t.get(&["get", "site/docs-handbook", "-n", NS, "-o", &output])
@@ -161,15 +185,25 @@ async fn wait_for(t: &Target, what: &str, jsonpath: &str, want: &str) {
     .await;
 }
 
-async fn wait_available(t: &Target) {
+pub(crate) async fn wait_available(t: &Target) {
     let available = "{.status.conditions[?(@.type==\"Available\")].status}";
     wait_for(t, "the site to be Available", available, "True").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_life_of_a_site() {
-    let t = Target::new().await;
+    lifecycle(Target::new().await).await;
+}
 
+/// The same life against a real kube-apiserver 1.20 with its controller manager (`make
+/// real-apiserver-test`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the real control plane: make real-apiserver-test"]
+async fn real_apiserver_the_life_of_a_site() {
+    lifecycle(Target::real().await).await;
+}
+
+async fn lifecycle(t: Target) {
     // Create -> Available, with the printer columns.
     t.ok(&[
         "apply",
@@ -631,6 +665,11 @@ fn is_test_function(source: &str, name: &str) -> bool {
 /// against the operator's self-signed CA (in its `--cert-dir`, an emptyDir), with the token of
 /// a ServiceAccount bound to the shipped `sites-operator-metrics-reader` ClusterRole.
 async fn scrape(c: &Cluster, pod: &Pod) -> String {
+    scrape_with(pod, &metrics_token(c)).await
+}
+
+/// A token of a new ServiceAccount bound to the shipped `sites-operator-metrics-reader`.
+pub(crate) fn metrics_token(c: &Cluster) -> String {
     c.kubectl_ok(&["create", "serviceaccount", "e2e-scraper", "-n", NS]);
     c.kubectl_ok(&[
         "create",
@@ -639,7 +678,13 @@ async fn scrape(c: &Cluster, pod: &Pod) -> String {
         "--clusterrole=sites-operator-metrics-reader",
         "--serviceaccount=sites:e2e-scraper",
     ]);
-    let token = c.kubectl_ok(&["create", "token", "e2e-scraper", "-n", NS]);
+    c.kubectl_ok(&["create", "token", "e2e-scraper", "-n", NS])
+        .trim()
+        .to_string()
+}
+
+/// [`scrape`] with a token of [`metrics_token`].
+pub(crate) async fn scrape_with(pod: &Pod, token: &str) -> String {
     let ca_file = pod
         .host_path("/tmp/sites-operator-certs/ca.crt")
         .expect("the certificate directory is on an emptyDir");
@@ -650,7 +695,7 @@ async fn scrape(c: &Cluster, pod: &Pod) -> String {
         &ca,
         "sites-operator-metrics.sites.svc",
         "/metrics",
-        Some(token.trim()),
+        Some(token),
     )
     .await
     .expect("a TLS session with the metrics port");

@@ -458,7 +458,8 @@ async fn flux_argo_cd_and_the_hub_reapply_sites_and_change_nothing() {
 
 /// SPEC 4.7: the shipped Argo CD health check, run in a real Lua interpreter over statuses the
 /// operator wrote: Healthy, Progressing (pods not ready yet), Degraded (a crash loop, a terminal
-/// error, a conflict someone has to resolve), Suspended (archived); and kubectl's own
+/// error, a conflict someone has to resolve, pods that cannot be created), Suspended
+/// (archived); and kubectl's own
 /// `wait --for=condition=Ready` on the same Sites.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_argo_cd_health_check_reads_what_the_operator_writes() {
@@ -469,7 +470,7 @@ async fn the_argo_cd_health_check_reads_what_the_operator_writes() {
 
     let c = Cluster::start(false).await;
     prepare(&c).await;
-    let kubelet = c.emulator.kubelet();
+    let kubelet = c.emulator().kubelet();
     kubelet.set_image("ghcr.io/x/slow:1", Behaviour::NeverReady);
     kubelet.set_image("ghcr.io/x/crash:1", Behaviour::CrashLoop);
     let op = operator(&c, config(RoutingMode::Ingress)).await;
@@ -530,6 +531,12 @@ async fn the_argo_cd_health_check_reads_what_the_operator_writes() {
         .await
         .unwrap();
     create("conflicted", &|_| {}).await;
+    // Pods the StatefulSet cannot create: monitored sites run with a class that is gone.
+    c.kubectl_ok(&["delete", "priorityclass", "medium-priority"]);
+    create("uncreatable", &|s| {
+        s.spec.configuration.settings.monitored = true
+    })
+    .await;
 
     let (site, message) = health("healthy", "Healthy").await;
     assert!(message.starts_with("Available: "), "{message}");
@@ -558,6 +565,12 @@ async fn the_argo_cd_health_check_reads_what_the_operator_writes() {
     assert_eq!(stalled.map(|c| c.status.as_str()), Some("True"));
     let (_, message) = health("conflicted", "Degraded").await;
     assert!(message.starts_with("ObjectConflict: "), "{message}");
+    let (_, message) = health("uncreatable", "Degraded").await;
+    assert!(
+        message.starts_with("FailedCreate: ")
+            && message.contains("no PriorityClass with name medium-priority was found"),
+        "{message}"
+    );
 
     // kubectl waits on the same conditions: Ready for the healthy and the archived Site,
     // Stalled for the invalid one; a Site that never gets ready times out.

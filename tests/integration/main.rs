@@ -11,6 +11,7 @@ mod live_config;
 mod ownership;
 mod playground;
 mod prometheus;
+mod real_apiserver;
 mod reconcile;
 mod render;
 mod structure;

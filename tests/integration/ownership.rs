@@ -321,13 +321,15 @@ async fn the_phase_does_not_run_ahead_of_the_objects() {
         .unwrap();
     wait_available(&c, "docs-handbook").await;
     // Archiving while the StatefulSet cannot be written: the pods still run.
-    c.emulator.faults().add(sites_emulator::faults::FaultRule {
-        verb: Some("patch".into()),
-        resource: Some("statefulsets.apps".into()),
-        rate: 1.0,
-        codes: vec![503],
-        latency_ms: 0,
-    });
+    c.emulator()
+        .faults()
+        .add(sites_emulator::faults::FaultRule {
+            verb: Some("patch".into()),
+            resource: Some("statefulsets.apps".into()),
+            rate: 1.0,
+            codes: vec![503],
+            latency_ms: 0,
+        });
     merge(
         &c,
         "docs-handbook",
@@ -346,7 +348,7 @@ async fn the_phase_does_not_run_ahead_of_the_objects() {
         "{site:?}"
     );
     // Once it can be written: Disabled.
-    c.emulator.faults().clear();
+    c.emulator().faults().clear();
     let site = wait_condition(&c, "docs-handbook", "Available", "False", "Disabled").await;
     assert_eq!(site.status.unwrap().phase, Some(Phase::Disabled));
     op.stop().await;
@@ -435,8 +437,17 @@ async fn a_route_with_the_sites_label_but_another_controller_is_never_taken() {
     let c = Cluster::start(false).await;
     prepare(&c).await;
     install_http_routes(&c).await;
+    // The controller exists: an object whose owners are all gone is garbage-collected.
+    let edge = create::<k8s_openapi::api::apps::v1::Deployment>(
+        &c,
+        json!({"metadata": {"name": "edge", "namespace": NS},
+               "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "edge"}},
+                        "template": {"metadata": {"labels": {"app": "edge"}},
+                                     "spec": {"containers": [{"name": "edge", "image": "edge:1"}]}}}}),
+    )
+    .await;
     let controller = json!([{"apiVersion": "apps/v1", "kind": "Deployment", "name": "edge",
-                             "uid": "7d9c1b4e-0000-4000-8000-000000000001", "controller": true}]);
+                             "uid": edge["metadata"]["uid"], "controller": true}]);
     let labels = json!({"sites.ecmwf.int/id": "docs-handbook",
                         "app.kubernetes.io/managed-by": "sites-operator"});
     let ingress = create::<Ingress>(
@@ -562,7 +573,7 @@ async fn an_object_the_cache_has_not_seen_is_judged_before_it_is_written() {
     prepare(&c).await;
     // Watches end every 200 ms and are made again (the emulator sets a watch's end when it
     // starts); then the watches of three kinds, and their relists, fail.
-    let faults = c.emulator.faults();
+    let faults = c.emulator().faults();
     faults.drop_watches_every(Some(Duration::from_millis(200)));
     let op = operator(&c, config(RoutingMode::Ingress)).await;
     for resource in BLIND {

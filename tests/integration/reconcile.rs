@@ -143,7 +143,7 @@ async fn a_site_converges_and_an_unchanged_site_costs_no_writes() {
         .await,
         0,
         "{}",
-        c.emulator.stats().to_json()
+        c.emulator().stats().to_json()
     );
 
     // LIFE-02: an audit field causes no object writes; the status records the new generation
@@ -153,7 +153,7 @@ async fn a_site_converges_and_an_unchanged_site_costs_no_writes() {
         writes_after(&c, &op, "docs-handbook", audit).await,
         1,
         "audit change: {}",
-        c.emulator.stats().to_json()
+        c.emulator().stats().to_json()
     );
     let site = sites(&c).get("docs-handbook").await.unwrap();
     assert_eq!(
@@ -173,7 +173,7 @@ async fn a_site_converges_and_an_unchanged_site_costs_no_writes() {
         .await,
         0,
         "{}",
-        c.emulator.stats().to_json()
+        c.emulator().stats().to_json()
     );
     op.stop().await;
 }
@@ -183,13 +183,15 @@ async fn objects_are_created_in_order_and_a_failure_stops_the_sequence() {
     let c = Cluster::start(false).await;
     prepare(&c).await;
     // StatefulSet creation fails: the objects before it exist, the ones after it do not (LIFE-01).
-    c.emulator.faults().add(sites_emulator::faults::FaultRule {
-        verb: Some("patch".into()),
-        resource: Some("statefulsets.apps".into()),
-        rate: 1.0,
-        codes: vec![500],
-        latency_ms: 0,
-    });
+    c.emulator()
+        .faults()
+        .add(sites_emulator::faults::FaultRule {
+            verb: Some("patch".into()),
+            resource: Some("statefulsets.apps".into()),
+            rate: 1.0,
+            codes: vec![500],
+            latency_ms: 0,
+        });
     let op = operator(&c, config(RoutingMode::Ingress)).await;
     sites(&c)
         .create(&PostParams::default(), &example("site.yaml"))
@@ -255,7 +257,7 @@ async fn objects_are_created_in_order_and_a_failure_stops_the_sequence() {
     })
     .await;
     // The fault clears: the retry with backoff completes the sequence.
-    c.emulator.faults().clear();
+    c.emulator().faults().clear();
     wait_available(&c, "docs-handbook").await;
     let results = |result: &str| {
         op.metric(&format!(
@@ -641,7 +643,7 @@ async fn a_foreign_route_is_never_taken() {
         .await,
         0,
         "{}",
-        c.emulator.stats().to_json()
+        c.emulator().stats().to_json()
     );
     op.stop().await;
 }
@@ -650,7 +652,7 @@ async fn a_foreign_route_is_never_taken() {
 async fn pod_problems_reach_the_status() {
     let c = Cluster::start(false).await;
     prepare(&c).await;
-    c.emulator
+    c.emulator()
         .kubelet()
         .set_image("ghcr.io/example/dashboard:1.4.2", Behaviour::NeverReady);
     let op = operator(&c, config(RoutingMode::Ingress)).await;
@@ -693,7 +695,7 @@ async fn pod_problems_reach_the_status() {
         .unwrap();
 
     // LIFE-15: a fixed image rolls out even though the old pod never became ready.
-    c.emulator
+    c.emulator()
         .kubelet()
         .set_image("ghcr.io/example/dashboard:1.4.3", Behaviour::Ready);
     let patch = json!({"spec": {"configuration": {"applications": [
@@ -714,7 +716,7 @@ async fn pod_problems_reach_the_status() {
     );
 
     // A crash loop is reported as a waiting container.
-    c.emulator
+    c.emulator()
         .kubelet()
         .set_image("ghcr.io/example/dashboard:1.4.4", Behaviour::CrashLoop);
     let patch = json!({"spec": {"configuration": {"applications": [
@@ -898,7 +900,7 @@ async fn hand_edits_are_repaired() {
         .await,
         0,
         "{}",
-        c.emulator.stats().to_json()
+        c.emulator().stats().to_json()
     );
 
     // `kubectl scale` (the scale subresource) is drift too.
@@ -1196,7 +1198,7 @@ async fn a_restarted_operator_writes_nothing_for_converged_sites() {
     .await;
     op.stop().await;
 
-    c.emulator.stats().reset();
+    c.emulator().stats().reset();
     let op = operator(&c, config(RoutingMode::Ingress)).await;
     eventually_every(
         "every site reconciled",
@@ -1208,10 +1210,10 @@ async fn a_restarted_operator_writes_nothing_for_converged_sites() {
     )
     .await;
     assert_eq!(
-        c.emulator.stats().writes(),
+        c.emulator().stats().writes(),
         0,
         "{}",
-        c.emulator.stats().to_json()
+        c.emulator().stats().to_json()
     );
     // The operator's own accounting agrees: reads only.
     let exposition = metrics::encode(&op.registry);
@@ -1334,7 +1336,7 @@ async fn sites_converge_through_api_errors_latency_spikes_dropped_watches_and_ed
         .await
         .unwrap();
 
-    let faults = c.emulator.faults();
+    let faults = c.emulator().faults();
     faults.seed(7);
     faults.add(sites_emulator::faults::FaultRule {
         verb: None,
@@ -1345,7 +1347,7 @@ async fn sites_converge_through_api_errors_latency_spikes_dropped_watches_and_ed
     });
     faults.drop_watches_every(Some(Duration::from_secs(3)));
     let spikes = {
-        let app = c.emulator.app.clone();
+        let app = c.emulator().app.clone();
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(Duration::from_secs(2)).await;
@@ -1617,7 +1619,7 @@ async fn a_relist_after_410_queues_only_what_changed_in_the_gap() {
     let c = Cluster::start(false).await;
     prepare(&c).await;
     // Every watch ends after a second, so the next one starts soon after the fault is set.
-    c.emulator
+    c.emulator()
         .faults()
         .drop_watches_every(Some(Duration::from_secs(1)));
     let op = operator(&c, config(RoutingMode::Ingress)).await;
@@ -1629,7 +1631,7 @@ async fn a_relist_after_410_queues_only_what_changed_in_the_gap() {
     op.settled_after(0.0).await;
     let site_triggers = || op.metric("sites_reconcile_triggers_total{kind=\"Site\"}");
     let before = site_triggers();
-    let faults = c.emulator.faults();
+    let faults = c.emulator().faults();
     faults.expire_next_watch("sites.sites.ecmwf.int");
     eventually("the Site watch expired", WAIT, || async {
         (faults.injected(410) == 1).then_some(())
@@ -1677,7 +1679,7 @@ async fn a_relist_after_410_queues_only_what_changed_in_the_gap() {
 async fn an_object_deleted_while_its_watch_was_down_is_recreated_after_the_relist() {
     let c = Cluster::start(false).await;
     prepare(&c).await;
-    let faults = c.emulator.faults();
+    let faults = c.emulator().faults();
     // Watches end every second, so the Service watch reconnects soon after each fault below.
     faults.drop_watches_every(Some(Duration::from_secs(1)));
     let op = operator(&c, config(RoutingMode::Ingress)).await;

@@ -62,8 +62,15 @@ fn kubectl_json(c: &Cluster, args: &[&str]) -> Value {
 }
 
 /// Starts the first container of Deployment `namespace/name` as its pod would run it, routes the
-/// Services selecting the pod to it, and waits until it is ready.
-pub async fn run_deployment(c: &Cluster, namespace: &str, name: &str, timeout: Duration) -> Pod {
+/// Services selecting the pod to it (on the emulator; on a real API server the webhooks name
+/// `127.0.0.1:webhook_port` by URL), and waits until it is ready. `webhook_port` 0: any.
+pub async fn run_deployment(
+    c: &Cluster,
+    namespace: &str,
+    name: &str,
+    timeout: Duration,
+    webhook_port: u16,
+) -> Pod {
     let deployment = kubectl_json(
         c,
         &["get", "deployment", name, "-n", namespace, "-o", "json"],
@@ -150,8 +157,16 @@ pub async fn run_deployment(c: &Cluster, namespace: &str, name: &str, timeout: D
         .envs(env)
         .env("KUBECONFIG", &kubeconfig)
         .current_dir(&root);
-    let process = OperatorProcess::launch(command, &root.join("operator"));
+    let process = OperatorProcess::launch_at(command, &root.join("operator"), webhook_port);
     let listening = process.listening(timeout).await;
+    if c.real_plane().is_some() {
+        process.ready(timeout).await;
+        return Pod {
+            process,
+            name: pod_name,
+            mounts,
+        };
+    }
 
     // The Services selecting the pod reach it on their named target ports.
     let labels = &template["metadata"]["labels"];
@@ -170,7 +185,7 @@ pub async fn run_deployment(c: &Cluster, namespace: &str, name: &str, timeout: D
                 Some("health") => listening.health,
                 other => panic!("service port {port}: target port {other:?} is not routed here"),
             };
-            c.emulator.map_service(
+            c.emulator().map_service(
                 namespace,
                 service["metadata"]["name"].as_str().unwrap(),
                 port["port"].as_u64().unwrap() as u16,
@@ -186,9 +201,9 @@ pub async fn run_deployment(c: &Cluster, namespace: &str, name: &str, timeout: D
     }
 }
 
-/// A kubeconfig of the emulator holding only `token`.
+/// The cluster's kubeconfig holding only `token`.
 fn token_kubeconfig(c: &Cluster, token: &str) -> String {
-    let mut config: Value = serde_yaml_ng::from_str(&c.emulator.kubeconfig_yaml()).unwrap();
+    let mut config: Value = serde_yaml_ng::from_str(&c.kubeconfig_yaml()).unwrap();
     config["users"][0]["user"] = serde_json::json!({ "token": token });
     serde_yaml_ng::to_string(&config).unwrap()
 }

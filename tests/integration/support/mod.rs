@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::Duration;
 
+use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -16,18 +17,30 @@ pub mod argocd;
 pub mod deployed;
 pub mod operator;
 pub mod process;
+pub mod real;
 
 pub use process::{OperatorProcess, api_requests, serve_webhooks};
 
-/// A running emulator plus a temporary directory for kubeconfig and kubectl cache.
+/// A running API server, the emulator or a real one, plus a temporary directory for kubeconfig
+/// and kubectl cache. Tests that use only the API (kubectl, the client, the operator) run against
+/// either; the emulator's own handles (faults, the kubelet's behaviours, Service routes) are
+/// [`Cluster::emulator`]'s.
 pub struct Cluster {
-    pub emulator: Emulator,
+    backend: Backend,
     pub client: kube::Client,
     pub dir: PathBuf,
 }
 
+enum Backend {
+    Emulator(Box<Emulator>),
+    Real(real::ControlPlane),
+    Gone,
+}
+
 impl Drop for Cluster {
     fn drop(&mut self) {
+        // The control plane stops first (its files are in the directory).
+        self.backend = Backend::Gone;
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -45,7 +58,8 @@ pub async fn client_config(emulator: &Emulator) -> kube::Config {
 }
 
 impl Cluster {
-    /// Starts an emulator (HTTP or HTTPS) with the Site CRD registered.
+    /// Starts an emulator (HTTP or HTTPS) with the Site CRD registered and the shipped
+    /// PriorityClasses ([`install_priority_classes`]).
     pub async fn start(tls: bool) -> Cluster {
         let c = Cluster::empty(Options {
             tls,
@@ -56,6 +70,7 @@ impl Cluster {
         crds.create(&PostParams::default(), &sites_operator::crd::crd())
             .await
             .expect("Site CRD is accepted");
+        install_priority_classes(&c.client).await;
         c
     }
 
@@ -67,10 +82,50 @@ impl Cluster {
         emulator.write_kubeconfig(&dir.join("kubeconfig")).unwrap();
         let client = kube::Client::try_from(client_config(&emulator).await).expect("client");
         Cluster {
-            emulator,
+            backend: Backend::Emulator(Box::new(emulator)),
             client,
             dir,
         }
+    }
+
+    /// Starts a real control plane ([`real::ControlPlane`]) with nothing installed.
+    pub async fn real() -> Cluster {
+        let dir = std::env::temp_dir().join(format!("sites-real-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let plane = real::ControlPlane::start(&dir).await;
+        let kubeconfig = Kubeconfig::read_from(plane.kubeconfig()).expect("kubeconfig");
+        let mut config =
+            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .expect("kubeconfig is valid");
+        config.default_retry = false;
+        let client = kube::Client::try_from(config).expect("client");
+        Cluster {
+            backend: Backend::Real(plane),
+            client,
+            dir,
+        }
+    }
+
+    /// The emulator; panics for a real API server (a test that needs the emulator's handles).
+    pub fn emulator(&self) -> &Emulator {
+        match &self.backend {
+            Backend::Emulator(e) => e,
+            _ => panic!("this test needs the emulator"),
+        }
+    }
+
+    /// The real control plane, if this cluster is one.
+    pub fn real_plane(&self) -> Option<&real::ControlPlane> {
+        match &self.backend {
+            Backend::Real(p) => Some(p),
+            _ => None,
+        }
+    }
+
+    /// The kubeconfig's YAML (the administrator's credentials).
+    pub fn kubeconfig_yaml(&self) -> String {
+        std::fs::read_to_string(self.kubeconfig()).expect("the kubeconfig")
     }
 
     pub fn kubeconfig(&self) -> PathBuf {
@@ -121,6 +176,21 @@ impl Cluster {
             String::from_utf8_lossy(&out.stderr)
         );
         String::from_utf8(out.stdout).unwrap()
+    }
+}
+
+/// Creates the PriorityClasses of `manifests/base/priorityclasses.yaml`, as an installation
+/// does: the API server refuses pods naming a class that does not exist.
+pub async fn install_priority_classes(client: &kube::Client) {
+    use serde::Deserialize;
+    let text = std::fs::read_to_string(repo_file("manifests/base/priorityclasses.yaml")).unwrap();
+    let classes: Api<PriorityClass> = Api::all(client.clone());
+    for doc in serde_yaml_ng::Deserializer::from_str(&text) {
+        let class = PriorityClass::deserialize(doc).expect("a PriorityClass");
+        classes
+            .create(&PostParams::default(), &class)
+            .await
+            .expect("the PriorityClass is accepted");
     }
 }
 

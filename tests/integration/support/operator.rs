@@ -255,7 +255,7 @@ pub async fn elected_operator(c: &Cluster, cfg: Arc<PlatformConfig>, identity: &
 pub async fn counted_client(c: &Cluster) -> (kube::Client, Registry) {
     let registry = Registry::new();
     let counter = sites_operator::metrics::register_api_requests(&registry).unwrap();
-    let client = kube::client::ClientBuilder::try_from(client_config(&c.emulator).await)
+    let client = kube::client::ClientBuilder::try_from(client_config(c.emulator()).await)
         .unwrap()
         .with_layer(&accounting::CountLayer::new(counter))
         .build();
@@ -441,7 +441,7 @@ pub async fn merge(c: &Cluster, name: &str, patch: Value) {
 
 /// Writes the operator made since the last reset: everything but the test's own Site writes.
 pub fn operator_writes(c: &Cluster, own_site_writes: u64) -> u64 {
-    c.emulator.stats().writes() - own_site_writes
+    c.emulator().stats().writes() - own_site_writes
 }
 
 /// Patches the Site `name` with `patch` and waits until the operator reconciled and settled.
@@ -454,7 +454,7 @@ pub async fn edit_and_settle(c: &Cluster, op: &Operator, name: &str, patch: Valu
 /// [`edit_and_settle`] (one write of the test's); returns the writes the operator made meanwhile.
 pub async fn writes_after(c: &Cluster, op: &Operator, name: &str, patch: Value) -> u64 {
     volume_labelled(c, name).await;
-    c.emulator.stats().reset();
+    c.emulator().stats().reset();
     edit_and_settle(c, op, name, patch).await;
     operator_writes(c, 1)
 }
