@@ -11,6 +11,11 @@
 //!
 //! Run: `cargo bench --bench scale` (N=1000; override with `SCALE_SITES`; `SCALE_STEPS=none`
 //! skips steps 3 and 4).
+//!
+//! `SCALE_APISERVER=real` runs steps 1, 2, 4 and 5 against a real kube-apiserver 1.20.2 with etcd
+//! and its controller manager (`scripts/control-plane.sh`, `make control-plane` first), the
+//! emulator's kubelet as the node; writes are then the operator's own count
+//! (`sites_api_requests_total`), and the storm (which drives the emulator's kubelet) is skipped.
 
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
@@ -300,6 +305,127 @@ fn print_writes(stats: &serde_json::Value, n: usize) {
     }
 }
 
+/// Where the Sites live: the emulator in this process, or a real control plane.
+enum Backend {
+    Emulator(Emulator),
+    Real { dir: std::path::PathBuf },
+}
+
+impl Backend {
+    fn emulator(&self) -> Option<&Emulator> {
+        match self {
+            Backend::Emulator(e) => Some(e),
+            Backend::Real { .. } => None,
+        }
+    }
+
+    fn reset(&self) {
+        if let Some(e) = self.emulator() {
+            e.stats().reset();
+        }
+    }
+
+    /// Writes since the last [`reset`](Self::reset): the emulator's count less the bench's own
+    /// `own` creations, or, on a real API server, the operator's own count less `before`.
+    fn writes(&self, op: &Operator, own: usize, before: f64) -> f64 {
+        match self {
+            Backend::Emulator(e) => e.stats().writes() as f64 - own as f64,
+            Backend::Real { .. } => operator_writes(op) - before,
+        }
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        if let Backend::Real { dir } = self {
+            let _ = Command::new(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/scripts/control-plane.sh"
+            ))
+            .arg("stop")
+            .arg(&*dir)
+            .status();
+        }
+    }
+}
+
+/// The operator's writes so far (`sites_api_requests_total`, write verbs).
+fn operator_writes(op: &Operator) -> f64 {
+    op.scrape()
+        .lines()
+        .filter(|l| l.starts_with("sites_api_requests_total{"))
+        .filter(|l| {
+            ["create", "update", "patch", "delete"]
+                .iter()
+                .any(|v| l.contains(&format!("verb=\"{v}\"")))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .fold(0.0, |a, b| a + b)
+}
+
+/// The operator's writes so far by `verb resource`, per Site.
+fn print_operator_writes(op: &Operator, n: usize) {
+    for line in op
+        .scrape()
+        .lines()
+        .filter(|l| l.starts_with("sites_api_requests_total{"))
+    {
+        let label = |name: &str| {
+            let start = line.find(&format!("{name}=\""))? + name.len() + 2;
+            line[start..].split('"').next().map(str::to_string)
+        };
+        let (Some(verb), Some(resource)) = (label("verb"), label("resource")) else {
+            continue;
+        };
+        let count: f64 = line
+            .rsplit(' ')
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0);
+        if matches!(verb.as_str(), "create" | "update" | "patch" | "delete") && count > 0.0 {
+            println!("  {verb} {resource}: {:.2} per Site", count / n as f64);
+        }
+    }
+}
+
+/// A real control plane in `dir` with the emulator's kubelet as its node.
+async fn real_control_plane(dir: &std::path::Path) -> Backend {
+    let out = Command::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/scripts/control-plane.sh"
+    ))
+    .arg("start")
+    .arg(dir.join("control-plane"))
+    .arg("--watch-pid")
+    .arg(std::process::id().to_string())
+    .output()
+    .expect("scripts/control-plane.sh runs");
+    assert!(
+        out.status.success(),
+        "the control plane did not start (make control-plane):\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let backend = Backend::Real {
+        dir: dir.join("control-plane"),
+    };
+    std::fs::copy(dir.join("control-plane/kubeconfig"), dir.join("kubeconfig")).unwrap();
+    let target = sites_emulator::client::load_kubeconfig(&dir.join("kubeconfig")).unwrap();
+    let client = sites_emulator::client::Client::new(&target).unwrap();
+    let ready = dir.join("kubelet.ready");
+    let config = sites_emulator::node::Config {
+        storage_classes: vec!["sites-retain".into()],
+        ready_file: Some(ready.clone()),
+        ..Default::default()
+    };
+    tokio::spawn(sites_emulator::node::run(
+        client,
+        config,
+        std::future::pending(),
+    ));
+    wait_for("the node", Duration::from_secs(60), async || ready.exists()).await;
+    backend
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let n: usize = std::env::var("SCALE_SITES")
@@ -309,13 +435,24 @@ async fn main() {
     // Which of the later steps run (creation and restart always do): `storm` (pod events) and
     // `changes` (audit-only and quota changes). Default: all.
     let steps = std::env::var("SCALE_STEPS").unwrap_or_else(|_| "storm,changes".into());
-    let emulator = Emulator::start(Options::default()).await.unwrap();
+    let real = std::env::var("SCALE_APISERVER").is_ok_and(|v| v == "real");
+    let steps = if real {
+        steps.replace("storm", "")
+    } else {
+        steps
+    };
     let dir = std::env::temp_dir().join(format!("sites-scale-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let kubeconfig = dir.join("kubeconfig");
-    emulator.write_kubeconfig(&kubeconfig).unwrap();
+    let backend = if real {
+        real_control_plane(&dir).await
+    } else {
+        let emulator = Emulator::start(Options::default()).await.unwrap();
+        emulator.write_kubeconfig(&kubeconfig).unwrap();
+        Backend::Emulator(emulator)
+    };
     let config = kube::Config::from_custom_kubeconfig(
-        Kubeconfig::from_yaml(&emulator.kubeconfig_yaml()).unwrap(),
+        Kubeconfig::read_from(&kubeconfig).unwrap(),
         &KubeConfigOptions::default(),
     )
     .await
@@ -337,6 +474,17 @@ async fn main() {
         .create(&pp, &serde_json::from_value(json!({"metadata": {"name": "sites-retain"}, "provisioner": "x", "reclaimPolicy": "Retain"})).unwrap())
         .await
         .unwrap();
+    // The PriorityClasses the configuration names (manifests/base/priorityclasses.yaml).
+    for (name, value) in [("low-priority", 1000), ("medium-priority", 10000)] {
+        Api::<k8s_openapi::api::scheduling::v1::PriorityClass>::all(client.clone())
+            .create(
+                &pp,
+                &serde_json::from_value(json!({"metadata": {"name": name}, "value": value}))
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+    }
     Api::<Secret>::namespaced(client.clone(), NS)
         .create(&pp, &serde_json::from_value(json!({"metadata": {"name": "sites-session"}, "stringData": {"secret_key": "bench"}})).unwrap())
         .await
@@ -387,8 +535,13 @@ async fn main() {
     );
 
     println!(
-        "reconcile scale: {n} Sites, operator binary {} (release)",
-        env!("CARGO_BIN_EXE_sites-operator")
+        "reconcile scale: {n} Sites, operator binary {} (release), against {}",
+        env!("CARGO_BIN_EXE_sites-operator"),
+        if real {
+            "a real kube-apiserver 1.20.2 with etcd"
+        } else {
+            "the emulator"
+        }
     );
     let op = Operator::start(&kubeconfig, &dir);
     wait_for("operator ready", Duration::from_secs(60), async || {
@@ -397,7 +550,8 @@ async fn main() {
     .await;
 
     // 1. Cold creation.
-    emulator.stats().reset();
+    backend.reset();
+    let before = operator_writes(&op);
     let start = Instant::now();
     let emulator_cpu = own_cpu_seconds();
     let mut tasks = Vec::new();
@@ -421,14 +575,17 @@ async fn main() {
     })
     .await;
     let converged = start.elapsed();
-    let writes = emulator.stats().writes() as f64 - n as f64;
+    let writes = backend.writes(&op, n, before);
     println!(
         "cold creation: Sites created in {:.1} s, all Available after {:.1} s; operator writes per Site {:.2}",
         created_in.as_secs_f64(),
         converged.as_secs_f64(),
         writes / n as f64
     );
-    print_writes(&emulator.stats().to_json(), n);
+    match backend.emulator() {
+        Some(emulator) => print_writes(&emulator.stats().to_json(), n),
+        None => print_operator_writes(&op, n),
+    }
     // The wall time also measures the emulator (both share the machine): the operator's own CPU.
     let cpu = op.metric("process_cpu_seconds_total");
     println!(
@@ -444,30 +601,43 @@ async fn main() {
     op.stop();
 
     // 2. Restart with converged Sites.
-    emulator.stats().reset();
+    backend.reset();
     let start = Instant::now();
     let op = Operator::start(&kubeconfig, &dir);
     op.settled(n as f64).await;
     let verified = start.elapsed();
-    let stats = emulator.stats().to_json();
-    let requests: u64 = stats
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["count"].as_u64().unwrap())
-        .sum();
-    println!(
-        "restart: every Site verified after {:.1} s (process start included); {} requests, {} writes",
-        verified.as_secs_f64(),
-        requests,
-        emulator.stats().writes()
-    );
-    // A restart after a complete creation has nothing to write: show what it wrote, if anything.
-    print_writes(&stats, n);
+    match backend.emulator() {
+        Some(emulator) => {
+            let stats = emulator.stats().to_json();
+            let requests: u64 = stats
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r["count"].as_u64().unwrap())
+                .sum();
+            println!(
+                "restart: every Site verified after {:.1} s (process start included); {} requests, {} writes",
+                verified.as_secs_f64(),
+                requests,
+                emulator.stats().writes()
+            );
+            // A restart after a complete creation has nothing to write: show what it wrote, if
+            // anything.
+            print_writes(&stats, n);
+        }
+        None => {
+            println!(
+                "restart: every Site verified after {:.1} s (process start included); {} writes",
+                verified.as_secs_f64(),
+                operator_writes(&op)
+            );
+            print_operator_writes(&op, n);
+        }
+    }
 
     // 3. Pod-event storm: every site pod changes five times in ways the Site status does not
     // show (an annotation), then becomes not ready and ready again (two distinct changes).
-    if steps.contains("storm") {
+    if let Some(emulator) = backend.emulator().filter(|_| steps.contains("storm")) {
         let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
         let before = op.metric("controller_runtime_reconcile_total");
         let triggers_before = op.triggers();
@@ -553,7 +723,8 @@ async fn main() {
     // 4. Audit-only change.
     let change = async |patch: serde_json::Value, what: &str| {
         let before = op.metric("controller_runtime_reconcile_total");
-        emulator.stats().reset();
+        backend.reset();
+        let written = operator_writes(&op);
         let start = Instant::now();
         for i in 0..n {
             sites
@@ -566,7 +737,7 @@ async fn main() {
                 .unwrap();
         }
         op.settled(before + n as f64).await;
-        let writes = emulator.stats().writes() as f64 - n as f64;
+        let writes = backend.writes(&op, n, written);
         println!(
             "{what}: operator writes per Site {:.2} ({:.1} s)",
             writes / n as f64,
