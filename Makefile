@@ -107,7 +107,7 @@ crd-check:
 # objects still render; the PrometheusRule's rules are checked by promtool-test). Any other kind
 # without a schema fails the check.
 SCHEMALESS_KINDS := Certificate|Issuer|ServiceMonitor|PrometheusRule
-OVERLAYS := base overlays/self-signed overlays/cert-manager overlays/kind-e2e overlays/monitoring
+OVERLAYS := base overlays/self-signed overlays/cert-manager overlays/kind-e2e overlays/monitoring overlays/local-1.20
 validate-manifests: $(VENV)/bin/kubernetes-validate
 	@mkdir -p $(TOOLS)/rendered
 	@for k in $(OVERLAYS); do \

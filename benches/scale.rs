@@ -308,14 +308,15 @@ fn print_writes(stats: &serde_json::Value, n: usize) {
 /// Where the Sites live: the emulator in this process, or a real control plane.
 enum Backend {
     Emulator(Emulator),
-    Real { dir: std::path::PathBuf },
+    /// Held until the end: dropping it stops the control plane.
+    Real(#[allow(dead_code)] sites_emulator::control_plane::ControlPlane),
 }
 
 impl Backend {
     fn emulator(&self) -> Option<&Emulator> {
         match self {
             Backend::Emulator(e) => Some(e),
-            Backend::Real { .. } => None,
+            Backend::Real(_) => None,
         }
     }
 
@@ -330,21 +331,7 @@ impl Backend {
     fn writes(&self, op: &Operator, own: usize, before: f64) -> f64 {
         match self {
             Backend::Emulator(e) => e.stats().writes() as f64 - own as f64,
-            Backend::Real { .. } => operator_writes(op) - before,
-        }
-    }
-}
-
-impl Drop for Backend {
-    fn drop(&mut self) {
-        if let Backend::Real { dir } = self {
-            let _ = Command::new(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/scripts/control-plane.sh"
-            ))
-            .arg("stop")
-            .arg(&*dir)
-            .status();
+            Backend::Real(_) => operator_writes(op) - before,
         }
     }
 }
@@ -388,42 +375,17 @@ fn print_operator_writes(op: &Operator, n: usize) {
     }
 }
 
-/// A real control plane in `dir` with the emulator's kubelet as its node.
+/// A real control plane in `dir` with the emulator's kubelet as its node; its kubeconfig copied
+/// to `dir/kubeconfig`.
 async fn real_control_plane(dir: &std::path::Path) -> Backend {
-    let out = Command::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/scripts/control-plane.sh"
-    ))
-    .arg("start")
-    .arg(dir.join("control-plane"))
-    .arg("--watch-pid")
-    .arg(std::process::id().to_string())
-    .output()
-    .expect("scripts/control-plane.sh runs");
-    assert!(
-        out.status.success(),
-        "the control plane did not start (make control-plane):\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let backend = Backend::Real {
-        dir: dir.join("control-plane"),
-    };
-    std::fs::copy(dir.join("control-plane/kubeconfig"), dir.join("kubeconfig")).unwrap();
-    let target = sites_emulator::client::load_kubeconfig(&dir.join("kubeconfig")).unwrap();
-    let client = sites_emulator::client::Client::new(&target).unwrap();
-    let ready = dir.join("kubelet.ready");
-    let config = sites_emulator::node::Config {
-        storage_classes: vec!["sites-retain".into()],
-        ready_file: Some(ready.clone()),
-        ..Default::default()
-    };
-    tokio::spawn(sites_emulator::node::run(
-        client,
-        config,
-        std::future::pending(),
-    ));
-    wait_for("the node", Duration::from_secs(60), async || ready.exists()).await;
-    backend
+    let plane = sites_emulator::control_plane::ControlPlane::start(
+        &dir.join("control-plane"),
+        &["sites-retain"],
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    std::fs::copy(plane.kubeconfig(), dir.join("kubeconfig")).unwrap();
+    Backend::Real(plane)
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]

@@ -82,7 +82,7 @@ async fn real_apiserver_printed_crds_are_accepted_and_modelled() {
         Duration::from_secs(30),
         Duration::from_millis(200),
         || {
-            let log = plane.api_server_log();
+            let log = plane.log("kube-apiserver");
             async move {
                 log.contains("error building openapi models for sites.probe.example.org")
                     .then_some(log)

@@ -14,6 +14,7 @@ pub mod builtin;
 pub mod cel;
 pub mod client;
 pub mod cluster;
+pub mod control_plane;
 pub mod controllers;
 pub mod crds;
 pub mod deletion;

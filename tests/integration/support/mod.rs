@@ -92,7 +92,9 @@ impl Cluster {
     pub async fn real() -> Cluster {
         let dir = std::env::temp_dir().join(format!("sites-real-{}", uuid::Uuid::new_v4()));
         std::fs::create_dir_all(&dir).unwrap();
-        let plane = real::ControlPlane::start(&dir).await;
+        let plane = real::ControlPlane::start(&dir, &[real::STORAGE_CLASS])
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
         let kubeconfig = Kubeconfig::read_from(plane.kubeconfig()).expect("kubeconfig");
         let mut config =
             kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())

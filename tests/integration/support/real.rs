@@ -9,88 +9,12 @@
 //! them (`--run-ignored only`).
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
-
-use super::repo_file;
 
 /// The storage class the example configuration names (`manifests/dev/`), provisioned by the
 /// kubelet.
 pub const STORAGE_CLASS: &str = "sites-retain";
 
-/// A started control plane; dropping it stops exactly what it started.
-pub struct ControlPlane {
-    dir: PathBuf,
-    kubelet: Option<tokio::task::JoinHandle<()>>,
-}
-
-impl ControlPlane {
-    /// Starts one in `dir` (its kubeconfig is `dir/kubeconfig`, the administrator's) with the
-    /// kubelet's node registered and Ready.
-    pub async fn start(dir: &Path) -> ControlPlane {
-        let out = Command::new(repo_file("scripts/control-plane.sh"))
-            .arg("start")
-            .arg(dir)
-            .arg("--watch-pid")
-            .arg(std::process::id().to_string())
-            .output()
-            .expect("scripts/control-plane.sh runs");
-        let mut plane = ControlPlane {
-            dir: dir.to_path_buf(),
-            kubelet: None,
-        };
-        assert!(
-            out.status.success(),
-            "the control plane did not start (make control-plane builds it):\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let ready = dir.join("kubelet.ready");
-        let target = sites_emulator::client::load_kubeconfig(&dir.join("kubeconfig"))
-            .expect("the control plane's kubeconfig");
-        let client = sites_emulator::client::Client::new(&target).expect("a client");
-        let config = sites_emulator::node::Config {
-            storage_classes: vec![STORAGE_CLASS.to_string()],
-            ready_file: Some(ready.clone()),
-            ..Default::default()
-        };
-        plane.kubelet = Some(tokio::spawn(sites_emulator::node::run(
-            client,
-            config,
-            std::future::pending(),
-        )));
-        super::eventually(
-            "the kubelet's node to be Ready",
-            std::time::Duration::from_secs(30),
-            || {
-                let ready = ready.exists();
-                async move { ready.then_some(()) }
-            },
-        )
-        .await;
-        plane
-    }
-
-    /// The administrator's kubeconfig.
-    pub fn kubeconfig(&self) -> PathBuf {
-        self.dir.join("kubeconfig")
-    }
-
-    /// The API server's log (for failure messages).
-    pub fn api_server_log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("kube-apiserver.log")).unwrap_or_default()
-    }
-}
-
-impl Drop for ControlPlane {
-    fn drop(&mut self) {
-        if let Some(k) = self.kubelet.take() {
-            k.abort();
-        }
-        let _ = Command::new(repo_file("scripts/control-plane.sh"))
-            .arg("stop")
-            .arg(&self.dir)
-            .status();
-    }
-}
+pub use sites_emulator::control_plane::ControlPlane;
 
 /// `manifests/overlays/local-1.20` for an operator whose webhook server listens on
 /// `127.0.0.1:port`: a copy in `dir` with the port and its base's path replaced.

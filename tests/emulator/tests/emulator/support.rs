@@ -17,6 +17,7 @@ use kube::api::{Api, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use sites_emulator::control_plane::ControlPlane;
 use sites_emulator::{Emulator, Options};
 
 /// Fields of a Site's spec the tests use; the rest are kept in `other`. Serialises like the
@@ -229,7 +230,9 @@ impl Cluster {
     /// Starts a real control plane (in a directory of its own) with the Site CRD established.
     pub async fn start_real() -> Cluster {
         let dir = temp_dir();
-        let plane = ControlPlane::start(&dir.join("control-plane")).await;
+        let plane = ControlPlane::start(&dir.join("control-plane"), &[STORAGE_CLASS])
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
         std::fs::copy(plane.kubeconfig(), dir.join("kubeconfig")).unwrap();
         let yaml = std::fs::read_to_string(plane.kubeconfig()).unwrap();
         let client = kube::Client::try_from(client_config(&yaml).await).expect("client");
@@ -397,94 +400,6 @@ fn temp_dir() -> PathBuf {
     let dir = std::env::temp_dir().join(format!("sites-emulator-it-{}", uuid::Uuid::new_v4()));
     std::fs::create_dir_all(&dir).unwrap();
     dir
-}
-
-/// A started real control plane; dropping it stops the kubelet and exactly what
-/// `scripts/control-plane.sh start` started.
-pub struct ControlPlane {
-    dir: PathBuf,
-    kubelet: Option<tokio::task::JoinHandle<()>>,
-    stopped: bool,
-}
-
-impl ControlPlane {
-    /// Starts one in `dir` (its kubeconfig is `dir/kubeconfig`, the administrator's) with the
-    /// kubelet's node registered and Ready.
-    pub async fn start(dir: &std::path::Path) -> ControlPlane {
-        let script = repo_file("scripts/control-plane.sh");
-        let args = (dir.to_path_buf(), std::process::id().to_string());
-        let out = tokio::task::spawn_blocking(move || {
-            Command::new(script)
-                .arg("start")
-                .arg(&args.0)
-                .arg("--watch-pid")
-                .arg(&args.1)
-                .output()
-                .expect("scripts/control-plane.sh runs")
-        })
-        .await
-        .unwrap();
-        let mut plane = ControlPlane {
-            dir: dir.to_path_buf(),
-            kubelet: None,
-            stopped: false,
-        };
-        assert!(
-            out.status.success(),
-            "the control plane did not start (make control-plane builds it):\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let ready = dir.join("kubelet.ready");
-        let target = sites_emulator::client::load_kubeconfig(&plane.kubeconfig())
-            .expect("the control plane's kubeconfig");
-        let client = sites_emulator::client::Client::new(&target).expect("a client");
-        let config = sites_emulator::node::Config {
-            storage_classes: vec![STORAGE_CLASS.to_string()],
-            ready_file: Some(ready.clone()),
-            ..Default::default()
-        };
-        plane.kubelet = Some(tokio::spawn(sites_emulator::node::run(
-            client,
-            config,
-            std::future::pending(),
-        )));
-        eventually(
-            "the kubelet's node to be Ready",
-            Duration::from_secs(30),
-            || {
-                let ready = ready.exists();
-                async move { ready.then_some(()) }
-            },
-        )
-        .await;
-        plane
-    }
-
-    /// The administrator's kubeconfig.
-    pub fn kubeconfig(&self) -> PathBuf {
-        self.dir.join("kubeconfig")
-    }
-}
-
-impl ControlPlane {
-    /// Stops the kubelet and the control plane (once).
-    fn stop(&mut self) {
-        if let Some(k) = self.kubelet.take() {
-            k.abort();
-        }
-        if !std::mem::replace(&mut self.stopped, true) {
-            let _ = Command::new(repo_file("scripts/control-plane.sh"))
-                .arg("stop")
-                .arg(&self.dir)
-                .status();
-        }
-    }
-}
-
-impl Drop for ControlPlane {
-    fn drop(&mut self) {
-        self.stop();
-    }
 }
 
 /// The storage class the kubelet provisions volumes of on a real control plane.
