@@ -291,8 +291,8 @@ struct RunArgs {
     webhook_body_timeout: std::time::Duration,
     /// The memory, in MiB, that webhook requests in flight may hold together (their bodies and
     /// what decoding them takes); a request waits for its share at most 1 s, then gets 503. At
-    /// least 48: the largest request alone needs about 46.
-    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(48..=65_536))]
+    /// least 56: the largest request alone needs about 55.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(56..=65_536))]
     webhook_memory_budget_mib: u32,
 }
 

@@ -128,7 +128,7 @@ fn applications<S: Str>(site: SiteRef<'_, S>, cfg: &PlatformConfig, v: &mut Fiel
             "a site needs at least one application",
         );
     }
-    let before = v.0.len();
+    let before = v.len();
     let mut names: BTreeMap<&str, usize> = BTreeMap::new();
     let mut ports: BTreeMap<i32, usize> = BTreeMap::new();
     for app in apps::resolve_each(&c.applications, cfg) {
@@ -206,7 +206,7 @@ fn applications<S: Str>(site: SiteRef<'_, S>, cfg: &PlatformConfig, v: &mut Fiel
     }
     // One HTTPRoute holds at most 16 rules (gateway mode); counted only when the applications
     // and their paths are valid.
-    if cfg.routing.mode == RoutingMode::Gateway && v.0.len() == before {
+    if cfg.routing.mode == RoutingMode::Gateway && v.len() == before {
         let resolved = apps::resolve_sorted(&c.applications, cfg);
         let paths = apps::route_paths_at(&site.path(), &resolved, "site");
         if let Ok(rules) = route::http_route_rules(&paths, !c.enabled, cfg.routing.scheme)
@@ -317,15 +317,28 @@ pub fn ratchet<T: serde::Serialize>(
     old: &T,
     new: &T,
 ) -> Vec<FieldError> {
-    let (old, new) = (
-        serde_json::to_value(old).unwrap_or_default(),
-        serde_json::to_value(new).unwrap_or_default(),
-    );
+    // Only a violation the stored Site had can go; its field's value is compared through
+    // fingerprints read from the serialised objects, which builds neither as a tree.
+    let candidates: Vec<&str> = violations
+        .iter()
+        .filter(|v| before.contains(v))
+        .map(|v| v.field.as_str())
+        .collect();
+    if candidates.is_empty() {
+        return violations;
+    }
+    let at = |site: &T| {
+        serde_json::to_vec(site)
+            .map(|json| crate::validation::fingerprints_at(&json, &candidates))
+            .unwrap_or_default()
+    };
+    let (old, new) = (at(old), at(new));
     violations
         .into_iter()
         .filter(|v| {
-            let unchanged = crate::validation::value_at(&old, &v.field)
-                .is_some_and(|was| crate::validation::value_at(&new, &v.field) == Some(was));
+            let unchanged = old
+                .get(&v.field)
+                .is_some_and(|was| new.get(&v.field) == Some(was));
             !(unchanged && before.contains(v))
         })
         .collect()

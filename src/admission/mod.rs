@@ -27,27 +27,29 @@ use crate::crd::{Application, Site, SiteRef, Str, UPGRADE_REQUEST_ANNOTATION};
 
 use crate::validation::{self, FieldError};
 
-/// Denies with code 403, reason Forbidden, one message naming every violation, and the
-/// violations as status causes.
+/// Denies with code 403, reason Forbidden, one message naming the violations, and the
+/// violations as status causes: at most [`validation::MAX_LISTED`] of them, each part clipped,
+/// and the count of the rest, so the answer stays small whatever the object.
 pub fn deny<K: Resource>(
     req: &AdmissionRequest<K>,
     violations: &[FieldError],
 ) -> AdmissionResponse {
     let message = validation::join(violations);
+    let (shown, _) = validation::listed(violations);
     let mut response = AdmissionResponse::from(req);
     response.allowed = false;
     response.result = Status::failure(&message, "Forbidden")
         .with_code(403)
         .with_details(StatusDetails {
-            causes: violations
-                .iter()
+            causes: shown
+                .into_iter()
                 .map(|v| StatusCause {
                     reason: "FieldValueInvalid".into(),
-                    message: v.message.clone(),
-                    field: v.field.clone(),
+                    message: v.message,
+                    field: v.field,
                 })
                 .collect(),
-            name: req.name.clone(),
+            name: validation::clip(&req.name).into_owned(),
             group: req.kind.group.clone(),
             kind: req.kind.kind.clone(),
             uid: String::new(),

@@ -42,9 +42,12 @@ pub const BODY_LIMIT: usize = 5 * MIB;
 /// itself, in bytes: the budget a request must hold before it is decoded. The bounds are
 /// measured by `admission::tests::memory` on the shapes that expand most (maps of short
 /// strings; per-site routing; YAML aliases), which must stay within them:
-/// - a Site review decodes to borrowed text, its maps at most ~7.5 bytes per body byte (a copy
+/// - a Site review decodes to borrowed text, its maps at most ~8 bytes per body byte (a copy
 ///   of the body when the `kubectl apply` annotation is cut out; 64 applications at most, a few
-///   hundred bytes each); per-site routing and share lists are checked, not kept;
+///   hundred bytes each); per-site routing and share lists are checked, not kept; judging an
+///   UPDATE whose both objects break rules everywhere adds ~2 bytes per byte (the violations
+///   of each, at most [`crate::validation::MAX_KEPT`], and one object serialised to compare
+///   the fields of the violations they share);
 /// - a configuration review keeps only `config.yaml` (a copy at most as long as the body), whose
 ///   parse is bounded by the configuration's own limits: its text, whose every YAML event the
 ///   parser holds at once (~160 bytes per byte, [`crate::config::MAX_TEXT_BYTES`]), and its values
@@ -52,7 +55,7 @@ pub const BODY_LIMIT: usize = 5 * MIB;
 pub fn decode_cost(path: &str, len: usize) -> usize {
     match path {
         VALIDATE_CONFIG => len + len.min(crate::config::MAX_TEXT_BYTES) * 160 + 4 * MIB,
-        _ => len * 8 + 256 * KIB,
+        _ => len * 10 + 256 * KIB,
     }
 }
 
@@ -159,11 +162,14 @@ async fn observe(State(observed): State<Arc<Observed>>, req: Request, next: Next
     let _in_flight = Counted::new(&m.in_flight);
     let started = Instant::now();
     let response = match observed.admit(m.path, req).await {
-        Ok((req, share)) => {
-            let response = next.run(req).await;
-            drop(share);
-            response
-        }
+        // The answer's bytes stay counted in the request's share until they are written.
+        Ok((req, share)) => next.run(req).await.map(|body| {
+            use http_body_util::BodyExt;
+            Body::new(body.map_frame(move |frame| {
+                let _held = &share;
+                frame
+            }))
+        }),
         Err(refused) => refused,
     };
     m.latency.observe(started.elapsed().as_secs_f64());
@@ -310,7 +316,17 @@ pub fn review_config(body: &[u8]) -> Response {
     }
 }
 
+/// Longest `request.uid` answered: the API server sends 36-character UIDs, and the answer
+/// echoes it, so a longer one would make the answer as large as the client likes.
+const MAX_UID_BYTES: usize = 128;
+
 fn respond(response: &AdmissionResponse) -> Response {
+    if response.uid.len() > MAX_UID_BYTES {
+        return bad_request(format!(
+            "request.uid has {} bytes; at most {MAX_UID_BYTES} are answered",
+            response.uid.len()
+        ));
+    }
     match encode(response) {
         Ok(bytes) => (
             [(header::CONTENT_TYPE, "application/json")],

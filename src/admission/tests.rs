@@ -1588,7 +1588,8 @@ fn field_paths_of_keys_holding_a_colon_stay_whole() {
 }
 
 /// The configuration that breaks every rule it can at once, through the webhook: denied with
-/// one cause per problem, each naming its key, and every key in the message.
+/// one cause per problem, each naming its key, for the first [`crate::validation::MAX_LISTED`]
+/// problems, those in the message too, and the count of the rest.
 #[test]
 fn a_configuration_breaking_every_rule_is_denied_listing_every_key() {
     let text = include_str!("../config/testdata/every-rejection.yaml");
@@ -1611,17 +1612,26 @@ fn a_configuration_breaking_every_rule_is_denied_listing_every_key() {
         Err(config::ConfigError::Invalid(problems)) => problems,
         other => panic!("{other:?}"),
     };
-    assert!(causes.len() >= 60, "{} causes", causes.len());
+    let listed = crate::validation::MAX_LISTED;
+    assert!(direct.len() >= 60, "{} problems", direct.len());
     let fields: Vec<&str> = causes.iter().map(|c| c.field.as_str()).collect();
     let keys: Vec<&str> = direct.iter().map(|p| p.field.as_str()).collect();
-    assert_eq!(fields, keys);
-    for problem in &direct {
+    assert_eq!(fields, keys[..listed]);
+    for problem in &direct[..listed] {
         assert!(
             r.result.message.contains(&problem.to_string()),
             "{problem} missing from {}",
             r.result.message
         );
     }
+    assert!(
+        r.result
+            .message
+            .ends_with(&format!("; and {} more", direct.len() - listed)),
+        "{}",
+        r.result.message
+    );
+    assert!(!r.result.message.contains(&direct[listed].to_string()));
 }
 
 /// An object whose apiVersion or kind says it is not a Site is denied as such, even when its
@@ -2457,6 +2467,32 @@ mod memory {
                 review(site(json!({})), "Site", "UPDATE", Some(not_a_site)),
             ),
         ];
+        // Every key invalid: each a violation, of which the answer lists a few.
+        bodies.push((
+            "invalid environment keys",
+            review(
+                site(json!({"applications": [{"name": "static", "env": Value::Object(
+                    (0..N / 24).map(|i| (format!("9 bad=key/{i:07}"), json!(""))).collect()
+                )}]})),
+                "Site",
+                "CREATE",
+                None,
+            ),
+        ));
+        // The same on UPDATE, the stored object as invalid (ratcheting compares the two), with
+        // the shortest invalid keys.
+        let short_invalid = site(json!({"applications": [{"name": "static", "env": Value::Object(
+            (0..N / 20).map(|i| (format!("={i}"), json!(""))).collect()
+        )}]}));
+        bodies.push((
+            "invalid environment keys, stored so",
+            review(
+                short_invalid.clone(),
+                "Site",
+                "UPDATE",
+                Some(short_invalid),
+            ),
+        ));
         // The `kubectl apply` annotation: cut out of a copy of the body before decoding.
         let mut applied = site(json!({"headers": map(N / 24, json!("v"))}));
         applied["metadata"]["annotations"] = json!({
@@ -2493,7 +2529,17 @@ mod memory {
                 vec![format!("*{prev}"); 9].join(",")
             ));
         }
+        // An alias of a long scalar, used ten thousand times: counted in bytes, refused before
+        // it is built.
+        let mut long_scalar = format!("bomb: &a \"{}\"\n", "x".repeat(30_000));
+        for (prev, name) in [("a", "b"), ("b", "c"), ("c", "d"), ("d", "e")] {
+            long_scalar.push_str(&format!(
+                "{name}: &{name} [{}]\n",
+                vec![format!("*{prev}"); 10].join(",")
+            ));
+        }
         vec![
+            ("an alias of a long scalar", text(long_scalar)),
             (
                 "a flow list",
                 text(format!("x: [{}]\n", vec!["0"; longest / 2 - 4].join(","))),
@@ -2543,6 +2589,64 @@ mod memory {
         ]
     }
 
+    fn answer_bytes(response: axum::response::Response) -> bytes::Bytes {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        runtime
+            .block_on(axum::body::to_bytes(response.into_body(), usize::MAX))
+            .unwrap()
+    }
+
+    /// The answers to hostile shapes: a denial listing a few of 40,000 violations, a refusal of
+    /// a document that would build 300 MB through aliases.
+    #[test]
+    fn hostile_shapes_get_short_denials() {
+        let cfg = crate::fixtures::config();
+        let platform = super::Platform::default();
+        let sites = site_bodies();
+        let (_, invalid) = sites
+            .iter()
+            .find(|(name, _)| *name == "invalid environment keys")
+            .unwrap();
+        let configs = config_bodies();
+        let (_, aliases) = configs
+            .iter()
+            .find(|(name, _)| *name == "an alias of a long scalar")
+            .unwrap();
+        for (path, answer) in [
+            (
+                VALIDATE_SITES,
+                answer_bytes(server::review_validation(invalid, &cfg, &platform)),
+            ),
+            (VALIDATE_CONFIG, answer_bytes(server::review_config(aliases))),
+        ] {
+            let review: Value = serde_json::from_slice(&answer).unwrap();
+            let response = &review["response"];
+            assert_eq!(response["allowed"], json!(false), "{path}: {review}");
+            let message = response["status"]["message"].as_str().unwrap();
+            let causes = response["status"]["details"]["causes"].as_array().unwrap();
+            assert!(causes.len() <= crate::validation::MAX_LISTED, "{path}");
+            if path == VALIDATE_SITES {
+                assert_eq!(causes.len(), crate::validation::MAX_LISTED);
+                let more = N / 24 - crate::validation::MAX_LISTED;
+                assert!(
+                    message.ends_with(&format!("; and {more} more")),
+                    "{path}: {message}"
+                );
+                assert!(
+                    causes[0]["field"]
+                        .as_str()
+                        .unwrap()
+                        .contains("9 bad=key/0000000"),
+                    "{causes:?}"
+                );
+            } else {
+                assert!(message.contains("bytes of text"), "{path}: {message}");
+            }
+        }
+    }
+
     #[test]
     fn a_review_takes_at_most_its_decode_cost() {
         let cfg = crate::fixtures::config();
@@ -2566,6 +2670,12 @@ mod memory {
                     "{path}, {name}: answered {}",
                     response.status()
                 );
+                let answer = answer_bytes(response);
+                assert!(
+                    answer.len() < 64 * 1024,
+                    "{path}, {name}: an answer of {} bytes",
+                    answer.len()
+                );
                 let (_, generic) =
                     measure(|| crate::admission::review::decode(body).map(|r| r.object.is_some()));
                 generic_most = generic_most.max(generic as f64 / body.len() as f64);
@@ -2588,7 +2698,7 @@ mod memory {
 
     #[test]
     fn the_smallest_budget_holds_the_largest_request() {
-        let smallest = 48 * 1024 * 1024;
+        let smallest = 56 * 1024 * 1024;
         for path in server::WEBHOOKS {
             let largest = server::BODY_LIMIT + decode_cost(path, server::BODY_LIMIT);
             assert!(largest <= smallest, "{path}: {largest}");

@@ -39,7 +39,7 @@ pub enum ConfigError {
     Syntax { source_name: String, reason: String },
     /// The document was read; these are all of its problems, each naming its dotted key path
     /// (`routing.gateway.name`, `sitesConfig.applications[1].port`).
-    #[error("{}", crate::validation::join(.0))]
+    #[error("{}", crate::validation::join_all(.0))]
     Invalid(Vec<FieldError>),
 }
 
@@ -70,10 +70,10 @@ impl PlatformConfig {
         let mut problems = FieldErrors::default();
         let config = read_document(doc, &mut problems);
         rules::check_all(&config, ctx, &mut problems);
-        if problems.0.is_empty() {
+        if problems.is_empty() {
             Ok(config)
         } else {
-            Err(ConfigError::Invalid(problems.0))
+            Err(ConfigError::Invalid(problems.into_vec()))
         }
     }
 
@@ -162,8 +162,14 @@ pub const MAX_TEXT_BYTES: usize = 64 * 1024;
 /// hundred bytes expand to millions of values ("billion laughs"); this refuses it early.
 pub const MAX_VALUES: usize = 20_000;
 
+/// Most bytes of text (scalars and keys) a configuration document builds, each use of a YAML
+/// alias counted again: without aliases a document builds at most its own text
+/// ([`MAX_TEXT_BYTES`]); a few aliases of a long scalar would build it again on every use.
+pub const MAX_BUILT_BYTES: usize = 4 * MAX_TEXT_BYTES;
+
 /// Parses one YAML document into a JSON value. Mapping keys must be strings. Refuses text over
-/// [`MAX_TEXT_BYTES`] and documents of more than [`MAX_VALUES`] values, before building them.
+/// [`MAX_TEXT_BYTES`], and documents of more than [`MAX_VALUES`] values or [`MAX_BUILT_BYTES`]
+/// bytes of text, before building them.
 fn parse_yaml(text: &str, source_name: &str) -> Result<Value, ConfigError> {
     let syntax = |reason: String| ConfigError::Syntax {
         source_name: source_name.to_string(),
@@ -178,13 +184,14 @@ fn parse_yaml(text: &str, source_name: &str) -> Result<Value, ConfigError> {
     if text.trim().is_empty() {
         return Ok(Value::Object(Default::default()));
     }
-    let left = std::cell::Cell::new(MAX_VALUES);
+    let left = bounded::Left::new(MAX_VALUES, MAX_BUILT_BYTES);
     let de = serde_yaml_ng::Deserializer::from_str(text);
     serde::de::DeserializeSeed::deserialize(bounded::Node(&left), de)
         .map_err(|e| syntax(one_line(&e.to_string())))
 }
 
-/// A JSON value built straight from a deserializer, counting the values it builds.
+/// A JSON value built straight from a deserializer, counting the values and the bytes of text
+/// it builds.
 mod bounded {
     use std::cell::Cell;
     use std::fmt;
@@ -192,14 +199,44 @@ mod bounded {
     use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
     use serde_json::{Map, Value};
 
-    /// Builds one value; the cell holds how many more may be built.
-    pub struct Node<'c>(pub &'c Cell<usize>);
+    /// How many more values, and bytes of text, may be built.
+    pub struct Left {
+        values: Cell<usize>,
+        bytes: Cell<usize>,
+    }
+
+    impl Left {
+        pub fn new(values: usize, bytes: usize) -> Left {
+            Left {
+                values: Cell::new(values),
+                bytes: Cell::new(bytes),
+            }
+        }
+
+        /// Takes `n` bytes of text, before they are built.
+        fn text<E: de::Error>(&self, n: usize) -> Result<(), E> {
+            match self.bytes.get().checked_sub(n) {
+                Some(left) => {
+                    self.bytes.set(left);
+                    Ok(())
+                }
+                None => Err(E::custom(format_args!(
+                    "more than {} bytes of text (each use of an alias counts): a configuration \
+                     has less",
+                    super::MAX_BUILT_BYTES
+                ))),
+            }
+        }
+    }
+
+    /// Builds one value.
+    pub struct Node<'c>(pub &'c Left);
 
     impl Node<'_> {
         fn count<E: de::Error>(&self) -> Result<(), E> {
-            match self.0.get().checked_sub(1) {
+            match self.0.values.get().checked_sub(1) {
                 Some(left) => {
-                    self.0.set(left);
+                    self.0.values.set(left);
                     Ok(())
                 }
                 None => Err(E::custom(format_args!(
@@ -207,6 +244,35 @@ mod bounded {
                     super::MAX_VALUES
                 ))),
             }
+        }
+    }
+
+    /// Builds a mapping key (a string), counting its bytes.
+    struct Key<'c>(&'c Left);
+
+    impl<'de> DeserializeSeed<'de> for Key<'_> {
+        type Value = String;
+
+        fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<String, D::Error> {
+            d.deserialize_str(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for Key<'_> {
+        type Value = String;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a string key")
+        }
+
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<String, E> {
+            self.0.text(v.len())?;
+            Ok(v.to_owned())
+        }
+
+        fn visit_string<E: de::Error>(self, v: String) -> Result<String, E> {
+            self.0.text(v.len())?;
+            Ok(v)
         }
     }
 
@@ -249,11 +315,13 @@ mod bounded {
 
         fn visit_str<E: de::Error>(self, v: &str) -> Result<Value, E> {
             self.count()?;
+            self.0.text(v.len())?;
             Ok(Value::String(v.to_owned()))
         }
 
         fn visit_string<E: de::Error>(self, v: String) -> Result<Value, E> {
             self.count()?;
+            self.0.text(v.len())?;
             Ok(Value::String(v))
         }
 
@@ -282,7 +350,7 @@ mod bounded {
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
             self.count()?;
             let mut out = Map::new();
-            while let Some(key) = map.next_key::<String>()? {
+            while let Some(key) = map.next_key_seed(Key(self.0))? {
                 let value = map.next_value_seed(Node(self.0))?;
                 match out.entry(key) {
                     serde_json::map::Entry::Vacant(v) => {
@@ -304,7 +372,7 @@ mod bounded {
         fn visit_enum<A: de::EnumAccess<'de>>(self, data: A) -> Result<Value, A::Error> {
             use de::VariantAccess;
             self.count()?;
-            let (tag, variant) = data.variant::<String>()?;
+            let (tag, variant) = data.variant_seed(Key(self.0))?;
             let value = variant.newtype_variant_seed(Node(self.0))?;
             let mut out = Map::new();
             out.insert(format!("!{tag}"), value);

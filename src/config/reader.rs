@@ -314,7 +314,7 @@ mod tests {
         p.add_once("routing.host", "required in gateway mode");
         p.add_once("routing", "something");
         p.add_once("routing.hubHost", "other");
-        let keys: Vec<_> = p.0.iter().map(|p| p.field.as_str()).collect();
+        let keys: Vec<_> = p.iter().map(|p| p.field.as_str()).collect();
         assert_eq!(keys, ["routing.host", "routing.hubHost"]);
     }
 }

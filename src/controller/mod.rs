@@ -165,10 +165,15 @@ where
         move |event| writer.apply(event),
         key,
         changed,
-        move |event: &watcher::Event<Kept<K>>| {
-            if let watcher::Event::Apply(obj) | watcher::Event::InitApply(obj) = event {
+        move |event: &watcher::Event<Kept<K>>| match event {
+            watcher::Event::Apply(obj) | watcher::Event::InitApply(obj) => {
                 prints.observe(obj, version.load(std::sync::atomic::Ordering::Relaxed));
             }
+            // A deleted object is forgotten: one made again by someone else (while the watch
+            // was down, say) is not taken for the operator's, and the records do not grow with
+            // Site churn.
+            watcher::Event::Delete(obj) => prints.forget::<K>(obj.name()),
+            watcher::Event::Init | watcher::Event::InitDone => {}
         },
     );
     records
@@ -205,8 +210,8 @@ fn changed_by<K>(
 /// An object deleted during a watch gap leaves no Delete event: the re-list that follows just
 /// leaves it out. When the re-list is done, every cached object it did not deliver is judged as
 /// deleted (`before` with a Delete event) and its key queued, so what was deleted in the gap is
-/// repaired. The keys of a re-list are queued once the cache holds it, as client-go's informers
-/// replace their store before they notify.
+/// repaired (`after` sees that Delete too). The keys of a re-list are queued once the cache holds
+/// it, as client-go's informers replace their store before they notify.
 #[allow(clippy::too_many_arguments)]
 fn watch_kind_observed<S, K, C>(
     api: Api<S>,
@@ -278,6 +283,7 @@ fn watch_kind_observed<S, K, C>(
                         if before(&cache, &gone) {
                             keys.extend(key(&obj));
                         }
+                        after(&gone);
                     }
                 }
                 watcher::Event::Apply(obj) | watcher::Event::Delete(obj) => {

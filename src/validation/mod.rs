@@ -38,23 +38,113 @@ impl fmt::Display for FieldError {
     }
 }
 
-/// Field errors joined into one line: `a: x; b: y` (denial messages, status conditions).
+/// Most violations a denial or a status message lists: an answer stays small whatever the
+/// object (one with 200,000 invalid keys gets 32 of them and a count).
+pub const MAX_LISTED: usize = 32;
+/// Most violations kept while rules run; past it they are only counted
+/// ([`FieldError::unlisted`]), so a hostile object costs its decoding, not a list its size.
+pub const MAX_KEPT: usize = 1024;
+/// Most characters of a field path or a message in a denial or a status message (the longest
+/// a rule allows, a 255-character image repository or a 256-character header name, shows
+/// whole).
+pub const MAX_PART_CHARS: usize = 512;
+/// Most bytes of the violations a denial or a status message lists: with JSON's escapes, the
+/// message and the causes together stay well under 64 KiB.
+pub const MAX_LISTED_BYTES: usize = 12 * 1024;
+
+/// The field of the entry that stands for violations that were counted, not kept.
+const UNLISTED_FIELD: &str = "…";
+
+impl FieldError {
+    /// Stands for `n` more violations that were counted but not kept (past [`MAX_KEPT`]). It
+    /// names no field of the object, so ratcheting never drops it.
+    pub fn unlisted(n: usize) -> FieldError {
+        FieldError::new(UNLISTED_FIELD, format!("{n} more violations"))
+    }
+
+    /// How many violations this entry stands for: 1, or n for [`FieldError::unlisted`].
+    pub fn count(&self) -> usize {
+        if self.field == UNLISTED_FIELD {
+            self.message
+                .split(' ')
+                .next()
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(1)
+        } else {
+            1
+        }
+    }
+
+    /// Whether this entry names a violation (not [`FieldError::unlisted`]).
+    pub fn is_listed(&self) -> bool {
+        self.field != UNLISTED_FIELD
+    }
+}
+
+/// `s`, or its first [`MAX_PART_CHARS`] characters and `…`.
+pub fn clip(s: &str) -> std::borrow::Cow<'_, str> {
+    match s.char_indices().nth(MAX_PART_CHARS) {
+        None => s.into(),
+        Some((end, _)) => format!("{}…", &s[..end]).into(),
+    }
+}
+
+/// The violations an answer lists (the first [`MAX_LISTED`] at most, within
+/// [`MAX_LISTED_BYTES`], each part [`clip`]ped), and how many more there are.
+pub fn listed(errors: &[FieldError]) -> (Vec<FieldError>, usize) {
+    let total: usize = errors.iter().map(FieldError::count).sum();
+    let mut bytes = 0;
+    let shown: Vec<FieldError> = errors
+        .iter()
+        .filter(|e| e.is_listed())
+        .take(MAX_LISTED)
+        .map(|e| FieldError::new(clip(&e.field), clip(&e.message)))
+        .take_while(|e| {
+            bytes += e.field.len() + e.message.len();
+            bytes <= MAX_LISTED_BYTES
+        })
+        .collect();
+    let more = total - shown.len();
+    (shown, more)
+}
+
+/// Field errors joined into one line: `a: x; b: y` (denial messages, status conditions); those
+/// [`listed`], then `and N more`.
 pub fn join(errors: &[FieldError]) -> String {
+    let (shown, more) = listed(errors);
+    let mut parts: Vec<String> = shown.iter().map(ToString::to_string).collect();
+    if more > 0 {
+        parts.push(format!("and {more} more"));
+    }
+    parts.join("; ")
+}
+
+/// Every field error joined as [`join`] does, but all of them, each part [`clip`]ped (what
+/// `check-config` and the start-up print: the list is [`MAX_KEPT`] long at most).
+pub fn join_all(errors: &[FieldError]) -> String {
     errors
         .iter()
-        .map(ToString::to_string)
+        .map(|e| format!("{}: {}", clip(&e.field), clip(&e.message)))
         .collect::<Vec<_>>()
         .join("; ")
 }
 
-/// Collects field errors while rules run, so that every problem is reported at once.
+/// Collects field errors while rules run, so that every problem is reported at once: the first
+/// [`MAX_KEPT`], and a count of the rest.
 #[derive(Debug, Default)]
-pub struct FieldErrors(pub Vec<FieldError>);
+pub struct FieldErrors {
+    kept: Vec<FieldError>,
+    unlisted: usize,
+}
 
 impl FieldErrors {
     /// Records a violation of `field`.
     pub fn add(&mut self, field: impl Into<String>, message: impl Into<String>) {
-        self.0.push(FieldError::new(field, message));
+        if self.kept.len() < MAX_KEPT {
+            self.kept.push(FieldError::new(field, message));
+        } else {
+            self.unlisted += 1;
+        }
     }
 
     /// Records the message of a failed check of `field`.
@@ -68,7 +158,11 @@ impl FieldErrors {
     /// object formats no paths).
     pub fn check_at(&mut self, field: impl FnOnce() -> String, result: Result<(), String>) {
         if let Err(m) = result {
-            self.add(field(), m);
+            if self.kept.len() < MAX_KEPT {
+                self.add(field(), m);
+            } else {
+                self.unlisted += 1;
+            }
         }
     }
 
@@ -76,7 +170,7 @@ impl FieldErrors {
     /// that was unreadable should not also be reported as, say, missing.
     pub fn add_once(&mut self, field: impl Into<String>, message: impl Into<String>) {
         let field = field.into();
-        let already = self.0.iter().any(|e| {
+        let already = self.kept.iter().any(|e| {
             e.field == field
                 || e.field.starts_with(&format!("{field}."))
                 || e.field.starts_with(&format!("{field}["))
@@ -87,29 +181,50 @@ impl FieldErrors {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.kept.is_empty() && self.unlisted == 0
     }
 
-    pub fn into_vec(self) -> Vec<FieldError> {
-        self.0
+    /// How many violations were recorded, kept or only counted.
+    pub fn len(&self) -> usize {
+        self.kept.len() + self.unlisted
+    }
+
+    /// The violations kept.
+    pub fn iter(&self) -> std::slice::Iter<'_, FieldError> {
+        self.kept.iter()
+    }
+
+    /// The violations kept, and [`FieldError::unlisted`] for those only counted.
+    pub fn into_vec(mut self) -> Vec<FieldError> {
+        if self.unlisted > 0 {
+            self.kept.push(FieldError::unlisted(self.unlisted));
+        }
+        self.kept
     }
 }
 
-/// The value a field path (`spec.configuration.applications[2].port`,
-/// `spec.configuration.headers["X-Frame-Options"]`) names in a JSON document, if the path is
-/// well-formed and the value exists. Map keys are in the quoting of [`map_field`].
-pub fn value_at<'a>(doc: &'a serde_json::Value, path: &str) -> Option<&'a serde_json::Value> {
-    let mut value = doc;
+/// One step of a field path: a map key or a list index.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Step {
+    Key(String),
+    Index(usize),
+}
+
+/// The steps of a field path (`spec.configuration.applications[2].port`,
+/// `spec.configuration.headers["X-Frame-Options"]`), if it is well-formed. Map keys are in the
+/// quoting of [`map_field`].
+fn steps(path: &str) -> Option<Vec<Step>> {
+    let mut out = Vec::new();
     let mut rest = path;
     while !rest.is_empty() {
         if let Some(inner) = rest.strip_prefix('[') {
             if let Some(quoted) = inner.strip_prefix('"') {
                 let (key, after) = unquote(quoted)?;
-                value = value.get(key.as_str())?;
+                out.push(Step::Key(key));
                 rest = after.strip_prefix(']')?;
             } else {
                 let end = inner.find(']')?;
-                value = value.get(inner[..end].parse::<usize>().ok()?)?;
+                out.push(Step::Index(inner[..end].parse::<usize>().ok()?));
                 rest = &inner[end + 1..];
             }
         } else {
@@ -117,11 +232,216 @@ pub fn value_at<'a>(doc: &'a serde_json::Value, path: &str) -> Option<&'a serde_
             let end = rest_after_dot
                 .find(['.', '['])
                 .unwrap_or(rest_after_dot.len());
-            value = value.get(&rest_after_dot[..end])?;
+            out.push(Step::Key(rest_after_dot[..end].to_string()));
             rest = &rest_after_dot[end..];
         }
     }
-    Some(value)
+    Some(out)
+}
+
+/// The value a field path names in a JSON document ([`steps`]), if the path is well-formed and
+/// the value exists.
+pub fn value_at<'a>(doc: &'a serde_json::Value, path: &str) -> Option<&'a serde_json::Value> {
+    steps(path)?.iter().try_fold(doc, |value, step| match step {
+        Step::Key(k) => value.get(k.as_str()),
+        Step::Index(i) => value.get(*i),
+    })
+}
+
+/// A fingerprint of the value at each of `paths` in the JSON text `json` (absent: the path is
+/// not well-formed or names nothing), read in one pass that builds none of the document: a
+/// document of 200,000 keys costs its text, not a tree its size.
+pub fn fingerprints_at(json: &[u8], paths: &[&str]) -> std::collections::HashMap<String, u64> {
+    let mut trie = paths::Node::default();
+    for path in paths {
+        if let Some(steps) = steps(path) {
+            trie.insert(&steps, path);
+        }
+    }
+    let mut found = std::collections::HashMap::new();
+    let mut de = serde_json::Deserializer::from_slice(json);
+    let _ = serde::de::DeserializeSeed::deserialize(
+        paths::Walk {
+            node: &trie,
+            found: &mut found,
+        },
+        &mut de,
+    );
+    found
+}
+
+/// The walk of [`fingerprints_at`]: down the wanted paths only, every other value skipped.
+mod paths {
+    use std::collections::HashMap;
+    use std::fmt;
+    use std::hash::{Hash, Hasher};
+
+    use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
+
+    use super::Step;
+
+    /// The wanted paths, by step.
+    #[derive(Default)]
+    pub(super) struct Node {
+        /// The path that ends here.
+        end: Option<String>,
+        next: HashMap<Step, Node>,
+    }
+
+    impl Node {
+        pub(super) fn insert(&mut self, steps: &[Step], path: &str) {
+            match steps.split_first() {
+                None => self.end = Some(path.to_string()),
+                Some((first, rest)) => self
+                    .next
+                    .entry(first.clone())
+                    .or_default()
+                    .insert(rest, path),
+            }
+        }
+    }
+
+    pub(super) struct Walk<'a> {
+        pub(super) node: &'a Node,
+        pub(super) found: &'a mut HashMap<String, u64>,
+    }
+
+    impl<'de> DeserializeSeed<'de> for Walk<'_> {
+        type Value = ();
+
+        fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            match &self.node.end {
+                // A wanted value is hashed whole (paths below it are not looked for).
+                Some(path) => {
+                    let mut h = std::collections::hash_map::DefaultHasher::new();
+                    d.deserialize_any(Hashing(&mut h))?;
+                    self.found.insert(path.clone(), h.finish());
+                    Ok(())
+                }
+                None => d.deserialize_any(self),
+            }
+        }
+    }
+
+    impl<'de> Visitor<'de> for Walk<'_> {
+        type Value = ();
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a JSON value")
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                match self.node.next.get(&Step::Key(key.into_owned())) {
+                    Some(node) => map.next_value_seed(Walk {
+                        node,
+                        found: &mut *self.found,
+                    })?,
+                    None => {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+            }
+            Ok(())
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+            let mut i = 0;
+            loop {
+                let more = match self.node.next.get(&Step::Index(i)) {
+                    Some(node) => seq
+                        .next_element_seed(Walk {
+                            node,
+                            found: &mut *self.found,
+                        })?
+                        .is_some(),
+                    None => seq.next_element::<IgnoredAny>()?.is_some(),
+                };
+                if !more {
+                    return Ok(());
+                }
+                i += 1;
+            }
+        }
+
+        fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_str<E>(self, _: &str) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_unit<E>(self) -> Result<(), E> {
+            Ok(())
+        }
+    }
+
+    /// Feeds a value into a hasher, tagged by type so that `"1"` and `1` differ.
+    struct Hashing<'h, H>(&'h mut H);
+
+    impl<'de, H: Hasher> DeserializeSeed<'de> for Hashing<'_, H> {
+        type Value = ();
+
+        fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+
+    impl<'de, H: Hasher> Visitor<'de> for Hashing<'_, H> {
+        type Value = ();
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a JSON value")
+        }
+
+        fn visit_bool<E>(self, v: bool) -> Result<(), E> {
+            (0u8, v).hash(self.0);
+            Ok(())
+        }
+        fn visit_i64<E>(self, v: i64) -> Result<(), E> {
+            (1u8, v).hash(self.0);
+            Ok(())
+        }
+        fn visit_u64<E>(self, v: u64) -> Result<(), E> {
+            (2u8, v).hash(self.0);
+            Ok(())
+        }
+        fn visit_f64<E>(self, v: f64) -> Result<(), E> {
+            (3u8, v.to_bits()).hash(self.0);
+            Ok(())
+        }
+        fn visit_str<E>(self, v: &str) -> Result<(), E> {
+            (4u8, v).hash(self.0);
+            Ok(())
+        }
+        fn visit_unit<E>(self) -> Result<(), E> {
+            5u8.hash(self.0);
+            Ok(())
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+            6u8.hash(self.0);
+            while seq.next_element_seed(Hashing(&mut *self.0))?.is_some() {}
+            7u8.hash(self.0);
+            Ok(())
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            8u8.hash(self.0);
+            while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                key.hash(self.0);
+                map.next_value_seed(Hashing(&mut *self.0))?;
+            }
+            9u8.hash(self.0);
+            Ok(())
+        }
+    }
 }
 
 /// Reads a string quoted by Rust's `{:?}` (the closing quote not yet read); returns the string
@@ -189,6 +509,38 @@ impl std::ops::Deref for Valid<'_> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Rules that find 5,000 violations keep 1,024 and count the rest; an answer lists 32, the
+    /// count of the others, and parts clipped to their bound.
+    #[test]
+    fn violations_are_kept_listed_and_counted_within_bounds() {
+        let mut p = FieldErrors::default();
+        for i in 0..5000 {
+            p.check_at(|| format!("env[{i}]"), Err("bad".into()));
+        }
+        assert_eq!((p.len(), p.iter().count()), (5000, MAX_KEPT));
+        let all = p.into_vec();
+        assert_eq!(all.len(), MAX_KEPT + 1);
+        assert!(!all[MAX_KEPT].is_listed());
+        assert_eq!(all.iter().map(FieldError::count).sum::<usize>(), 5000);
+        let (shown, more) = listed(&all);
+        assert_eq!((shown.len(), more), (MAX_LISTED, 5000 - MAX_LISTED));
+        let message = join(&all);
+        assert!(message.starts_with("env[0]: bad; env[1]: bad;"), "{message}");
+        assert!(message.ends_with("env[31]: bad; and 4968 more"), "{message}");
+
+        let long = FieldError::new("x".repeat(3000), "é".repeat(3000));
+        let (shown, more) = listed(std::slice::from_ref(&long));
+        assert_eq!(more, 0);
+        assert_eq!(shown[0].field.chars().count(), MAX_PART_CHARS + 1);
+        assert!(shown[0].message.ends_with("é…"));
+        // Long parts: fewer than 32 fit in the listed bytes.
+        let (shown, more) = listed(&vec![long; 100]);
+        assert!(shown.len() < MAX_LISTED && shown.len() + more == 100);
+        let bytes: usize = shown.iter().map(|e| e.field.len() + e.message.len()).sum();
+        assert!(bytes <= MAX_LISTED_BYTES, "{bytes}");
+        assert_eq!(join(&[]), "");
+    }
 
     #[test]
     fn field_paths_name_their_value() {

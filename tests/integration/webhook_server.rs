@@ -1539,7 +1539,7 @@ async fn requests_past_the_memory_budget_wait_then_get_503() {
     )
     .await;
     assert_eq!(ask().await.0, 200);
-    // 300 KiB whose decoding may take eight times as much: more than the whole budget.
+    // 300 KiB whose decoding may take ten times as much: more than the whole budget.
     let mut big = review(site(8080));
     big.resize(300 * 1024, b' ');
     let (status, text) = send(
