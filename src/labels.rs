@@ -33,6 +33,9 @@ pub const LABEL_KEYS: [&str; 5] = [
     MANAGED_BY_LABEL,
 ];
 
+/// The field manager of every write of the operator.
+pub const FIELD_MANAGER: &str = "sites-operator";
+
 /// The label naming the operator as the manager of an object.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 
@@ -127,39 +130,64 @@ pub fn owned_names(id: &str) -> [String; 3] {
 /// Who controls an existing object, as far as one Site is concerned.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Control {
-    /// Its controller owner reference is this Site (same uid): the Site may write it.
+    /// Its controller owner reference is this Site (same uid), or it has no controller, carries
+    /// the operator's labels for this site and no other manager has fields in it: the Site may
+    /// write it.
     ThisSite,
     /// It is controlled by a deleted Site of the same name (another uid): garbage collection
     /// removes it; the Site waits.
     PreviousSite,
     /// Anything else: controlled by another Site or object, or by nothing. It is left alone.
     Other {
-        /// `controlled by Site a`, `controlled by Deployment x`, `not controlled by any Site`.
+        /// `controlled by Site a`, `controlled by Deployment x`, `not controlled by any Site`,
+        /// `not controlled by any Site, and kubectl-create manages fields of it`.
         controller: String,
     },
 }
 
-/// What decides who controls an object: its controller owner reference, and whether it carries
-/// the operator's labels for a site. Cached objects keep this much of their metadata
-/// ([`crate::controller::slim::Facts`]).
-#[derive(Clone, Copy, Debug)]
+/// An object's uid, compared whole: a UUID (what the API server assigns) as its 128 bits,
+/// anything else as its text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Uid {
+    Uuid(u128),
+    Text(Box<str>),
+}
+
+impl Uid {
+    pub fn of(uid: &str) -> Uid {
+        let mut buf = [0u8; uuid::fmt::Hyphenated::LENGTH];
+        match uuid::Uuid::try_parse(uid) {
+            // Only the form that prints back as the same text: uids are compared as strings.
+            Ok(u) if u.hyphenated().encode_lower(&mut buf) == uid => Uid::Uuid(u.as_u128()),
+            _ => Uid::Text(uid.into()),
+        }
+    }
+}
+
+/// What decides who controls an object: its controller owner reference, whether it carries
+/// the operator's labels for a site, and who else manages its fields. Cached objects keep this
+/// much of their metadata ([`crate::controller::slim::Facts`]).
+#[derive(Clone, Debug)]
 pub struct Ownership<'a> {
     pub controller: Option<ControllerRef<'a>>,
     /// `app.kubernetes.io/managed-by` is the operator.
     pub managed: bool,
     /// The site id label.
     pub site_id: Option<&'a str>,
+    /// A field manager other than the operator ([`FIELD_MANAGER`]) with fields of the object
+    /// itself (not of a subresource such as its status), if any: the first in its
+    /// `managedFields`.
+    pub other_manager: Option<&'a str>,
 }
 
 /// An object's controller owner reference, as far as [`control_of`] reads it.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct ControllerRef<'a> {
     /// A Site of this API group.
     pub site: bool,
     pub kind: &'a str,
     pub name: &'a str,
-    /// The controller's uid, [`hashed`].
-    pub uid: u64,
+    pub uid: Uid,
 }
 
 impl<'a> ControllerRef<'a> {
@@ -169,7 +197,7 @@ impl<'a> ControllerRef<'a> {
                 && owner.api_version.split('/').next() == Some(Site::group(&()).as_ref()),
             kind: &owner.kind,
             name: &owner.name,
-            uid: hashed(&owner.uid),
+            uid: Uid::of(&owner.uid),
         }
     }
 }
@@ -187,11 +215,22 @@ impl<'a> Ownership<'a> {
                 .map(ControllerRef::of),
             managed: label(MANAGED_BY_LABEL) == Some(MANAGED_BY),
             site_id: label(ID_LABEL),
+            other_manager: other_manager(meta),
         }
     }
 }
 
-/// A value that is only compared for equality (uids, label values, hashes), as a number.
+/// The first field manager of the object itself (no subresource) that is not the operator.
+pub fn other_manager(meta: &ObjectMeta) -> Option<&str> {
+    meta.managed_fields
+        .iter()
+        .flatten()
+        .filter(|e| e.subresource.as_deref().unwrap_or_default().is_empty())
+        .filter_map(|e| e.manager.as_deref())
+        .find(|m| !m.is_empty() && *m != FIELD_MANAGER)
+}
+
+/// A value that is only compared for equality (label values, hashes), as a number.
 pub fn hashed(value: &(impl std::hash::Hash + ?Sized)) -> u64 {
     use std::hash::Hasher;
     let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -204,24 +243,40 @@ pub fn control(meta: &ObjectMeta, site: &Site) -> Control {
     control_of(&Ownership::of(meta), site)
 }
 
+/// Whether `controller` is `site` itself: a Site of this group with its uid.
+fn is_site(controller: &ControllerRef<'_>, site: &Site) -> bool {
+    controller.site
+        && site
+            .metadata
+            .uid
+            .as_deref()
+            .is_some_and(|uid| Uid::of(uid) == controller.uid)
+}
+
 /// Who controls an object, for `site`. An object without a controller that carries the
-/// operator's labels for this site is the Site's own, its owner reference removed by hand: it
-/// is the Site's to restore.
+/// operator's labels for this site, and whose fields no one but the operator manages, is the
+/// Site's own, its owner reference removed by hand: it is the Site's to restore. Never by the
+/// labels alone: anyone who may create the kind can put them on an object of their own (a
+/// ConfigMap `<id>` with `LD_PRELOAD` for the site's containers), and whoever wrote it
+/// manages its fields.
 pub fn control_of(ownership: &Ownership<'_>, site: &Site) -> Control {
-    let Some(controller) = ownership.controller else {
-        let ours = ownership.managed
+    let Some(controller) = &ownership.controller else {
+        let labelled = ownership.managed
             && ownership.site_id.is_some()
             && ownership.site_id == site.metadata.name.as_deref();
-        return if ours {
-            Control::ThisSite
-        } else {
-            Control::Other {
+        return match (labelled, ownership.other_manager) {
+            (true, None) => Control::ThisSite,
+            (true, Some(manager)) => Control::Other {
+                controller: format!(
+                    "not controlled by any Site, and {manager} manages fields of it"
+                ),
+            },
+            (false, _) => Control::Other {
                 controller: "not controlled by any Site".into(),
-            }
+            },
         };
     };
-    let this_uid = site.metadata.uid.as_deref().map(hashed);
-    if controller.site && this_uid == Some(controller.uid) {
+    if is_site(controller, site) {
         Control::ThisSite
     } else if controller.site && site.metadata.name.as_deref() == Some(controller.name) {
         Control::PreviousSite
@@ -237,10 +292,10 @@ pub fn control_of(ownership: &Ownership<'_>, site: &Site) -> Control {
 /// carries the operator's labels but has no controller may have been planted (anyone with
 /// `create` on Secrets could choose a new Site's tokens), so it is restored with new tokens.
 pub fn controlled_by(ownership: &Ownership<'_>, site: &Site) -> bool {
-    let this_uid = site.metadata.uid.as_deref().map(hashed);
     ownership
         .controller
-        .is_some_and(|c| c.site && Some(c.uid) == this_uid)
+        .as_ref()
+        .is_some_and(|c| is_site(c, site))
 }
 
 #[cfg(test)]
@@ -383,5 +438,94 @@ mod tests {
             other("not controlled by any Site")
         );
         assert_eq!(owned_names("a"), ["a", "a-oauth2", "a-files"]);
+    }
+
+    /// Without a controller, the operator's labels make an object the Site's only when no one
+    /// but the operator manages its fields (a status written by a controller does not count).
+    #[test]
+    fn labels_alone_never_make_an_object_the_sites() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+        let site = SiteBuilder::new("a").uid("uid-a").build();
+        let entry = |manager: &str, subresource: Option<&str>| ManagedFieldsEntry {
+            manager: Some(manager.into()),
+            operation: Some("Update".into()),
+            subresource: subresource.map(Into::into),
+            ..Default::default()
+        };
+        let cases = vec![
+            (
+                "written by the operator only",
+                vec![entry(FIELD_MANAGER, None)],
+                None,
+            ),
+            ("no managed fields", vec![], None),
+            (
+                "a status by a controller",
+                vec![
+                    entry(FIELD_MANAGER, None),
+                    entry("kube-controller-manager", Some("status")),
+                ],
+                None,
+            ),
+            (
+                "created by kubectl",
+                vec![entry("kubectl-create", None)],
+                Some("kubectl-create"),
+            ),
+            (
+                "a key added by someone else",
+                vec![entry(FIELD_MANAGER, None), entry("kubectl-edit", None)],
+                Some("kubectl-edit"),
+            ),
+        ];
+        for (case, entries, other) in cases {
+            let meta = ObjectMeta {
+                labels: Some(super::labels("a")),
+                managed_fields: Some(entries),
+                ..Default::default()
+            };
+            let want = match other {
+                None => Control::ThisSite,
+                Some(m) => Control::Other {
+                    controller: format!("not controlled by any Site, and {m} manages fields of it"),
+                },
+            };
+            assert_eq!(control(&meta, &site), want, "{case}");
+        }
+    }
+
+    /// Uids are compared whole: a UUID as its 128 bits, any other text as text; a UUID in
+    /// another spelling is another uid, as the API server compares them.
+    #[test]
+    fn uids_are_compared_whole() {
+        let u = "0b4d6f2e-1c1a-4f55-9a52-7d4c2a8e9f10";
+        assert_eq!(Uid::of(u), Uid::of(u));
+        assert!(matches!(Uid::of(u), Uid::Uuid(_)));
+        for other in [
+            "0b4d6f2e-1c1a-4f55-9a52-7d4c2a8e9f11",
+            "0B4D6F2E-1C1A-4F55-9A52-7D4C2A8E9F10",
+            "0b4d6f2e1c1a4f559a527d4c2a8e9f10",
+            "uid-a",
+        ] {
+            assert_ne!(Uid::of(u), Uid::of(other), "{other}");
+        }
+        assert_eq!(Uid::of("uid-a"), Uid::Text("uid-a".into()));
+        let site = SiteBuilder::new("a").uid(u).build();
+        let meta = |uid: &str| ObjectMeta {
+            owner_references: Some(vec![OwnerReference {
+                api_version: "sites.ecmwf.int/v1".into(),
+                kind: "Site".into(),
+                name: "a".into(),
+                uid: uid.into(),
+                controller: Some(true),
+                block_owner_deletion: None,
+            }]),
+            ..Default::default()
+        };
+        assert_eq!(control(&meta(u), &site), Control::ThisSite);
+        assert_eq!(
+            control(&meta(&u.to_uppercase()), &site),
+            Control::PreviousSite
+        );
     }
 }

@@ -26,7 +26,17 @@ use crate::{Error, Result, Target, reasons};
 
 use crate::labels::DESIRED_HASH_ANNOTATION;
 /// The field manager of every write.
-pub const FIELD_MANAGER: &str = "sites-operator";
+pub const FIELD_MANAGER: &str = crate::labels::FIELD_MANAGER;
+
+/// The parameters of the operator's patches that are not server-side applies: under its own
+/// field manager, so that what it wrote is never taken for another manager's
+/// ([`crate::labels::Ownership::other_manager`]).
+fn update_params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..PatchParams::default()
+    }
+}
 
 /// Hex SHA-256 of the object's JSON (with the hash annotation itself left out).
 pub fn desired_hash<K: Serialize>(obj: &K) -> String {
@@ -117,7 +127,7 @@ where
     } else {
         let patch =
             serde_json::json!({"metadata": {"ownerReferences": desired.owner_references()}});
-        api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        api.patch(&name, &update_params(), &Patch::Merge(&patch))
             .await
             .map_err(failed)?
     };
@@ -130,16 +140,9 @@ where
         Some(mut patch) => {
             tracing::info!(kind = %K::kind(&K::DynamicType::default()), object = %name, "removing keys someone else added");
             patch["metadata"] = serde_json::json!({"resourceVersion": written.resource_version()});
-            api.patch(
-                &name,
-                &PatchParams {
-                    field_manager: Some(FIELD_MANAGER.into()),
-                    ..PatchParams::default()
-                },
-                &Patch::Merge(&patch),
-            )
-            .await
-            .map_err(failed)?
+            api.patch(&name, &update_params(), &Patch::Merge(&patch))
+                .await
+                .map_err(failed)?
         }
     };
     let how = if stored.is_some() {
@@ -266,7 +269,7 @@ pub async fn patch_status(ctx: &Context, site: &Site, new: &SiteStatus) -> Resul
     ctx.api::<Site>()
         .patch_status(
             &name,
-            &PatchParams::default(),
+            &update_params(),
             &Patch::Merge(&serde_json::json!({"status": body})),
         )
         .await
@@ -277,8 +280,9 @@ pub async fn patch_status(ctx: &Context, site: &Site, new: &SiteStatus) -> Resul
     Ok(())
 }
 
-/// Pre-binds the retained volume `pv` to the site's new claim (LIFE-01 step 4).
-pub async fn rebind_volume(ctx: &Context, site: &Site, pv: &Volume) -> Result<()> {
+/// Binds the retained volume `pv` to the site's new claim, whose uid is `claim_uid` (LIFE-01
+/// step 4); the claim was created pinned to the volume.
+pub async fn rebind_volume(ctx: &Context, site: &Site, pv: &Volume, claim_uid: &str) -> Result<()> {
     let id = site.name_any();
     let name = pv.name_any();
     let api: Api<Volume> = Api::all(ctx.client.clone());
@@ -286,14 +290,27 @@ pub async fn rebind_volume(ctx: &Context, site: &Site, pv: &Volume) -> Result<()
         &id,
         &ctx.namespace,
         &id,
+        claim_uid,
         pv.metadata.resource_version.as_deref(),
     );
-    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+    match api
+        .patch(&name, &update_params(), &Patch::Merge(&patch))
         .await
-        .map_err(|source| Error::PatchVolume {
-            target: Target::of::<Volume>(&name),
-            source: Box::new(source),
-        })?;
+    {
+        Ok(_) => {}
+        // The volume changed since it was judged (the cache lags behind an earlier re-bind, or
+        // someone else bound it): its watch event queues the Site, which judges it again.
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            tracing::debug!(site = %id, volume = %name, "the volume changed since it was judged");
+            return Ok(());
+        }
+        Err(source) => {
+            return Err(Error::PatchVolume {
+                target: Target::of::<Volume>(&name),
+                source: Box::new(source),
+            });
+        }
+    }
     tracing::info!(site = %id, volume = %name, "re-binding a retained volume");
     publish(
         ctx,

@@ -99,7 +99,10 @@ pub async fn label_volume(client: &kube::Client, volume: &str, id: &str) {
             if let Err(e) = api
                 .patch(
                     volume,
-                    &PatchParams::default(),
+                    &PatchParams {
+                        field_manager: Some(crate::labels::FIELD_MANAGER.into()),
+                        ..PatchParams::default()
+                    },
                     &Patch::Merge(&volume::label_patch(id)),
                 )
                 .await

@@ -258,7 +258,9 @@ async fn gather(ctx: &Context, config: &PlatformConfig, site: &Site) -> Result<G
     let tokens = SiteTokens::keep_or_generate(own_data.as_ref(), random_token);
     let session_key = ctx.session_key(&config.sites.session.secret_key).await?;
     let host = ctx.public_host(&config.routing).await?;
-    let claim = c.pvcs.get(&id);
+    // The claim is judged before a retained volume is chosen for a new one: with its watch
+    // down, the cache may not show a claim `<id>` that exists.
+    let claim = existing(ctx, c.pvcs.get(&id), c.pvcs.live(), &id).await?;
     let retained = match claim {
         Some(_) => None,
         None => volumes::retained(ctx, site),
@@ -345,26 +347,38 @@ async fn apply_in_order(
     step(ctx, site, writes, &c.configmaps, rendered.files_configmap).await?;
     if let Some(claim) = &gathered.claim {
         controlled(claim.as_ref(), site)?;
-    } else if let Some(pv) = &gathered.retained {
-        apply::rebind_volume(ctx, site, pv).await?;
-    } else if let Some(pv) = volumes::still_bound(ctx, &id) {
+    } else if gathered.retained.is_none()
+        && let Some(pv) = volumes::still_bound(ctx, &id)
+    {
         // The site's previous claim is gone but its volume is not Released yet (or the claim
         // cache lags): wait instead of provisioning a new volume and losing the retained data.
         return Err(Error::Waiting {
             what: format!("volume {pv} to be released by the previous claim"),
         });
     }
-    let (_, claim) = write_owned(
+    // The claim first (pinned to a retained volume), then the volume bound to it by its uid.
+    // The stored claim was judged above (read when the cache is not live).
+    let (_, written_claim) = write_owned(
         ctx,
         site,
         writes,
         gathered.claim.clone(),
-        c.pvcs.live(),
+        true,
         rendered.pvc,
     )
     .await?;
+    let claim_uid = written_claim
+        .as_ref()
+        .and_then(|c| c.metadata.uid.clone())
+        .or_else(|| gathered.claim.as_ref().and_then(|c| c.facts.uid()));
     // The claim as written, or else as cached (rebuilt from its record only then).
-    let claim = claim.or_else(|| c.pvcs.get(&id).map(|c| c.body.claim()));
+    let claim = written_claim.or_else(|| c.pvcs.get(&id).map(|c| c.body.claim()));
+    if let Some(uid) = claim_uid
+        && let Some(pv) =
+            volumes::awaiting_rebind(ctx, &id, claim.as_ref(), &uid, gathered.retained.as_ref())
+    {
+        apply::rebind_volume(ctx, site, &pv, &uid).await?;
+    }
     volumes::label_later(ctx, &id, claim.as_ref());
     let stored_template = c.statefulsets.get(&id).map(|s| s.body.fingerprint);
     let (sts_written, sts) = step(ctx, site, writes, &c.statefulsets, rendered.statefulset).await?;

@@ -130,7 +130,7 @@ pub struct Controller {
     kind: Option<Box<str>>,
     /// None: the site id label.
     name: Option<Box<str>>,
-    uid: u64,
+    uid: labels::Uid,
 }
 
 /// What the reconciler decides from about an existing object of an owned kind: who controls it
@@ -143,6 +143,8 @@ pub struct Facts {
     controller: Option<Controller>,
     managed: bool,
     site_id: Option<Box<str>>,
+    /// [`labels::Ownership::other_manager`].
+    other_manager: Option<Box<str>>,
     /// The owner references ([`owners_print`]).
     owners: u64,
     /// The values of [`LABEL_KEYS`] ([`label_print`]; 0: absent).
@@ -172,6 +174,7 @@ impl Facts {
             }),
             managed: ownership.managed,
             site_id: ownership.site_id.map(Into::into),
+            other_manager: ownership.other_manager.map(Into::into),
             owners: owners_print(meta.owner_references.as_deref().unwrap_or_default()),
             labels: LABEL_KEYS.map(|k| label(k).map_or(0, |v| label_print(v))),
             desired: desired_of(meta),
@@ -190,10 +193,11 @@ impl Facts {
                     .as_deref()
                     .or(self.site_id.as_deref())
                     .unwrap_or_default(),
-                uid: c.uid,
+                uid: c.uid.clone(),
             }),
             managed: self.managed,
             site_id: self.site_id.as_deref(),
+            other_manager: self.other_manager.as_deref(),
         }
     }
 
@@ -569,6 +573,7 @@ mod tests {
     use crate::crd::ID_LABEL;
     use crate::fixtures;
     use crate::render::{self, Inputs, SiteTokens};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
     use kube::ResourceExt;
     use serde_json::json;
 
@@ -600,7 +605,11 @@ mod tests {
         apply::stamp(&mut desired);
         let mut stored = desired.clone();
         let m = stored.meta_mut();
-        m.managed_fields = Some(vec![Default::default()]);
+        m.managed_fields = Some(vec![ManagedFieldsEntry {
+            manager: Some(crate::labels::FIELD_MANAGER.into()),
+            operation: Some("Apply".into()),
+            ..Default::default()
+        }]);
         m.uid = Some("0b4d6f2e-1c1a-4f55-9a52-7d4c2a8e9f10".into());
         m.resource_version = Some("12345".into());
         m.annotations
@@ -722,6 +731,20 @@ mod tests {
                 Box::new(|c| c.metadata.owner_references = None),
             ),
             (
+                "owner removed, labels kept, and another manager",
+                Box::new(|c| {
+                    c.metadata.owner_references = None;
+                    c.metadata
+                        .managed_fields
+                        .get_or_insert_default()
+                        .push(ManagedFieldsEntry {
+                            manager: Some("kubectl-create".into()),
+                            operation: Some("Update".into()),
+                            ..Default::default()
+                        });
+                }),
+            ),
+            (
                 "owner and labels removed",
                 Box::new(|c| {
                     c.metadata.owner_references = None;
@@ -762,7 +785,7 @@ mod tests {
             assert_eq!(kept.control(&site), expected, "{case}");
             seen.insert(format!("{expected:?}"));
         }
-        assert_eq!(seen.len(), 5, "every answer was tried: {seen:?}");
+        assert_eq!(seen.len(), 6, "every answer was tried: {seen:?}");
         assert_eq!(SITE_KIND, Site::kind(&()));
     }
 

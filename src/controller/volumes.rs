@@ -14,6 +14,7 @@ use crate::controller::context::Context;
 use crate::controller::index::{claim_key, site_key};
 use crate::crd::{ID_LABEL, Site};
 use crate::render::volume;
+use crate::render::workload::PINNED_VOLUME_ANNOTATION;
 use crate::watched::Volume;
 
 /// The retained volume a new claim re-binds to: among the volumes labelled for the site or
@@ -26,6 +27,30 @@ pub fn retained(ctx: &Context, site: &Site) -> Option<Volume> {
     candidates.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     candidates.dedup_by(|a, b| a.metadata.name == b.metadata.name);
     volume::find_retained_volume(candidates.iter().map(AsRef::as_ref), &id, &ctx.namespace).cloned()
+}
+
+/// The volume to bind to the site's claim `claim` (uid `claim_uid`): the retained volume the
+/// claim was just created pinned to, or else the volume a stored claim is pinned to (its
+/// [`PINNED_VOLUME_ANNOTATION`]) while that volume still awaits the claim
+/// ([`volume::awaits_rebind`]: a re-bind cut short is finished).
+pub fn awaiting_rebind(
+    ctx: &Context,
+    id: &str,
+    claim: Option<&PersistentVolumeClaim>,
+    claim_uid: &str,
+    retained: Option<&Volume>,
+) -> Option<Volume> {
+    if let Some(pv) = retained {
+        return Some(pv.clone());
+    }
+    let claim = claim?;
+    let pinned = claim.annotations().get(PINNED_VOLUME_ANNOTATION)?;
+    let volume_name = claim.spec.as_ref()?.volume_name.as_deref()?;
+    if volume_name != pinned {
+        return None;
+    }
+    let pv = ctx.caches.volumes.get(pinned)?;
+    volume::awaits_rebind(&pv, &ctx.namespace, id, claim_uid).then(|| pv.as_ref().clone())
 }
 
 /// The volume still Bound to the site's deleted claim, if any: a new claim must wait for it to

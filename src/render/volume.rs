@@ -76,13 +76,32 @@ pub fn still_bound_to<'a>(
     })
 }
 
-/// The merge patch that labels a retained volume for the site and pre-binds it to the site's
-/// claim: the claim reference names the claim without uid or resourceVersion, so the volume
-/// binds to the new claim (and only to it).
+/// Whether the volume a claim was pinned to still waits to be bound to that claim (uid
+/// `claim_uid`): it is reusable ([`reusable`]) and its claim reference does not name that claim
+/// by uid yet. The re-bind ([`rebind_patch`]) follows the claim, so a re-bind cut short (the
+/// operator stopped between the two writes) is finished by the next reconcile.
+pub fn awaits_rebind(pv: &Volume, namespace: &str, claim_name: &str, claim_uid: &str) -> bool {
+    let named = pv
+        .spec
+        .as_ref()
+        .and_then(|s| s.claim_ref.as_ref())
+        .is_some_and(|c| {
+            c.namespace.as_deref() == Some(namespace)
+                && c.name.as_deref() == Some(claim_name)
+                && c.uid.as_deref() == Some(claim_uid)
+        });
+    reusable(pv, namespace) && !named
+}
+
+/// The merge patch that labels a retained volume for the site and binds it to the site's new
+/// claim: the claim reference names the claim with its uid, so the volume binds to that claim
+/// and to no other claim of the same name (one created by someone else between the two writes
+/// stays unbound).
 pub fn rebind_patch(
     id: &str,
     namespace: &str,
     claim_name: &str,
+    claim_uid: &str,
     resource_version: Option<&str>,
 ) -> Value {
     json!({
@@ -94,7 +113,7 @@ pub fn rebind_patch(
             "kind": "PersistentVolumeClaim",
             "namespace": namespace,
             "name": claim_name,
-            "uid": null,
+            "uid": claim_uid,
             "resourceVersion": null,
         }},
     })
@@ -243,8 +262,14 @@ mod tests {
     }
 
     #[test]
-    fn rebind_patch_prebinds_without_uid() {
-        let p = rebind_patch("docs-handbook", "sites", "docs-handbook", Some("41"));
+    fn rebind_patch_binds_by_the_claims_uid() {
+        let p = rebind_patch(
+            "docs-handbook",
+            "sites",
+            "docs-handbook",
+            "u-new",
+            Some("41"),
+        );
         assert_eq!(
             p["metadata"]["resourceVersion"], "41",
             "conditional on the judged volume"
@@ -252,15 +277,63 @@ mod tests {
         assert_eq!(p["metadata"]["labels"][ID_LABEL], "docs-handbook");
         assert_eq!(p["spec"]["claimRef"]["name"], "docs-handbook");
         assert_eq!(p["spec"]["claimRef"]["namespace"], "sites");
-        assert!(
-            p["spec"]["claimRef"]["uid"].is_null(),
-            "null removes the old uid in a merge patch"
+        assert_eq!(
+            p["spec"]["claimRef"]["uid"], "u-new",
+            "the old uid replaced"
         );
-        assert!(
-            p["spec"]["claimRef"]
-                .as_object()
-                .unwrap()
-                .contains_key("uid")
-        );
+        assert!(p["spec"]["claimRef"]["resourceVersion"].is_null());
+    }
+
+    /// A pinned claim's volume waits for its re-bind until its claim reference names the claim
+    /// by uid; a volume someone else's claim bound is not taken.
+    #[test]
+    fn a_pinned_claims_volume_awaits_its_rebind_by_uid() {
+        let with_uid = |phase: &str, claim: Option<(&str, &str)>, uid: &str| {
+            let mut v = pv("pv-a", phase, Some("s"), claim);
+            if let Some(r) = v.spec.as_mut().and_then(|s| s.claim_ref.as_mut()) {
+                r.uid = Some(uid.into());
+            }
+            v
+        };
+        let cases = [
+            (
+                "released from the old claim",
+                with_uid("Released", Some(("sites", "s")), "old"),
+                true,
+            ),
+            (
+                "available, no claim",
+                pv("pv-a", "Available", Some("s"), None),
+                true,
+            ),
+            (
+                "named without uid",
+                with_uid("Released", Some(("sites", "s")), ""),
+                true,
+            ),
+            (
+                "re-bound to the claim",
+                with_uid("Released", Some(("sites", "s")), "new"),
+                false,
+            ),
+            (
+                "bound to the claim",
+                with_uid("Bound", Some(("sites", "s")), "new"),
+                false,
+            ),
+            (
+                "bound to another claim",
+                with_uid("Bound", Some(("sites", "x")), "x"),
+                false,
+            ),
+            (
+                "held for another namespace",
+                with_uid("Released", Some(("other", "s")), "old"),
+                false,
+            ),
+        ];
+        for (case, volume, want) in cases {
+            assert_eq!(awaits_rebind(&volume, "sites", "s", "new"), want, "{case}");
+        }
     }
 }

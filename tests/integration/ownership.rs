@@ -505,21 +505,30 @@ async fn a_route_with_the_sites_label_but_another_controller_is_never_taken() {
     op.stop().await;
 }
 
-/// Secret material is never taken from an object the Site does not control (SPEC 4.6): a Secret
-/// planted under a new Site's name with the operator's labels and no controller is restored as
-/// the Site's (owner reference added) with new tokens, not the planted ones.
+/// Never by the labels alone (SPEC 4.6): objects planted under a new Site's names with the
+/// operator's labels and no controller, by someone else (who therefore manages their fields),
+/// are conflicts, left as they are: the planted Secret's tokens are never the Site's, the
+/// planted ConfigMap `<id>` (which the site containers read with `envFrom`) never gains an
+/// owner reference nor reaches a pod. Once the planted objects are gone the Site converges with
+/// tokens of its own, and keeps them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_planted_secret_never_chooses_a_sites_tokens() {
+async fn planted_objects_with_the_sites_labels_are_never_adopted() {
     use base64::Engine as _;
     let c = Cluster::start(false).await;
     prepare(&c).await;
+    let labels = json!({"sites.ecmwf.int/id": "docs-handbook",
+                        "app.kubernetes.io/managed-by": "sites-operator"});
     let chosen = base64::engine::general_purpose::STANDARD.encode("chosen-by-the-attacker");
-    create::<Secret>(
+    let secret = create::<Secret>(
         &c,
-        json!({"metadata": {"name": "docs-handbook", "namespace": NS,
-                            "labels": {"sites.ecmwf.int/id": "docs-handbook",
-                                       "app.kubernetes.io/managed-by": "sites-operator"}},
+        json!({"metadata": {"name": "docs-handbook", "namespace": NS, "labels": labels},
                "data": {"api_token": chosen, "secret_key": chosen}}),
+    )
+    .await;
+    let planted = create::<ConfigMap>(
+        &c,
+        json!({"metadata": {"name": "docs-handbook", "namespace": NS, "labels": labels},
+               "data": {"LD_PRELOAD": "/tmp/evil.so"}}),
     )
     .await;
     let op = operator(&c, config(RoutingMode::Ingress)).await;
@@ -527,27 +536,54 @@ async fn a_planted_secret_never_chooses_a_sites_tokens() {
         .create(&PostParams::default(), &example("site.yaml"))
         .await
         .unwrap();
-    wait_available(&c, "docs-handbook").await;
+    let site = wait_condition(&c, "docs-handbook", "Progressing", "True", "ObjectConflict").await;
+    let message = condition(&site, "Progressing").unwrap().2;
+    assert!(
+        message.starts_with("Secret docs-handbook exists and is not controlled by any Site, and ")
+            && message.contains(" manages fields of it; it is left alone"),
+        "{message}"
+    );
+    assert_eq!(stored::<Secret>(&c, "docs-handbook").await, Some(secret));
+    assert_eq!(stored::<StatefulSet>(&c, "docs-handbook").await, None);
+
+    // The Secret removed: the Site's own, with new tokens; the planted ConfigMap is next.
+    api::<Secret>(&c)
+        .delete("docs-handbook", &DeleteParams::default())
+        .await
+        .unwrap();
+    // The Secret's conflict gone, the ConfigMap's reported.
+    let message = eventually("the ConfigMap's conflict", WAIT, || async {
+        let site = sites(&c).get("docs-handbook").await.ok()?;
+        let (status, reason, message) = condition(&site, "Progressing")?;
+        (status == "True" && reason == "ObjectConflict" && message.starts_with("ConfigMap "))
+            .then_some(message)
+    })
+    .await;
+    assert!(
+        message
+            .starts_with("ConfigMap docs-handbook exists and is not controlled by any Site, and "),
+        "{message}"
+    );
     let secret = api::<Secret>(&c).get("docs-handbook").await.unwrap();
     let owner = &secret.metadata.owner_references.as_ref().unwrap()[0];
     assert_eq!(Some(&owner.uid), created.metadata.uid.as_ref());
-    let data = secret.data.unwrap();
+    let tokens = secret.data.unwrap();
     for key in ["api_token", "secret_key"] {
-        let value = &data[key];
-        assert_ne!(
-            value.0, b"chosen-by-the-attacker",
-            "{key} kept the planted value"
-        );
-        assert!(!value.0.is_empty(), "{key}");
+        assert_ne!(tokens[key].0, b"chosen-by-the-attacker", "{key}");
+        assert!(!tokens[key].0.is_empty(), "{key}");
     }
-    // From now on the Site controls it: its tokens are kept.
-    let tokens = data.clone();
-    merge(
-        &c,
-        "docs-handbook",
-        json!({"spec": {"configuration": {"headers": {"X-Team": "docs"}}}}),
-    )
-    .await;
+    // Left as it was, and nothing after it in the LIFE-01 order (no pod reads it).
+    assert_eq!(
+        stored::<ConfigMap>(&c, "docs-handbook").await,
+        Some(planted)
+    );
+    assert_eq!(stored::<StatefulSet>(&c, "docs-handbook").await, None);
+
+    // The ConfigMap removed: the Site converges, keeping its tokens.
+    api::<ConfigMap>(&c)
+        .delete("docs-handbook", &DeleteParams::default())
+        .await
+        .unwrap();
     edit_and_settle(
         &c,
         &op,
@@ -555,6 +591,9 @@ async fn a_planted_secret_never_chooses_a_sites_tokens() {
         json!({"spec": {"description": "again"}}),
     )
     .await;
+    wait_available(&c, "docs-handbook").await;
+    let cm = api::<ConfigMap>(&c).get("docs-handbook").await.unwrap();
+    assert!(!cm.data.unwrap_or_default().contains_key("LD_PRELOAD"));
     let again = api::<Secret>(&c).get("docs-handbook").await.unwrap();
     assert_eq!(again.data.unwrap(), tokens);
     op.stop().await;
@@ -648,5 +687,91 @@ async fn an_object_the_cache_has_not_seen_is_judged_before_it_is_written() {
     wait_available(&c, "other").await;
     let after: Vec<f64> = BLIND.iter().map(|r| reads(r)).collect();
     assert_eq!(before, after, "reads of {BLIND:?} with live caches");
+    op.stop().await;
+}
+
+/// A retained volume is bound to the Site's new claim only: with the claims' watch down, a
+/// claim `<id>` someone else made is read and judged before any volume is re-bound (a
+/// conflict, and the Released volume keeps its claim reference: no claim of that name can
+/// take the deleted Site's data).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_the_cache_has_not_seen_is_judged_before_a_volume_is_rebound() {
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+    use sites_emulator::faults::FaultRule;
+    let c = Cluster::start(false).await;
+    prepare(&c).await;
+    // Watches end every 200 ms and are made again (the emulator sets a watch's end when it
+    // starts), so that the fault below reaches the claims' watch.
+    let faults = c.emulator().faults();
+    faults.drop_watches_every(Some(Duration::from_millis(200)));
+    let op = operator(&c, config(RoutingMode::Ingress)).await;
+    sites(&c)
+        .create(&PostParams::default(), &example("site.yaml"))
+        .await
+        .unwrap();
+    wait_available(&c, "docs-handbook").await;
+    let pvs: kube::Api<PersistentVolume> = kube::Api::all(c.client.clone());
+    let volume = eventually("the volume labelled for the site", WAIT, || async {
+        let claim = api::<PersistentVolumeClaim>(&c)
+            .get("docs-handbook")
+            .await
+            .ok()?;
+        let name = claim.spec?.volume_name?;
+        let pv = pvs.get(&name).await.ok()?;
+        (pv.metadata.labels?.get("sites.ecmwf.int/id")? == "docs-handbook").then_some(name)
+    })
+    .await;
+    sites(&c)
+        .delete("docs-handbook", &DeleteParams::default())
+        .await
+        .unwrap();
+    let released = eventually("the volume released", WAIT, || async {
+        let pv = pvs.get(&volume).await.ok()?;
+        (pv.status.as_ref()?.phase.as_deref() == Some("Released")).then_some(pv)
+    })
+    .await;
+
+    // The claims' watch and list fail from now on; someone else makes a claim `<id>`.
+    for verb in ["watch", "list"] {
+        faults.add(FaultRule {
+            verb: Some(verb.into()),
+            resource: Some("persistentvolumeclaims".into()),
+            rate: 1.0,
+            codes: vec![503],
+            latency_ms: 0,
+        });
+    }
+    let caches = op.caches();
+    eventually("the claims' cache no longer live", WAIT, || async {
+        (!caches.pvcs.live()).then_some(())
+    })
+    .await;
+    create::<PersistentVolumeClaim>(
+        &c,
+        json!({"metadata": {"name": "docs-handbook", "namespace": NS},
+               "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "none",
+                        "resources": {"requests": {"storage": "1Gi"}}}}),
+    )
+    .await;
+    sites(&c)
+        .create(&PostParams::default(), &example("site.yaml"))
+        .await
+        .unwrap();
+    let site = wait_condition(&c, "docs-handbook", "Progressing", "True", "ObjectConflict").await;
+    assert!(
+        condition(&site, "Progressing")
+            .unwrap()
+            .2
+            .starts_with("PersistentVolumeClaim docs-handbook exists and is not controlled"),
+        "{site:?}"
+    );
+    let pv = pvs.get(&volume).await.unwrap();
+    assert_eq!(
+        pv.spec.unwrap().claim_ref,
+        released.spec.unwrap().claim_ref,
+        "the volume's claim reference untouched"
+    );
+    faults.clear();
+    faults.drop_watches_every(None);
     op.stop().await;
 }

@@ -560,8 +560,10 @@ async fn deleting_a_site_cascades_and_recreating_it_rebinds_its_volume() {
         (pv.status.as_ref()?.phase.as_deref() == Some("Bound")).then_some(pv)
     })
     .await;
+    // Bound to that claim by its uid: no other claim of the name could have taken it.
     let claim_ref = pv.spec.unwrap().claim_ref.unwrap();
     assert_eq!(claim_ref.name.as_deref(), Some("docs-handbook"));
+    assert_eq!(claim_ref.uid, claim.metadata.uid);
     op.stop().await;
 }
 
