@@ -775,3 +775,47 @@ async fn a_claim_the_cache_has_not_seen_is_judged_before_a_volume_is_rebound() {
     faults.drop_watches_every(None);
     op.stop().await;
 }
+
+/// Server-side apply keeps keys other managers own: a key someone else adds to the Site's
+/// ConfigMap `<id>` (which the site containers read whole with `envFrom`), such as
+/// `HTTPS_PROXY`, is removed by the drift repair, and the Site's own keys stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_someone_else_adds_to_the_sites_configmap_is_removed() {
+    let c = Cluster::start(false).await;
+    prepare(&c).await;
+    let op = operator(&c, config(RoutingMode::Ingress)).await;
+    sites(&c)
+        .create(&PostParams::default(), &example("site.yaml"))
+        .await
+        .unwrap();
+    wait_available(&c, "docs-handbook").await;
+    let own = api::<ConfigMap>(&c)
+        .get("docs-handbook")
+        .await
+        .unwrap()
+        .data
+        .unwrap_or_default();
+    api::<ConfigMap>(&c)
+        .patch(
+            "docs-handbook",
+            &kube::api::PatchParams {
+                field_manager: Some("kubectl-edit".into()),
+                ..Default::default()
+            },
+            &kube::api::Patch::Merge(json!({"data": {"HTTPS_PROXY": "http://proxy.evil:3128"}})),
+        )
+        .await
+        .unwrap();
+    let repaired = eventually("the foreign key removed", WAIT, || async {
+        let data = api::<ConfigMap>(&c)
+            .get("docs-handbook")
+            .await
+            .ok()?
+            .data
+            .unwrap_or_default();
+        (!data.contains_key("HTTPS_PROXY")).then_some(data)
+    })
+    .await;
+    assert_eq!(repaired, own);
+    op.stop().await;
+}
