@@ -20,6 +20,11 @@ use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
 use rustls::{RootCertStore, ServerConfig};
 
+/// How long before its expiry a certificate is due for renewal: `--self-signed` replaces a stored
+/// certificate this close to its expiry at start (cert-manager renews a 90-day certificate 30 days
+/// before by default).
+pub const RENEW_BEFORE: Duration = Duration::from_secs(30 * 86_400);
+
 /// Why a certificate could not be (re)loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
