@@ -458,6 +458,7 @@ pub async fn run(
     let tls_config = Arc::new(tls::server_config(store.clone(), client_ca)?);
 
     let webhook_metrics = WebhookMetrics::register(&registry)?;
+    store.report_expiry(webhook_metrics.certificate_expiry.clone());
     let (webhook_listener, webhook) = bind(opts.webhook_addr).await?;
     let (metrics_listener, metrics) = bind(opts.metrics_addr).await?;
     let (health_listener, health) = bind(opts.health_addr).await?;

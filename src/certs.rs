@@ -138,24 +138,53 @@ impl Bundle {
     }
 }
 
-/// Writes a file atomically (temporary file + rename), private files with mode 0600.
+/// Writes a file atomically: into a new temporary file beside it, then renamed over it. The
+/// temporary file has a random name and is created exclusively without following symlinks
+/// ([`create_new`]), so a file or symlink planted in a shared directory (the default `--cert-dir`
+/// is under /tmp) can neither be written through nor make the write fail by a name guessed in
+/// advance; private files are created with mode 0600, so the key is never readable by others,
+/// not even before the rename. A symlink at `path` itself is replaced, not followed.
 pub fn write_file(path: &Path, content: &[u8], private: bool) -> std::io::Result<()> {
     use std::io::Write as _;
-    let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
+    let name = path.file_name().ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{} names no file", path.display()),
+        )
+    })?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".{}.tmp", uuid::Uuid::new_v4().simple()));
+    let tmp = path.with_file_name(tmp_name);
+    let written = create_new(&tmp, private).and_then(|mut f| {
+        f.write_all(content)?;
+        f.sync_all()
+    });
+    match written.and_then(|()| std::fs::rename(&tmp, path)) {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            Err(e)
+        }
+    }
+}
+
+/// Creates `path` for writing: only if nothing (not even a dangling symlink) is there
+/// (`O_CREAT|O_EXCL`), never through a symlink (`O_NOFOLLOW`), with mode 0600 when `private`.
+pub fn create_new(path: &Path, private: bool) -> std::io::Result<std::fs::File> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
     {
-        let mut options = std::fs::OpenOptions::new();
-        options.write(true).create(true).truncate(true);
-        #[cfg(unix)]
+        use std::os::unix::fs::OpenOptionsExt as _;
+        options.custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC);
         if private {
-            use std::os::unix::fs::OpenOptionsExt as _;
             options.mode(0o600);
         }
-        let mut f = options.open(&tmp)?;
-        f.write_all(content)?;
-        f.sync_all()?;
     }
+    #[cfg(not(unix))]
     let _ = private;
-    std::fs::rename(&tmp, path)
+    options.open(path)
 }
 
 #[cfg(test)]
@@ -203,5 +232,59 @@ mod tests {
         };
         assert_eq!(roots.len(), 1);
         assert!(!format!("{b:?}").contains("PRIVATE KEY"));
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn files_are_written_through_a_new_private_file_that_follows_no_symlink() {
+        use std::os::unix::fs::{PermissionsExt as _, symlink};
+        let dir = std::env::temp_dir().join(format!("certs-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let victim = dir.join("victim");
+        std::fs::write(&victim, "victim").unwrap();
+        let key = dir.join(KEY_FILE);
+        // Symlinks planted where a predictable temporary file would be (the name the previous
+        // version used, `tls.tmp-<pid>`), and at the destination itself.
+        symlink(
+            &victim,
+            key.with_extension(format!("tmp-{}", std::process::id())),
+        )
+        .unwrap();
+        symlink(&victim, &key).unwrap();
+        write_file(&key, b"secret", true).unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "victim");
+        let meta = std::fs::symlink_metadata(&key).unwrap();
+        assert!(meta.file_type().is_file(), "the symlink is replaced");
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        assert_eq!(std::fs::read_to_string(&key).unwrap(), "secret");
+        // Written again over a regular file; no temporary file is left behind.
+        write_file(&key, b"again", true).unwrap();
+        assert_eq!(std::fs::read_to_string(&key).unwrap(), "again");
+        let mut left: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        let planted = format!("tls.tmp-{}", std::process::id());
+        assert_eq!(left, [KEY_FILE, planted.as_str(), "victim"]);
+
+        // The temporary file is created exclusively and never through a symlink, dangling or not.
+        let at = dir.join("new");
+        symlink(dir.join("nowhere"), &at).unwrap();
+        let e = create_new(&at, true).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::AlreadyExists, "{e}");
+        assert!(!dir.join("nowhere").exists());
+        std::fs::remove_file(&at).unwrap();
+        symlink(&victim, &at).unwrap();
+        assert!(create_new(&at, true).is_err());
+        std::fs::remove_file(&at).unwrap();
+        std::fs::write(&at, "there").unwrap();
+        let e = create_new(&at, true).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::AlreadyExists, "{e}");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "victim");
+        std::fs::remove_file(&at).unwrap();
+        let f = create_new(&at, true).unwrap();
+        assert_eq!(f.metadata().unwrap().permissions().mode() & 0o777, 0o600);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

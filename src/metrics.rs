@@ -48,8 +48,9 @@ pub fn register_leader(registry: &Registry, lease: &str) -> prometheus::Result<I
 /// `controller_runtime_webhook_requests_in_flight{webhook}`,
 /// `controller_runtime_webhook_latency_seconds{webhook}`; and the connection limits' metrics,
 /// `sites_webhook_open_connections` and `sites_webhook_connections_refused_total` (connections
-/// closed on accept because `--webhook-max-connections` were open); and the memory budget's,
-/// `sites_webhook_memory_in_use_bytes`.
+/// closed on accept because `--webhook-max-connections` were open); the memory budget's,
+/// `sites_webhook_memory_in_use_bytes`; and the serving certificate's notAfter,
+/// `sites_webhook_certificate_expiry_timestamp_seconds` (set by [`crate::tls::CertStore::report_expiry`]).
 #[derive(Clone, Debug)]
 pub struct WebhookMetrics {
     pub requests: IntCounterVec,
@@ -58,6 +59,7 @@ pub struct WebhookMetrics {
     pub open_connections: IntGauge,
     pub connections_refused: IntCounter,
     pub memory_in_use: IntGauge,
+    pub certificate_expiry: IntGauge,
 }
 
 impl WebhookMetrics {
@@ -106,6 +108,11 @@ impl WebhookMetrics {
             "Bytes of the webhook server's memory budget held by requests in flight (their bodies and what decoding them takes).",
         )?;
         registry.register(Box::new(memory_in_use.clone()))?;
+        let certificate_expiry = IntGauge::new(
+            "sites_webhook_certificate_expiry_timestamp_seconds",
+            "Expiry (notAfter) of the serving certificate of the webhook and metrics servers, in seconds since the Unix epoch.",
+        )?;
+        registry.register(Box::new(certificate_expiry.clone()))?;
         // The series of each webhook path are made with the server's router
         // (`admission::server::with_layers`), so they exist from the start.
         Ok(WebhookMetrics {
@@ -115,6 +122,7 @@ impl WebhookMetrics {
             open_connections,
             connections_refused,
             memory_in_use,
+            certificate_expiry,
         })
     }
 }

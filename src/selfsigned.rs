@@ -4,6 +4,7 @@
 //! webhook configurations so the API server trusts the server.
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
@@ -11,15 +12,19 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use rustls::pki_types::UnixTime;
+use rustls::pki_types::pem::PemObject as _;
+use rustls::pki_types::{CertificateDer, UnixTime};
 use serde_json::json;
+use x509_parser::certificate::X509Certificate;
+use x509_parser::extensions::GeneralName;
+use x509_parser::time::ASN1Time;
 
 use crate::certs::{self, Bundle, CA_FILE, CERT_FILE, KEY_FILE};
+use crate::tls::RENEW_BEFORE;
 
-/// Validity of generated certificates.
+/// Validity of generated certificates (a stored one closer than [`RENEW_BEFORE`] to its expiry
+/// is replaced).
 pub const VALIDITY_DAYS: u32 = 365;
-/// A stored certificate closer than this to its expiry is replaced.
-const RENEW_BEFORE_SECS: u64 = 30 * 86_400;
 
 /// Why self-signed set-up failed.
 #[derive(Debug, thiserror::Error)]
@@ -46,14 +51,19 @@ fn key(secret: &Secret, name: &str) -> Option<String> {
     String::from_utf8(bytes.0.clone()).ok()
 }
 
-/// The bundle a stored Secret holds, when it is complete, valid for `names` now and not about to
-/// expire.
+/// The bundle a stored Secret holds, when it is complete, its `ca.crt` issued its `tls.crt`, the
+/// key matches, both certificates are valid now and for [`RENEW_BEFORE`] more, and the
+/// certificate covers every one of `names`.
 pub fn usable(secret: &Secret, names: &[String]) -> Option<Bundle> {
     let bundle = Bundle {
         ca_pem: key(secret, CA_FILE)?,
         cert_pem: key(secret, CERT_FILE)?,
         key_pem: key(secret, KEY_FILE)?,
     };
+    let now = UnixTime::now();
+    let renewal = UnixTime::since_unix_epoch(std::time::Duration::from_secs(
+        now.as_secs() + RENEW_BEFORE.as_secs(),
+    ));
     let check = |at: UnixTime| {
         crate::tls::certified_key(
             CERT_FILE.as_ref(),
@@ -64,26 +74,55 @@ pub fn usable(secret: &Secret, names: &[String]) -> Option<Bundle> {
         )
         .ok()
     };
-    let ck = check(UnixTime::now())?;
-    check(UnixTime::since_unix_epoch(std::time::Duration::from_secs(
-        UnixTime::now().as_secs() + RENEW_BEFORE_SECS,
-    )))?;
+    let ck = check(now)?;
+    check(renewal)?;
     let (_, leaf) = x509_parser::parse_x509_certificate(ck.end_entity_cert().ok()?).ok()?;
-    let sans = leaf.subject_alternative_name().ok()??;
-    let covered: Vec<String> = sans
-        .value
-        .general_names
-        .iter()
-        .filter_map(|n| match n {
-            x509_parser::extensions::GeneralName::DNSName(d) => Some(d.to_string()),
-            x509_parser::extensions::GeneralName::IPAddress(ip) => match ip.len() {
-                4 => Some(std::net::Ipv4Addr::new(ip[0], ip[1], ip[2], ip[3]).to_string()),
-                _ => None,
+    let ca_der = CertificateDer::from_pem_slice(bundle.ca_pem.as_bytes()).ok()?;
+    let (_, ca) = x509_parser::parse_x509_certificate(&ca_der).ok()?;
+    (issued_by(&leaf, &ca, &[now, renewal]) && covers(&leaf, names)).then_some(bundle)
+}
+
+/// Whether `ca` issued `leaf`: a CA certificate valid at each of `at`, whose subject is the
+/// leaf's issuer and whose key verifies the leaf's signature. The API server trusts the server
+/// through `ca.crt` (the webhooks' `caBundle`): a `tls.crt` that another CA issued fails every
+/// call.
+fn issued_by(leaf: &X509Certificate<'_>, ca: &X509Certificate<'_>, at: &[UnixTime]) -> bool {
+    let valid = |t: &UnixTime| {
+        ASN1Time::from_timestamp(i64::try_from(t.as_secs()).unwrap_or(i64::MAX))
+            .is_ok_and(|t| ca.validity().is_valid_at(t))
+    };
+    ca.is_ca()
+        && at.iter().all(valid)
+        && leaf.issuer().as_raw() == ca.subject().as_raw()
+        && leaf.verify_signature(Some(ca.public_key())).is_ok()
+}
+
+/// Whether `leaf` names each of `names` in its subject alternative names: IP addresses of either
+/// family as addresses (so `fd00::1` is `fd00:0::1`), DNS names without regard to case.
+fn covers(leaf: &X509Certificate<'_>, names: &[String]) -> bool {
+    let Ok(Some(sans)) = leaf.subject_alternative_name() else {
+        return false;
+    };
+    let mut dns = Vec::new();
+    let mut ips = Vec::new();
+    for name in &sans.value.general_names {
+        match name {
+            GeneralName::DNSName(d) => dns.push(*d),
+            GeneralName::IPAddress(ip) => match *ip {
+                [a, b, c, d] => ips.push(IpAddr::from([*a, *b, *c, *d])),
+                bytes => {
+                    if let Ok(v6) = <[u8; 16]>::try_from(bytes) {
+                        ips.push(IpAddr::from(v6));
+                    }
+                }
             },
-            _ => None,
-        })
-        .collect();
-    names.iter().all(|n| covered.contains(n)).then_some(bundle)
+            _ => {}
+        }
+    }
+    names.iter().all(|n| match n.parse::<IpAddr>() {
+        Ok(ip) => ips.contains(&ip),
+        Err(_) => dns.iter().any(|d| d.eq_ignore_ascii_case(n)),
+    })
 }
 
 fn secret_object(name: &str, namespace: &str, bundle: &Bundle) -> Secret {
@@ -231,4 +270,73 @@ pub async fn patch_ca_bundles(
     patch_all!(MutatingWebhookConfiguration, mutating);
     patch_all!(ValidatingWebhookConfiguration, validating);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stored(ca: &Bundle, cert: &Bundle) -> Secret {
+        let mut bundle = cert.clone();
+        bundle.ca_pem = ca.ca_pem.clone();
+        secret_object("tls", "sites", &bundle)
+    }
+
+    fn names(extra: &[&str]) -> Vec<String> {
+        let mut names = certs::service_dns_names("sites-operator-webhook", "sites");
+        names.extend(extra.iter().map(|n| n.to_string()));
+        names
+    }
+
+    #[test]
+    fn a_stored_certificate_is_kept_only_when_its_ca_issued_it() {
+        let names = names(&[]);
+        let one = certs::generate(&names, VALIDITY_DAYS).unwrap();
+        let other = certs::generate(&names, VALIDITY_DAYS).unwrap();
+        assert_eq!(usable(&stored(&one, &one), &names), Some(one.clone()));
+        // The key matches, the names are covered, the dates are fine, and both CAs have the same
+        // name (the leaf's issuer): only the signature tells that ca.crt did not issue tls.crt.
+        assert_eq!(usable(&stored(&other, &one), &names), None);
+        // Nor is the leaf its own CA.
+        let mut leaf_as_ca = one.clone();
+        leaf_as_ca.ca_pem = one.cert_pem.clone();
+        assert_eq!(usable(&stored(&leaf_as_ca, &one), &names), None);
+    }
+
+    #[test]
+    fn ip_address_names_of_both_families_are_recognised() {
+        let wanted = names(&["10.0.0.1", "fd00::1", "2001:db8::a"]);
+        let b = certs::generate(&wanted, VALIDITY_DAYS).unwrap();
+        let secret = stored(&b, &b);
+        assert_eq!(usable(&secret, &wanted), Some(b.clone()));
+        // The same addresses written otherwise, and DNS names in another case.
+        let respelled = vec![
+            "SITES-OPERATOR-WEBHOOK.sites.svc".to_string(),
+            "fd00:0:0::0001".to_string(),
+            "2001:DB8::A".to_string(),
+            "10.0.0.1".to_string(),
+        ];
+        assert_eq!(usable(&secret, &respelled), Some(b.clone()));
+        // An address it does not name is missing, of either family.
+        for missing in ["fd00::2", "10.0.0.2", "::ffff:10.0.0.1", "other.sites.svc"] {
+            assert_eq!(
+                usable(&secret, &names(&[missing])),
+                None,
+                "{missing} is not covered"
+            );
+        }
+    }
+
+    #[test]
+    fn a_certificate_close_to_its_expiry_or_incomplete_is_not_kept() {
+        let names = names(&[]);
+        let days = u32::try_from(RENEW_BEFORE.as_secs() / 86_400).unwrap();
+        let soon = certs::generate(&names, days).unwrap();
+        assert_eq!(usable(&stored(&soon, &soon), &names), None);
+        let later = certs::generate(&names, days + 2).unwrap();
+        assert_eq!(usable(&stored(&later, &later), &names), Some(later.clone()));
+        let mut secret = stored(&later, &later);
+        secret.data.as_mut().unwrap().remove(CA_FILE);
+        assert_eq!(usable(&secret, &names), None);
+    }
 }

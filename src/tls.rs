@@ -8,17 +8,32 @@
 //! connections keep theirs. Files that do not parse, a key that does not match the certificate,
 //! or a certificate outside its validity period are refused: the old certificate keeps serving
 //! and the error is logged.
+//!
+//! The served certificate's notAfter is exported as
+//! `sites_webhook_certificate_expiry_timestamp_seconds` ([`CertStore::report_expiry`]), and a
+//! certificate still served within [`RENEW_BEFORE`] of its expiry is warned about, once a day:
+//! whatever should have renewed it (cert-manager, a restart with `--self-signed`) did not.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 
+use prometheus::IntGauge;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
 use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
 use rustls::{RootCertStore, ServerConfig};
+
+/// How long before its expiry a certificate is due for renewal: `--self-signed` replaces a stored
+/// certificate this close to its expiry at start, and a certificate still served this close is
+/// warned about (cert-manager renews a 90-day certificate 30 days before by default).
+pub const RENEW_BEFORE: Duration = Duration::from_secs(30 * 86_400);
+
+/// How often a certificate served within [`RENEW_BEFORE`] of its expiry is warned about.
+const EXPIRY_WARNING_EVERY: i64 = 86_400;
 
 /// Why a certificate could not be (re)loaded.
 #[derive(Debug, thiserror::Error)]
@@ -58,6 +73,17 @@ pub fn certified_key(
     key_pem: &[u8],
     now: UnixTime,
 ) -> Result<CertifiedKey, TlsError> {
+    checked_key(cert_path, cert_pem, key_path, key_pem, now).map(|(ck, _)| ck)
+}
+
+/// [`certified_key`], and the leaf certificate's notAfter in seconds since the Unix epoch.
+fn checked_key(
+    cert_path: &Path,
+    cert_pem: &[u8],
+    key_path: &Path,
+    key_pem: &[u8],
+    now: UnixTime,
+) -> Result<(CertifiedKey, i64), TlsError> {
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem)
         .collect::<Result<_, _>>()
         .map_err(|e| invalid(cert_path, format!("not a PEM certificate chain: {e}")))?;
@@ -82,7 +108,8 @@ pub fn certified_key(
             format!("expired on {}", validity.not_after),
         ));
     }
-    CertifiedKey::from_der(chain, key, &provider()).map_err(|e| {
+    let not_after = validity.not_after.timestamp();
+    let ck = CertifiedKey::from_der(chain, key, &provider()).map_err(|e| {
         invalid(
             key_path,
             format!(
@@ -90,7 +117,8 @@ pub fn certified_key(
                 cert_path.display()
             ),
         )
-    })
+    })?;
+    Ok((ck, not_after))
 }
 
 /// The serving certificate, reloadable from its files.
@@ -99,6 +127,10 @@ pub struct CertStore {
     key_path: PathBuf,
     current: RwLock<Arc<CertifiedKey>>,
     loaded: Mutex<(Vec<u8>, Vec<u8>)>,
+    /// The current certificate's notAfter, in seconds since the Unix epoch.
+    not_after: AtomicI64,
+    /// Set to [`CertStore::not_after`] whenever a certificate is loaded.
+    expiry: OnceLock<IntGauge>,
 }
 
 impl std::fmt::Debug for CertStore {
@@ -124,13 +156,28 @@ impl CertStore {
     pub fn load(cert_path: &Path, key_path: &Path) -> Result<Arc<CertStore>, TlsError> {
         let cert = read(cert_path)?;
         let key = read(key_path)?;
-        let ck = certified_key(cert_path, &cert, key_path, &key, UnixTime::now())?;
+        let (ck, not_after) = checked_key(cert_path, &cert, key_path, &key, UnixTime::now())?;
         Ok(Arc::new(CertStore {
             cert_path: cert_path.to_path_buf(),
             key_path: key_path.to_path_buf(),
             current: RwLock::new(Arc::new(ck)),
             loaded: Mutex::new((cert, key)),
+            not_after: AtomicI64::new(not_after),
+            expiry: OnceLock::new(),
         }))
+    }
+
+    /// The current certificate's notAfter, in seconds since the Unix epoch.
+    pub fn not_after(&self) -> i64 {
+        self.not_after.load(Ordering::Acquire)
+    }
+
+    /// Sets `gauge` (`sites_webhook_certificate_expiry_timestamp_seconds`) to the current
+    /// certificate's notAfter now and whenever another certificate is loaded. Only the first
+    /// gauge given is kept.
+    pub fn report_expiry(&self, gauge: IntGauge) {
+        let gauge = self.expiry.get_or_init(|| gauge);
+        gauge.set(self.not_after());
     }
 
     /// Re-reads the files and swaps the certificate in when they changed and are valid. On error
@@ -142,7 +189,7 @@ impl CertStore {
         if loaded.0 == cert && loaded.1 == key {
             return Ok(Reload::Unchanged);
         }
-        let ck = certified_key(
+        let (ck, not_after) = checked_key(
             &self.cert_path,
             &cert,
             &self.key_path,
@@ -151,12 +198,17 @@ impl CertStore {
         )?;
         *self.current.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(ck);
         *loaded = (cert, key);
+        self.not_after.store(not_after, Ordering::Release);
+        if let Some(gauge) = self.expiry.get() {
+            gauge.set(not_after);
+        }
         Ok(Reload::Replaced)
     }
 
-    /// Checks the files every `interval` until `shutdown` resolves; logs replacements at info and
+    /// Checks the files every `interval` until `shutdown` resolves; logs replacements at info,
     /// refused files at error (once per distinct error, so a broken rotation does not flood the
-    /// log).
+    /// log), and a certificate still served within [`RENEW_BEFORE`] of its expiry at warning
+    /// (at the first check, then daily; see [`expiry_warning_due`]).
     pub async fn watch(
         self: Arc<Self>,
         interval: Duration,
@@ -164,6 +216,7 @@ impl CertStore {
     ) {
         tokio::pin!(shutdown);
         let mut last_error: Option<String> = None;
+        let mut warned: Option<(i64, i64)> = None;
         let mut tick = tokio::time::interval(interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -189,6 +242,17 @@ impl CertStore {
                     }
                 }
             }
+            let not_after = self.not_after();
+            let now = UnixTime::now().as_secs() as i64;
+            if expiry_warning_due(not_after, now, warned) {
+                tracing::warn!(
+                    cert = %self.cert_path.display(),
+                    not_after,
+                    expires_in_days = (not_after - now).div_euclid(86_400),
+                    "the serving certificate expires soon and was not renewed"
+                );
+                warned = Some((not_after, now));
+            }
         }
     }
 
@@ -199,6 +263,18 @@ impl CertStore {
             .unwrap_or_else(|e| e.into_inner())
             .clone()
     }
+}
+
+/// Whether to warn, at `now`, that the certificate expiring at `not_after` (both in seconds since
+/// the Unix epoch) is still served: when it is within [`RENEW_BEFORE`] of its expiry (or past
+/// it), and `last_warned` (the notAfter warned about, and when) was about another certificate or
+/// is a day old.
+pub fn expiry_warning_due(not_after: i64, now: i64, last_warned: Option<(i64, i64)>) -> bool {
+    let renew_before = i64::try_from(RENEW_BEFORE.as_secs()).unwrap_or(i64::MAX);
+    not_after.saturating_sub(now) < renew_before
+        && last_warned.is_none_or(|(warned_for, at)| {
+            warned_for != not_after || now.saturating_sub(at) >= EXPIRY_WARNING_EVERY
+        })
 }
 
 impl ResolvesServerCert for CertStore {
@@ -308,5 +384,69 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn the_expiry_gauge_follows_the_certificate_loaded() {
+        let dir = std::env::temp_dir().join(format!("tls-{}", uuid::Uuid::new_v4()));
+        let write = |days| {
+            let b = crate::certs::generate(&["localhost".to_string()], days).unwrap();
+            b.write(&dir).unwrap();
+            let der = CertificateDer::from_pem_slice(b.cert_pem.as_bytes()).unwrap();
+            let (_, leaf) = x509_parser::parse_x509_certificate(&der).unwrap();
+            leaf.validity().not_after.timestamp()
+        };
+        let first = write(30);
+        let store = CertStore::load(&dir.join("tls.crt"), &dir.join("tls.key")).unwrap();
+        assert_eq!(store.not_after(), first);
+        let registry = prometheus::Registry::new();
+        let metrics = crate::metrics::WebhookMetrics::register(&registry).unwrap();
+        let gauge = &metrics.certificate_expiry;
+        assert_eq!(gauge.get(), 0);
+        store.report_expiry(gauge.clone());
+        assert_eq!(gauge.get(), first);
+        assert!(
+            crate::metrics::encode(&registry).contains(&format!(
+                "\nsites_webhook_certificate_expiry_timestamp_seconds {first}\n"
+            )),
+            "exported"
+        );
+        // A new certificate in the files: the gauge follows once it is loaded.
+        let second = write(90);
+        assert!(second > first);
+        assert_eq!(gauge.get(), first);
+        assert_eq!(store.reload().unwrap(), Reload::Replaced);
+        assert_eq!((store.not_after(), gauge.get()), (second, second));
+        // A refused file keeps the certificate served, and its expiry.
+        std::fs::write(dir.join("tls.crt"), "garbage").unwrap();
+        assert!(store.reload().is_err());
+        assert_eq!(gauge.get(), second);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_certificate_served_close_to_its_expiry_is_warned_about_daily() {
+        let day = 86_400;
+        let now = 1_000 * day;
+        let soon = now + 29 * day;
+        // (case, notAfter, last warning, due)
+        let cases = [
+            ("far from expiry", now + 31 * day, None, false),
+            ("just outside the window", now + 30 * day, None, false),
+            ("within the window, never warned", soon, None, true),
+            ("already expired", now - day, None, true),
+            ("warned an hour ago", soon, Some((soon, now - 3_600)), false),
+            ("warned a day ago", soon, Some((soon, now - day)), true),
+            (
+                "warned about another certificate",
+                soon,
+                Some((soon - day, now - 3_600)),
+                true,
+            ),
+        ];
+        for (case, not_after, last, due) in cases {
+            assert_eq!(expiry_warning_due(not_after, now, last), due, "{case}");
+        }
+        assert_eq!(RENEW_BEFORE.as_secs(), 30 * 86_400);
     }
 }

@@ -9,7 +9,10 @@
 //! cached: they answer 500 and the next scrape asks again. Concurrent requests with one token
 //! share one review, at most [`REVIEWS_AT_ONCE`] reviews run at a time, and a path that is not
 //! served is answered 404 before anything is reviewed (the gate is a route layer): a caller
-//! cannot make the operator flood the API server with reviews.
+//! cannot make the operator flood the API server with reviews. A request that finds every review
+//! slot taken for [`SLOT_WAIT`] (a slow API server) is answered 503 with `Retry-After`, so
+//! scrapes do not pile up behind it; a shared review whose every waiter went away (their
+//! connections closed) is forgotten with the last of them.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -35,6 +38,10 @@ const CAPACITY: usize = 1024;
 pub const REVIEWS_AT_ONCE: usize = 4;
 /// How long one review may take before the request answers 500.
 const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a request waits for one of the [`REVIEWS_AT_ONCE`] review slots before it is answered
+/// 503: half of [`REVIEW_TIMEOUT`], so that a scrape with Prometheus's default 10 s timeout still
+/// reads the answer, and a slow API server holding every slot does not gather a queue of scrapes.
+pub const SLOT_WAIT: Duration = Duration::from_secs(5);
 
 /// What a request to a protected path may do.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -46,6 +53,17 @@ pub enum Verdict {
     Forbidden {
         user: String,
     },
+}
+
+/// Why a request could not be reviewed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Unreviewed {
+    /// Every review slot stayed taken for [`SLOT_WAIT`]: 503 with `Retry-After`.
+    #[error("no review slot free within {SLOT_WAIT:?} ({REVIEWS_AT_ONCE} reviews in flight)")]
+    Busy,
+    /// A TokenReview or SubjectAccessReview failed or timed out: 500.
+    #[error("{0}")]
+    Failed(String),
 }
 
 /// The caller as the TokenReview authenticated it.
@@ -168,14 +186,60 @@ impl Cache {
 }
 
 /// A review in flight, shared by the requests that wait for it.
-type Pending = Arc<tokio::sync::OnceCell<Result<Verdict, String>>>;
+type Pending = Arc<tokio::sync::OnceCell<Result<Verdict, Unreviewed>>>;
+
+/// Reviews in flight by digest of (path, token).
+type PendingMap = Mutex<HashMap<[u8; 32], Pending>>;
+
+/// One request's hold on a shared review. Dropping it (the verdict was read, or the request went
+/// away: its connection closed and its future was dropped) removes the entry once the review has
+/// ended or nobody else waits for it, so entries do not outlive their waiters.
+struct Waiting<'a> {
+    pending: &'a PendingMap,
+    key: [u8; 32],
+    review: Pending,
+}
+
+impl<'a> Waiting<'a> {
+    /// Joins the review in flight for `key`, or starts waiting for a new one.
+    fn join(pending: &'a PendingMap, key: [u8; 32]) -> Waiting<'a> {
+        let review = pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(key)
+            .or_default()
+            .clone();
+        Waiting {
+            pending,
+            key,
+            review,
+        }
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        if !pending
+            .get(&self.key)
+            .is_some_and(|p| Arc::ptr_eq(p, &self.review))
+        {
+            return;
+        }
+        // Waiters clone the entry under this lock, so the count cannot change while it is held:
+        // two is the map's and this waiter's.
+        let last = Arc::strong_count(&self.review) == 2;
+        if last || self.review.initialized() {
+            pending.remove(&self.key);
+        }
+    }
+}
 
 /// Reviews callers through the API server.
 pub struct Gate {
     client: kube::Client,
     cache: Cache,
-    /// Reviews in flight by digest of (path, token).
-    pending: Mutex<HashMap<[u8; 32], Pending>>,
+    pending: PendingMap,
     reviews: tokio::sync::Semaphore,
 }
 
@@ -195,39 +259,30 @@ impl Gate {
         &self,
         authorization: Option<&HeaderValue>,
         path: &str,
-    ) -> Result<Verdict, String> {
+    ) -> Result<Verdict, Unreviewed> {
         let Some(token) = authorization.and_then(bearer) else {
             return Ok(Verdict::Unauthenticated);
         };
         if let Some(v) = self.cache.get(path, token, Instant::now()) {
             return Ok(v);
         }
-        let key = digest(path, token);
-        let pending = self
-            .pending
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(key)
-            .or_default()
-            .clone();
+        let waiting = Waiting::join(&self.pending, digest(path, token));
         // The first request reviews; the others wait for its verdict (and one of them takes over
         // if the first goes away before the review ends).
-        let verdict = pending
+        let verdict = waiting
+            .review
             .get_or_init(|| async {
-                let _turn = self.reviews.acquire().await.map_err(|e| e.to_string())?;
-                let verdict = self.review(token, path).await?;
+                let _turn = tokio::time::timeout(SLOT_WAIT, self.reviews.acquire())
+                    .await
+                    .map_err(|_| Unreviewed::Busy)?
+                    .map_err(|e| Unreviewed::Failed(e.to_string()))?;
+                let verdict = self.review(token, path).await.map_err(Unreviewed::Failed)?;
                 self.cache.put(path, token, verdict.clone(), Instant::now());
                 Ok(verdict)
             })
             .await
             .clone();
-        let mut pending_now = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-        if pending_now
-            .get(&key)
-            .is_some_and(|p| Arc::ptr_eq(p, &pending))
-        {
-            pending_now.remove(&key);
-        }
+        drop(waiting);
         verdict
     }
 
@@ -282,6 +337,24 @@ pub fn refusal(verdict: &Verdict, path: &str) -> Option<Response> {
     }
 }
 
+/// The response to a request that could not be reviewed: 503 with `Retry-After` when every
+/// review slot stayed taken, 500 when a review failed.
+pub fn unreviewed(e: &Unreviewed) -> Response {
+    match e {
+        Unreviewed::Busy => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::RETRY_AFTER, SLOT_WAIT.as_secs().to_string())],
+            "too many requests are being authenticated and authorized; try again later\n",
+        )
+            .into_response(),
+        Unreviewed::Failed(_) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the request could not be authenticated or authorized\n",
+        )
+            .into_response(),
+    }
+}
+
 /// Middleware: lets the request through only when [`Gate::check`] allows it.
 pub async fn require(State(gate): State<Arc<Gate>>, req: Request, next: Next) -> Response {
     let path = req.uri().path().to_string();
@@ -298,11 +371,7 @@ pub async fn require(State(gate): State<Arc<Gate>>, req: Request, next: Next) ->
         },
         Err(e) => {
             tracing::warn!(%path, error = %e, "cannot review a metrics request");
-            (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "the request could not be authenticated or authorized\n",
-            )
-                .into_response()
+            unreviewed(&e)
         }
     }
 }
@@ -403,7 +472,7 @@ mod tests {
     }
 
     #[test]
-    fn verdicts_expire_refusals_sooner_and_the_cache_stays_bounded() {
+    fn verdicts_expire_refusals_sooner() {
         let cache = Cache::default();
         let t0 = Instant::now();
         cache.put("/metrics", "good", Verdict::Allowed, t0);
@@ -415,32 +484,66 @@ mod tests {
         assert_eq!(cache.get("/metrics", "bad", later), None);
         assert_eq!(cache.get("/metrics", "good", later), Some(Verdict::Allowed));
         assert_eq!(cache.get("/metrics", "good", t0 + ALLOWED_TTL), None);
-        // Past the capacity, expired verdicts go first, then the ones expiring soonest, one at a
-        // time: a steady caller's verdict stays while new tokens come and go.
-        cache.put("/metrics", "steady", Verdict::Allowed, later + REFUSED_TTL);
-        for i in 0..CAPACITY * 2 {
-            let at = later + Duration::from_millis(i as u64);
-            cache.put("/metrics", &format!("t{i}"), Verdict::Allowed, at);
-        }
-        assert_eq!(cache.len(), CAPACITY);
-        assert_eq!(
-            cache.get("/metrics", "steady", later),
-            Some(Verdict::Allowed)
-        );
-        let last = format!("t{}", CAPACITY * 2 - 1);
-        assert_eq!(cache.get("/metrics", &last, later), Some(Verdict::Allowed));
-        assert_eq!(cache.get("/metrics", "t0", later), None);
     }
 
-    /// An API server that counts the reviews it is asked for, answers them after `gate` opens,
-    /// and authenticates the token "good" (allowed), "other" (not allowed) or fails with 500 for
-    /// "broken".
+    /// Past the capacity, the verdicts expiring soonest go, one at a time: a flood of unknown
+    /// tokens (each refused, kept [`REFUSED_TTL`]) cannot push out an allowed caller's verdict
+    /// (kept [`ALLOWED_TTL`]), whether it was put before, amid or after the flood. Evicting by
+    /// insertion order, by age, at random or all at once each loses the allowed verdict or keeps
+    /// the wrong refusals in one of the three orders.
+    #[test]
+    fn a_flood_of_refused_tokens_cannot_evict_an_allowed_verdict_wherever_it_was_put() {
+        let flood = CAPACITY * 4;
+        let t0 = Instant::now();
+        for steady_at in [0, flood / 2, flood - 1] {
+            let cache = Cache::default();
+            for i in 0..flood {
+                // A millisecond apart: no two verdicts expire at the same instant, and none of
+                // them expires during the flood.
+                let at = t0 + Duration::from_millis(i as u64);
+                if i == steady_at {
+                    cache.put("/metrics", "steady", Verdict::Allowed, at);
+                }
+                cache.put("/metrics", &format!("t{i}"), Verdict::Unauthenticated, at);
+                assert!(cache.len() <= CAPACITY);
+            }
+            assert_eq!(cache.len(), CAPACITY, "steady put at {steady_at}");
+            let end = t0 + Duration::from_millis(flood as u64);
+            assert_eq!(
+                cache.get("/metrics", "steady", end),
+                Some(Verdict::Allowed),
+                "steady put at {steady_at}"
+            );
+            // The rest of the capacity holds the refusals expiring last, and only them.
+            let kept: Vec<usize> = (0..flood)
+                .filter(|i| cache.get("/metrics", &format!("t{i}"), end).is_some())
+                .collect();
+            let want: Vec<usize> = (flood - (CAPACITY - 1)..flood).collect();
+            assert_eq!(kept, want, "steady put at {steady_at}");
+        }
+    }
+
+    /// An API server that counts the reviews it is asked for (and the most it answered at
+    /// once), answers them after `gate` opens while `hold` is set, and authenticates any token as
+    /// the user of that name: "good" is allowed, any other user is not, and the token "broken"
+    /// fails with 500.
     #[derive(Clone, Default)]
     struct Reviewer {
         token_reviews: Arc<std::sync::atomic::AtomicUsize>,
         access_reviews: Arc<std::sync::atomic::AtomicUsize>,
+        in_flight: Arc<std::sync::atomic::AtomicUsize>,
+        most_in_flight: Arc<std::sync::atomic::AtomicUsize>,
         gate: Arc<tokio::sync::Notify>,
         hold: Arc<std::sync::atomic::AtomicBool>,
+    }
+
+    /// Counts one review in flight until dropped (also when the caller gives up on it).
+    struct InFlight(Arc<std::sync::atomic::AtomicUsize>);
+
+    impl Drop for InFlight {
+        fn drop(&mut self) {
+            self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        }
     }
 
     impl Reviewer {
@@ -460,6 +563,9 @@ mod tests {
                     } else {
                         me.access_reviews.fetch_add(1, SeqCst);
                     }
+                    let now = me.in_flight.fetch_add(1, SeqCst) + 1;
+                    me.most_in_flight.fetch_max(now, SeqCst);
+                    let _in_flight = InFlight(me.in_flight.clone());
                     if me.hold.load(SeqCst) {
                         me.gate.notified().await;
                     }
@@ -487,6 +593,20 @@ mod tests {
             kube::Client::new(service, "default")
         }
 
+        fn hold(&self) {
+            self.hold.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+
+        fn release(&self) {
+            self.hold.store(false, std::sync::atomic::Ordering::SeqCst);
+            self.gate.notify_waiters();
+        }
+
+        fn most_in_flight(&self) -> usize {
+            self.most_in_flight
+                .load(std::sync::atomic::Ordering::SeqCst)
+        }
+
         fn counts(&self) -> (usize, usize) {
             use std::sync::atomic::Ordering::SeqCst;
             (
@@ -502,21 +622,27 @@ mod tests {
             .route_layer(axum::middleware::from_fn_with_state(gate, require))
     }
 
-    async fn get(app: &axum::Router, path: &str, token: &str) -> StatusCode {
+    async fn request(app: &axum::Router, path: &str, token: &str) -> Response {
         use tower::ServiceExt as _;
         let req = http::Request::get(path)
             .header(header::AUTHORIZATION, format!("Bearer {token}"))
             .body(axum::body::Body::empty())
             .unwrap();
-        app.clone().oneshot(req).await.unwrap().status()
+        app.clone().oneshot(req).await.unwrap()
+    }
+
+    async fn get(app: &axum::Router, path: &str, token: &str) -> StatusCode {
+        request(app, path, token).await.status()
+    }
+
+    fn pending(gate: &Gate) -> usize {
+        gate.pending.lock().unwrap().len()
     }
 
     #[tokio::test(start_paused = true)]
     async fn concurrent_requests_with_one_token_share_one_review() {
         let reviewer = Reviewer::default();
-        reviewer
-            .hold
-            .store(true, std::sync::atomic::Ordering::SeqCst);
+        reviewer.hold();
         let app = protected(Gate::new(reviewer.client()));
         let requests: Vec<_> = (0..16)
             .map(|_| {
@@ -528,10 +654,7 @@ mod tests {
         // for the one review in flight.
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert_eq!(reviewer.counts(), (1, 0));
-        reviewer
-            .hold
-            .store(false, std::sync::atomic::Ordering::SeqCst);
-        reviewer.gate.notify_waiters();
+        reviewer.release();
         for r in requests {
             assert_eq!(r.await.unwrap(), StatusCode::OK);
         }
@@ -539,6 +662,125 @@ mod tests {
         // Cached: no further review.
         assert_eq!(get(&app, "/metrics", "good").await, StatusCode::OK);
         assert_eq!(reviewer.counts(), (1, 1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_review_whose_waiters_all_went_away_is_forgotten() {
+        let reviewer = Reviewer::default();
+        reviewer.hold();
+        let gate = Gate::new(reviewer.client());
+        let app = protected(gate.clone());
+        let requests: Vec<_> = (0..3)
+            .map(|_| {
+                let app = app.clone();
+                tokio::spawn(async move { get(&app, "/metrics", "good").await })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(reviewer.counts(), (1, 0));
+        assert_eq!(pending(&gate), 1);
+        // The scrapes' connections close before the API server answers: their futures are
+        // dropped, the reviewing one among them (all at once: none takes the review over).
+        for r in &requests {
+            r.abort();
+        }
+        for r in requests {
+            assert!(r.await.unwrap_err().is_cancelled());
+        }
+        assert_eq!(reviewer.counts(), (1, 0));
+        assert_eq!(pending(&gate), 0, "the review outlived its waiters");
+        assert_eq!(gate.reviews.available_permits(), REVIEWS_AT_ONCE);
+        // A waiter that goes away while others still wait leaves the review to them.
+        let first = {
+            let app = app.clone();
+            tokio::spawn(async move { get(&app, "/metrics", "good").await })
+        };
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(reviewer.counts(), (2, 0));
+        let second = {
+            let app = app.clone();
+            tokio::spawn(async move { get(&app, "/metrics", "good").await })
+        };
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(
+            reviewer.counts(),
+            (2, 0),
+            "the second waits for the first's review"
+        );
+        first.abort();
+        assert!(first.await.unwrap_err().is_cancelled());
+        assert_eq!(pending(&gate), 1);
+        // The second takes the review over.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(reviewer.counts(), (3, 0));
+        reviewer.release();
+        assert_eq!(second.await.unwrap(), StatusCode::OK);
+        assert_eq!(reviewer.counts(), (3, 1));
+        assert_eq!(pending(&gate), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn at_most_four_reviews_run_at_once() {
+        assert_eq!(REVIEWS_AT_ONCE, 4, "README and SEC-05 say four");
+        let reviewer = Reviewer::default();
+        reviewer.hold();
+        let app = protected(Gate::new(reviewer.client()));
+        // Sixteen callers with tokens of their own: nothing to share.
+        let requests: Vec<_> = (0..16)
+            .map(|i| {
+                let app = app.clone();
+                tokio::spawn(async move { get(&app, "/metrics", &format!("t{i}")).await })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(reviewer.counts(), (REVIEWS_AT_ONCE, 0));
+        reviewer.release();
+        for r in requests {
+            // Authenticated, not allowed: every one was reviewed, none refused for want of a slot.
+            assert_eq!(r.await.unwrap(), StatusCode::FORBIDDEN);
+        }
+        assert_eq!(reviewer.counts(), (16, 16));
+        assert_eq!(reviewer.most_in_flight(), REVIEWS_AT_ONCE);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn with_every_review_slot_stalled_the_next_request_is_answered_503_within_the_slot_wait()
+    {
+        let reviewer = Reviewer::default();
+        reviewer.hold();
+        let app = protected(Gate::new(reviewer.client()));
+        // An API server that does not answer: four reviews take every slot.
+        let stalled: Vec<_> = (0..REVIEWS_AT_ONCE)
+            .map(|i| {
+                let app = app.clone();
+                tokio::spawn(async move { get(&app, "/metrics", &format!("t{i}")).await })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(reviewer.counts(), (REVIEWS_AT_ONCE, 0));
+        let start = tokio::time::Instant::now();
+        let answer = tokio::time::timeout(
+            SLOT_WAIT + Duration::from_secs(1),
+            request(&app, "/metrics", "fifth"),
+        )
+        .await
+        .expect("answered within the slot wait, before any stalled review times out");
+        assert_eq!(answer.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            answer.headers()[header::RETRY_AFTER],
+            SLOT_WAIT.as_secs().to_string()
+        );
+        assert!(start.elapsed() >= SLOT_WAIT);
+        assert!(SLOT_WAIT + Duration::from_secs(1) < REVIEW_TIMEOUT);
+        // The fifth was never reviewed; the four are still in flight, no more.
+        assert_eq!(reviewer.counts(), (REVIEWS_AT_ONCE, 0));
+        assert_eq!(reviewer.most_in_flight(), REVIEWS_AT_ONCE);
+        // The stalled reviews end with their own timeout: 500, their slots free again.
+        for r in stalled {
+            assert_eq!(r.await.unwrap(), StatusCode::INTERNAL_SERVER_ERROR);
+        }
+        reviewer.release();
+        assert_eq!(get(&app, "/metrics", "good").await, StatusCode::OK);
     }
 
     #[tokio::test]
@@ -582,5 +824,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!(r.status(), StatusCode::FORBIDDEN);
+        let r = unreviewed(&Unreviewed::Busy);
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(r.headers().contains_key(header::RETRY_AFTER));
+        let r = unreviewed(&Unreviewed::Failed("TokenReview timed out".into()));
+        assert_eq!(r.status(), StatusCode::INTERNAL_SERVER_ERROR);
     }
 }

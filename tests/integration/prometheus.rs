@@ -226,6 +226,7 @@ async fn prometheus_scrapes_the_operator() {
         "sites_config_valid",
         "sites_webhook_open_connections",
         "sites_webhook_connections_refused_total",
+        "sites_webhook_certificate_expiry_timestamp_seconds",
         "leader_election_master_status",
         "sites_operator_build_info",
         "process_resident_memory_bytes",
@@ -243,6 +244,18 @@ async fn prometheus_scrapes_the_operator() {
             && build.ends_with(" 1"),
         "{build}"
     );
+
+    // The serving certificate's expiry is set from the start, and in the future.
+    let expiry: u64 = body
+        .lines()
+        .find_map(|l| l.strip_prefix("sites_webhook_certificate_expiry_timestamp_seconds "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no certificate expiry:\n{body}"));
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    assert!(expiry > now, "expiry {expiry} is not after now {now}");
 
     // Every metric the shipped dashboard and alerting rules query is exported.
     let monitoring = crate::support::repo_file("manifests/overlays/monitoring");
