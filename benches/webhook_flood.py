@@ -12,8 +12,13 @@ highest VmRSS sampled every 20 ms), the answers by status, and the typical revie
         --emulator target/release/sites-emulator --connections 1000 --seconds 30 \
         --path /validate-config
 
+    python3 benches/webhook_flood.py ... --connections 16 --shape invalid-keys --path /validate-sites
+    python3 benches/webhook_flood.py ... --connections 16 --shape alias-scalar --path /validate-config
+
 The bodies are AdmissionReviews whose object holds one long JSON array of zeros (the shape that
-expands most when decoded generically), sized to --body-bytes (default: the server's limit).
+expands most when decoded generically), sized to --body-bytes (default: the server's limit), or
+(--shape) a Site with that many invalid environment keys, or a configuration whose YAML aliases
+a long scalar.
 """
 
 import argparse
@@ -61,6 +66,42 @@ def typical_site():
     }
 
 
+def invalid_keys_body(size):
+    """A Site review whose one application has as many invalid environment keys
+    (`"9 bad=key/0000001": ""`) as fit in `size` bytes: each one a violation."""
+    obj = typical_site()
+    obj["spec"]["configuration"]["applications"][0]["env"] = {"@": ""}
+    text = json.dumps(review(obj), separators=(",", ":"))
+    before, after = text.split('"@":""')
+    entry = len('"9 bad=key/0000000":"",')
+    n = max(1, (size - len(before) - len(after)) // entry)
+    keys = ",".join(f'"9 bad=key/{i:07}":""' for i in range(n))
+    return (before + keys + after).encode()
+
+
+def alias_scalar_body():
+    """A configuration review whose YAML uses a 30,000-byte scalar through four levels of ten
+    aliases: 300 MB of text if it were built."""
+    yaml = 'bomb: &a "' + "x" * 30000 + '"\n'
+    for prev, name in [("a", "b"), ("b", "c"), ("c", "d"), ("d", "e")]:
+        yaml += f"{name}: &{name} [" + ",".join([f"*{prev}"] * 10) + "]\n"
+    obj = {"apiVersion": "v1", "kind": "ConfigMap",
+           "metadata": {"name": "sites-config", "namespace": "sites"},
+           "data": {"config.yaml": yaml}}
+    r = review(obj)
+    r["request"]["kind"] = {"group": "", "version": "v1", "kind": "ConfigMap"}
+    r["request"]["operation"] = "UPDATE"
+    return json.dumps(r, separators=(",", ":")).encode()
+
+
+def body_of(shape, path, size):
+    if shape == "invalid-keys":
+        return invalid_keys_body(size)
+    if shape == "alias-scalar":
+        return alias_scalar_body()
+    return hostile_body(path, size)
+
+
 def hostile_body(path, size):
     """A review whose object carries one array of zeros, `size` bytes in all."""
     if path == "/validate-config":
@@ -84,19 +125,24 @@ def request(path, body, host):
             f"Content-Length: {len(body)}\r\n\r\n").encode()
 
 
-async def read_response(reader):
+async def read_response(reader, stats=None):
     head = await reader.readuntil(b"\r\n\r\n")
     status = int(head.split(b" ", 2)[1])
     length = 0
     close = False
+    retry_after = False
     for line in head.split(b"\r\n")[1:]:
         name, _, value = line.partition(b":")
         if name.strip().lower() == b"content-length":
             length = int(value.strip())
         if name.strip().lower() == b"connection" and value.strip().lower() == b"close":
             close = True
+        if name.strip().lower() == b"retry-after":
+            retry_after = True
     if length:
         await reader.readexactly(length)
+    if stats is not None:
+        stats.answer(status, length, retry_after)
     return status, close
 
 
@@ -104,6 +150,13 @@ class Stats:
     def __init__(self):
         self.statuses = {}
         self.errors = {}
+        self.largest = {}
+        self.without_retry_after = 0
+
+    def answer(self, status, length, retry_after):
+        self.largest[status] = max(self.largest.get(status, 0), length)
+        if status == 503 and not retry_after:
+            self.without_retry_after += 1
 
     def status(self, s):
         self.statuses[s] = self.statuses.get(s, 0) + 1
@@ -138,7 +191,7 @@ async def flooder(addr, ctx, path, body, mode, end, stats):
                     writer.write(head)
                     writer.write(body)
                     await writer.drain()
-                status, close = await read_response(reader)
+                status, close = await read_response(reader, stats)
                 stats.status(status)
                 if close:
                     break
@@ -195,7 +248,7 @@ async def flood(args, addr, pid):
     ctx.check_hostname = False
     ctx.verify_mode = ssl.CERT_NONE
     ctx.set_alpn_protocols(["http/1.1"])
-    body = hostile_body(args.path, args.body_bytes)
+    body = body_of(args.shape, args.path, args.body_bytes)
     stats = Stats()
     canary_results = []
     peak = [0]
@@ -268,6 +321,10 @@ def main():
     p.add_argument("--path", default="/validate-config",
                    choices=["/validate-config", "/validate-sites", "/mutate-sites"])
     p.add_argument("--mode", default="fast", choices=["fast", "slow"])
+    p.add_argument("--shape", default="zeros", choices=["zeros", "invalid-keys", "alias-scalar"],
+                   help="zeros: one long array (what a generic decoder expands most); "
+                        "invalid-keys: a Site whose every environment key is invalid; "
+                        "alias-scalar: a configuration aliasing a 30 KB scalar 10,000 times")
     p.add_argument("--body-bytes", type=int, default=None,
                    help="body size (default: the limit the server documents, from its --help)")
     args = p.parse_args()
@@ -291,6 +348,8 @@ def main():
             print(f"operator RSS: {base / 1024:.0f} MiB before, peak {hwm / 1024:.0f} MiB (VmHWM),"
                   f" sampled peak {peak / 1024:.0f} MiB, {rss / 1024:.0f} MiB after")
             print(f"answers: {dict(sorted(stats.statuses.items()))}; client errors: {stats.errors}")
+            print(f"largest answer by status: {dict(sorted(stats.largest.items()))} bytes; "
+                  f"503 without Retry-After: {stats.without_retry_after}")
             if ok:
                 print(f"typical reviews: {len(ok)} answered 200 of {len(canary_results)}, "
                       f"p50 {ok[len(ok) // 2] * 1000:.0f} ms, max {ok[-1] * 1000:.0f} ms; "
