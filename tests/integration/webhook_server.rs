@@ -1563,3 +1563,96 @@ async fn requests_past_the_memory_budget_wait_then_get_503() {
         ) == Some(1.0)
     );
 }
+
+/// Sixteen hostile reviews at once, of the two shapes that once made answers or expansions
+/// huge (a Site whose every environment key is invalid, on both Site webhooks; a configuration
+/// aliasing a long scalar 10,000 times): every one is answered, none dropped, with a 200 (a
+/// short denial, or the mutating webhook's answer) or a 503 with Retry-After when the memory
+/// budget is held; the budget is given back once the answers are written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixteen_hostile_reviews_at_once_get_short_answers_or_503() {
+    const MIB: usize = 1 << 20;
+    let limits = server::Limits {
+        body_timeout: Duration::from_secs(120),
+        memory_budget: 24 * MIB,
+        ..server::Limits::default()
+    };
+    let s = std::sync::Arc::new(start_limited(None, limits).await);
+    let env: serde_json::Map<String, Value> = (0..40_000)
+        .map(|i| (format!("9 bad=key/{i:07}"), json!("")))
+        .collect();
+    let mut invalid = site(8080);
+    invalid["spec"]["configuration"]["applications"][0]["env"] = Value::Object(env);
+    let invalid = review(invalid);
+    let mut yaml = format!("bomb: &a \"{}\"\n", "x".repeat(30_000));
+    for (prev, name) in [("a", "b"), ("b", "c"), ("c", "d"), ("d", "e")] {
+        yaml.push_str(&format!(
+            "{name}: &{name} [{}]\n",
+            vec![format!("*{prev}"); 10].join(",")
+        ));
+    }
+    let aliases = serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": "6e2b1f0c-0000-4000-8000-000000000002",
+            "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+            "resource": {"group": "", "version": "v1", "resource": "configmaps"},
+            "name": "sites-config", "namespace": "sites", "operation": "UPDATE",
+            "userInfo": {"username": "a"},
+            "object": {"apiVersion": "v1", "kind": "ConfigMap",
+                       "metadata": {"name": "sites-config", "namespace": "sites"},
+                       "data": {"config.yaml": yaml}}
+        }
+    }))
+    .unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..16 {
+        let (path, body) = match i % 3 {
+            0 => ("/validate-sites", invalid.clone()),
+            1 => ("/mutate-sites", invalid.clone()),
+            _ => ("/validate-config", aliases.clone()),
+        };
+        let s = s.clone();
+        tasks.push(tokio::spawn(async move {
+            let client = Client::new(&s.bundle.ca_pem);
+            let tls = client.connect(s.addr).await.expect("connected");
+            let io = TokioIo::new(tls);
+            let (mut sender, conn) = hyper::client::conn::http1::handshake(io).await.unwrap();
+            tokio::spawn(conn);
+            let req = http::Request::builder()
+                .method("POST")
+                .uri(format!("https://localhost{path}"))
+                .header("content-type", "application/json")
+                .body(Full::new(Bytes::from(body)))
+                .unwrap();
+            let resp = sender.send_request(req).await.expect("answered");
+            let status = resp.status().as_u16();
+            let retry_after = resp.headers().contains_key("retry-after");
+            let body = resp.into_body().collect().await.unwrap().to_bytes();
+            (path, status, retry_after, body)
+        }));
+    }
+    let mut statuses = std::collections::BTreeMap::new();
+    for task in tasks {
+        let (path, status, retry_after, body) = task.await.unwrap();
+        *statuses.entry(status).or_insert(0) += 1;
+        match status {
+            200 => {
+                assert!(body.len() < 64 * 1024, "{path}: {} bytes", body.len());
+                let answer: Value = serde_json::from_slice(&body).unwrap();
+                if path != "/mutate-sites" {
+                    assert_eq!(answer["response"]["allowed"], json!(false), "{path}");
+                }
+            }
+            503 => assert!(retry_after, "{path}: a 503 without Retry-After"),
+            other => panic!("{path}: {other} {}", String::from_utf8_lossy(&body)),
+        }
+    }
+    assert!(statuses.get(&200).is_some_and(|n| *n > 0), "{statuses:?}");
+    let in_use =
+        || metric_line(&s.registry, "sites_webhook_memory_in_use_bytes").unwrap_or(-1.0) as usize;
+    eventually("the budget given back", Duration::from_secs(10), || async {
+        (in_use() == 0).then_some(())
+    })
+    .await;
+}
