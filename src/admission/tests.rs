@@ -2471,9 +2471,11 @@ mod memory {
         bodies.push((
             "invalid environment keys",
             review(
-                site(json!({"applications": [{"name": "static", "env": Value::Object(
-                    (0..N / 24).map(|i| (format!("9 bad=key/{i:07}"), json!(""))).collect()
-                )}]})),
+                site(
+                    json!({"applications": [{"name": "static", "env": Value::Object(
+                        (0..N / 24).map(|i| (format!("9 bad=key/{i:07}"), json!(""))).collect()
+                    )}]}),
+                ),
                 "Site",
                 "CREATE",
                 None,
@@ -2481,17 +2483,14 @@ mod memory {
         ));
         // The same on UPDATE, the stored object as invalid (ratcheting compares the two), with
         // the shortest invalid keys.
-        let short_invalid = site(json!({"applications": [{"name": "static", "env": Value::Object(
-            (0..N / 20).map(|i| (format!("={i}"), json!(""))).collect()
-        )}]}));
+        let short_invalid = site(
+            json!({"applications": [{"name": "static", "env": Value::Object(
+                (0..N / 20).map(|i| (format!("={i}"), json!(""))).collect()
+            )}]}),
+        );
         bodies.push((
             "invalid environment keys, stored so",
-            review(
-                short_invalid.clone(),
-                "Site",
-                "UPDATE",
-                Some(short_invalid),
-            ),
+            review(short_invalid.clone(), "Site", "UPDATE", Some(short_invalid)),
         ));
         // The `kubectl apply` annotation: cut out of a copy of the body before decoding.
         let mut applied = site(json!({"headers": map(N / 24, json!("v"))}));
@@ -2619,7 +2618,10 @@ mod memory {
                 VALIDATE_SITES,
                 answer_bytes(server::review_validation(invalid, &cfg, &platform)),
             ),
-            (VALIDATE_CONFIG, answer_bytes(server::review_config(aliases))),
+            (
+                VALIDATE_CONFIG,
+                answer_bytes(server::review_config(aliases)),
+            ),
         ] {
             let review: Value = serde_json::from_slice(&answer).unwrap();
             let response = &review["response"];

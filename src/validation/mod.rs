@@ -526,8 +526,14 @@ mod tests {
         let (shown, more) = listed(&all);
         assert_eq!((shown.len(), more), (MAX_LISTED, 5000 - MAX_LISTED));
         let message = join(&all);
-        assert!(message.starts_with("env[0]: bad; env[1]: bad;"), "{message}");
-        assert!(message.ends_with("env[31]: bad; and 4968 more"), "{message}");
+        assert!(
+            message.starts_with("env[0]: bad; env[1]: bad;"),
+            "{message}"
+        );
+        assert!(
+            message.ends_with("env[31]: bad; and 4968 more"),
+            "{message}"
+        );
 
         let long = FieldError::new("x".repeat(3000), "é".repeat(3000));
         let (shown, more) = listed(std::slice::from_ref(&long));
