@@ -640,6 +640,12 @@ fn main() -> ExitCode {
         eprintln!("error: {e}");
         return ExitCode::from(EXIT_INVALID);
     }
+    let allocator = sites_operator::allocator::in_use();
+    tracing::debug!(
+        mimalloc = allocator.mimalloc,
+        purge_delay_ms = allocator.purge_delay_ms,
+        "memory allocator"
+    );
 
     match cli.command {
         Command::Crd { with_gateway_api } => {

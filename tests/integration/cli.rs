@@ -1,4 +1,5 @@
-//! The command line: `crd`, `check-config`, global flags, help, exit codes.
+//! The command line: `crd`, `check-config`, global flags, help, exit codes; the allocator the
+//! binary runs with.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -250,6 +251,41 @@ fn global_flags_are_validated() {
         Some(2),
         "unknown subcommands are usage errors"
     );
+}
+
+/// The allocator settings of the shipped binary, as it reports them at start (debug): its
+/// allocations go to mimalloc (its `#[global_allocator]`), with the operator's purge delay
+/// unless `MIMALLOC_PURGE_DELAY` sets another. Read from the binary, not from this test process,
+/// whose allocator is the system's.
+#[test]
+fn the_binary_allocates_with_mimalloc_with_the_operators_purge_delay() {
+    let report = |purge_delay: Option<&str>| -> serde_json::Value {
+        let mut cmd = bin();
+        cmd.env_remove("MIMALLOC_PURGE_DELAY");
+        if let Some(ms) = purge_delay {
+            cmd.env("MIMALLOC_PURGE_DELAY", ms);
+        }
+        let out = cmd
+            .args(["--log-format", "json", "--log-level", "debug", "crd"])
+            .output()
+            .expect("binary runs");
+        assert!(out.status.success(), "{}", stderr(&out));
+        stderr(&out)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|l| l["message"] == "memory allocator")
+            .unwrap_or_else(|| panic!("no allocator report in the log:\n{}", stderr(&out)))
+    };
+    let default = report(None);
+    assert_eq!(default["mimalloc"], true, "{default}");
+    assert_eq!(
+        default["purge_delay_ms"],
+        sites_operator::allocator::PURGE_DELAY_MS,
+        "{default}"
+    );
+    let set = report(Some("250"));
+    assert_eq!(set["mimalloc"], true, "{set}");
+    assert_eq!(set["purge_delay_ms"], 250, "{set}");
 }
 
 /// `crd --with-gateway-api` installs HTTPRoutes and Gateways that kubectl prints with the

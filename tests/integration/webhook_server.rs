@@ -1382,18 +1382,22 @@ async fn begin_body(
     tls
 }
 
-/// Clients that trickle their bodies, holding every connection slot but the API server's: its
-/// keep-alive connection is served all along; each slow client is answered 408 once the body
-/// timeout passes, however steadily it sends, and its connection closed, which frees the slots.
+/// A timeout no test waits for: what a test with it shows cannot be that timeout's doing.
+const NEVER: Duration = Duration::from_secs(3600);
+
+/// Clients in the middle of their request bodies, holding every connection slot but the API
+/// server's: its keep-alive connection is served all along, a new connection is refused, and
+/// the slots come free when the slow clients go. No timeout fires meanwhile (all of them are
+/// [`NEVER`]), so however long the setup takes, the slow requests are in flight while the
+/// API server's are served.
 #[tokio::test]
 async fn slow_bodies_at_the_connection_cap_leave_the_api_server_served() {
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     const CAP: usize = 6;
     let limits = server::Limits {
-        header_read_timeout: Duration::from_secs(30),
-        idle_timeout: Duration::from_secs(60),
+        header_read_timeout: NEVER,
+        idle_timeout: NEVER,
         max_connections: CAP,
-        body_timeout: Duration::from_secs(5),
+        body_timeout: NEVER,
         ..server::Limits::default()
     };
     let s = start_limited(None, limits).await;
@@ -1402,27 +1406,9 @@ async fn slow_bodies_at_the_connection_cap_leave_the_api_server_served() {
     let io = TokioIo::new(client.connect(s.addr).await.unwrap());
     let (mut api, conn) = hyper::client::conn::http1::handshake(io).await.unwrap();
     tokio::spawn(conn);
-    let mut trickles = Vec::new();
+    let mut slow = Vec::new();
     for _ in 1..CAP {
-        let mut tls = begin_body(&client, s.addr, 1 << 20, 1).await;
-        // One byte every 50 ms, until the answer comes; then the answer, until the server closes.
-        trickles.push(tokio::spawn(async move {
-            let mut answer = Vec::new();
-            let mut buf = [0u8; 1024];
-            loop {
-                tokio::select! {
-                    read = tls.read(&mut buf) => match read {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => answer.extend_from_slice(&buf[..n]),
-                    },
-                    _ = tokio::time::sleep(Duration::from_millis(50)), if answer.is_empty() => {
-                        let _ = tls.write_all(b" ").await;
-                        let _ = tls.flush().await;
-                    }
-                }
-            }
-            String::from_utf8_lossy(&answer).into_owned()
-        }));
+        slow.push(begin_body(&client, s.addr, 1 << 20, 1).await);
     }
     let in_flight = r#"controller_runtime_webhook_requests_in_flight{webhook="/validate-sites"}"#;
     eventually(
@@ -1435,29 +1421,110 @@ async fn slow_bodies_at_the_connection_cap_leave_the_api_server_served() {
         client.connect(s.addr).await.is_err(),
         "at the cap, a new connection is refused"
     );
-    for _ in 0..3 {
+    for i in 0..3 {
         let req = http::Request::post("https://localhost/validate-sites")
             .header("content-type", "application/json")
             .body(Full::new(Bytes::from(review(site(8080)))))
             .unwrap();
-        let resp = api.send_request(req).await.unwrap();
+        let resp = tokio::time::timeout(Duration::from_secs(60), api.send_request(req))
+            .await
+            .unwrap_or_else(|_| panic!("the API server's request {i} is not answered"))
+            .unwrap();
         assert_eq!(resp.status(), 200);
         resp.into_body().collect().await.unwrap();
     }
     // The slow requests were in flight all along (the API server's were served beside them).
     assert_eq!(metric_line(&s.registry, in_flight), Some((CAP - 1) as f64));
+    drop(slow);
+    served_once_open(&s, &client, 1.0).await;
+}
+
+/// Clients that trickle their bodies steadily, as many as there are connection slots: each is
+/// answered 408 once the body timeout has passed since its header, and its connection closed,
+/// which frees its slot. Measured by each client from just before it sent its header (the server
+/// cannot start the timeout sooner), so a slow setup cannot make an answer look late or early;
+/// and each answer must come while its client was still sending (less than the timeout after
+/// its last byte), which a timeout that every byte restarts would never do.
+#[tokio::test]
+async fn a_trickled_body_is_answered_408_once_the_body_timeout_passes() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    const CAP: usize = 6;
+    const BODY_TIMEOUT: Duration = Duration::from_secs(5);
+    let limits = server::Limits {
+        header_read_timeout: NEVER,
+        idle_timeout: NEVER,
+        max_connections: CAP,
+        body_timeout: BODY_TIMEOUT,
+        ..server::Limits::default()
+    };
+    let s = start_limited(None, limits).await;
+    let client = Client::new(&s.bundle.ca_pem);
+    let mut trickles = Vec::new();
+    for _ in 0..CAP {
+        // The TLS handshake before the header: the timeout starts at the header's end.
+        let mut tls = client.connect(s.addr).await.unwrap();
+        let head = format!(
+            "POST /validate-sites HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+            1 << 20
+        );
+        // One byte every 50 ms, until the answer comes; then the answer, until the server
+        // closes. Returns the answer, when it came and when the client last began to write,
+        // both from just before the header.
+        trickles.push(tokio::spawn(async move {
+            let header_sent = tokio::time::Instant::now();
+            tls.write_all(head.as_bytes()).await.unwrap();
+            tls.write_all(b" ").await.unwrap();
+            tls.flush().await.unwrap();
+            let mut last_write = header_sent;
+            let mut answered = None;
+            let mut answer = Vec::new();
+            let mut buf = [0u8; 1024];
+            loop {
+                tokio::select! {
+                    read = tls.read(&mut buf) => match read {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => {
+                            answered.get_or_insert_with(|| header_sent.elapsed());
+                            answer.extend_from_slice(&buf[..n]);
+                        }
+                    },
+                    _ = tokio::time::sleep(Duration::from_millis(50)), if answer.is_empty() => {
+                        last_write = tokio::time::Instant::now();
+                        let _ = tls.write_all(b" ").await;
+                        let _ = tls.flush().await;
+                    }
+                }
+            }
+            (
+                String::from_utf8_lossy(&answer).into_owned(),
+                answered,
+                last_write - header_sent,
+            )
+        }));
+    }
     for trickle in trickles {
-        let answer = tokio::time::timeout(Duration::from_secs(60), trickle)
+        let (answer, answered, last_write) = tokio::time::timeout(Duration::from_secs(60), trickle)
             .await
-            .expect("the slow client is answered")
+            .expect("the slow client is answered and its connection closed")
             .unwrap();
         assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
         assert!(
             answer.contains("the body did not arrive within 5s"),
             "{answer}"
         );
+        let answered = answered.unwrap();
+        assert!(
+            answered >= BODY_TIMEOUT,
+            "answered {answered:?} after the header, before the body timeout"
+        );
+        assert!(
+            answered - last_write < BODY_TIMEOUT,
+            "answered {:?} after the client's last byte: the server waited for the client \
+             to fall silent, not for the body timeout",
+            answered - last_write
+        );
     }
-    served_once_open(&s, &client, 1.0).await;
+    served_once_open(&s, &client, 0.0).await;
 }
 
 /// Waits until `open` connections are open (slots came free), then a review on a new connection

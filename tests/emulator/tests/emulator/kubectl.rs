@@ -159,52 +159,89 @@ async fn session(c: &Cluster) -> Vec<String> {
     ]);
     assert_eq!(ann, "force");
 
-    // wait --for=condition: satisfied once the status carries the condition.
-    let sites: Api<Site> = Api::namespaced(c.client.clone(), "default");
-    let client_sites = sites.clone();
-    let setter = tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        let status = json!({"status": {"conditions": [{
-            "type": "Available", "status": "True", "reason": "Ready", "message": "all pods ready",
-            "lastTransitionTime": "2026-01-01T00:00:00Z"
-        }]}});
-        client_sites
-            .patch_status(
-                "docs-handbook",
-                &PatchParams::default(),
-                &Patch::Merge(&status),
-            )
-            .await
-            .unwrap();
+    // wait --for=condition: satisfied once the status carries the condition. kubectl starts
+    // first; the condition is set only once kubectl has listed the Site without it and opened
+    // its watch (its request log at -v=6 names the watch request), while it is still running:
+    // the condition can reach it only through the watch.
+    let mut kubectl = std::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(c.kubeconfig())
+        .arg("--cache-dir")
+        .arg(c.dir.join("cache"))
+        .args([
+            "-v=6",
+            "wait",
+            "--for=condition=Available",
+            "site/docs-handbook",
+            "--timeout=60s",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("kubectl runs");
+    // Its log, line by line as it comes, and whole at the end (read to the end, so that a full
+    // pipe never blocks kubectl).
+    let (lines, mut seen) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let stderr = kubectl.stderr.take().unwrap();
+    let log = std::thread::spawn(move || {
+        use std::io::BufRead as _;
+        let mut log = String::new();
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            let _ = lines.send(line.clone());
+            log.push_str(&line);
+            log.push('\n');
+        }
+        log
     });
-    let c_dir = c.kubeconfig();
-    let cache = c.dir.join("cache");
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new("kubectl")
-            .arg("--kubeconfig")
-            .arg(c_dir)
-            .arg("--cache-dir")
-            .arg(cache)
-            .args([
-                "wait",
-                "--for=condition=Available",
-                "site/docs-handbook",
-                "--timeout=20s",
-            ])
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
-    setter.await.unwrap();
+    let watching = |line: &str| {
+        line.contains("/sites?") && line.contains("watch=true") && line.contains(" 200 OK")
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match tokio::time::timeout_at(deadline, seen.recv()).await {
+            Ok(Some(line)) if watching(&line) => break,
+            Ok(Some(_)) => {}
+            Ok(None) => panic!(
+                "kubectl wait ended before it watched:\n{}",
+                log.join().unwrap()
+            ),
+            Err(_) => {
+                let _ = kubectl.kill();
+                panic!(
+                    "kubectl wait did not watch within 30 s:\n{}",
+                    log.join().unwrap()
+                )
+            }
+        }
+    }
     assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        kubectl.try_wait().unwrap().is_none(),
+        "kubectl wait exited before the condition was set"
     );
+    let sites: Api<Site> = Api::namespaced(c.client.clone(), "default");
+    let status = json!({"status": {"conditions": [{
+        "type": "Available", "status": "True", "reason": "Ready", "message": "all pods ready",
+        "lastTransitionTime": "2026-01-01T00:00:00Z"
+    }]}});
+    sites
+        .patch_status(
+            "docs-handbook",
+            &PatchParams::default(),
+            &Patch::Merge(&status),
+        )
+        .await
+        .unwrap();
+    // kubectl's own --timeout bounds the wait.
+    let out = tokio::task::spawn_blocking(move || kubectl.wait_with_output().unwrap())
+        .await
+        .unwrap();
+    let log = log.join().unwrap();
+    assert!(out.status.success(), "{log}");
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim(),
-        "site.sites.ecmwf.int/docs-handbook condition met"
+        "site.sites.ecmwf.int/docs-handbook condition met",
+        "{log}"
     );
     let table = c.kubectl_ok(&["get", "site", "docs-handbook"]);
     assert_eq!(cell(&table, 1, 4), "True", "Available column: {table}");
