@@ -187,11 +187,19 @@ async def flooder(addr, ctx, path, body, mode, end, stats):
                         await asyncio.sleep(0.5)
                         if time.monotonic() >= end:
                             break
+                    status, close = await read_response(reader, stats)
                 else:
-                    writer.write(head)
-                    writer.write(body)
-                    await writer.drain()
-                status, close = await read_response(reader, stats)
+                    # Read while writing, as the API server's HTTP client does: an answer that
+                    # comes before the whole body was sent (a 503 when the memory budget is
+                    # held) is read, not lost to the write that fails once the server closes.
+                    answer = asyncio.create_task(read_response(reader, stats))
+                    try:
+                        writer.write(head)
+                        writer.write(body)
+                        await writer.drain()
+                    except (ConnectionError, OSError):
+                        pass
+                    status, close = await answer
                 stats.status(status)
                 if close:
                     break

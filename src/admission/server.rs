@@ -164,11 +164,10 @@ async fn observe(State(observed): State<Arc<Observed>>, req: Request, next: Next
     let response = match observed.admit(m.path, req).await {
         // The answer's bytes stay counted in the request's share until they are written.
         Ok((req, share)) => next.run(req).await.map(|body| {
-            use http_body_util::BodyExt;
-            Body::new(body.map_frame(move |frame| {
-                let _held = &share;
-                frame
-            }))
+            Body::new(Held {
+                body,
+                _share: share,
+            })
         }),
         Err(refused) => refused,
     };
@@ -200,7 +199,7 @@ impl Observed {
         if let Some(len) = declared
             && len > BODY_LIMIT
         {
-            return Err(too_large(len));
+            return Err(closing(too_large(len)));
         }
         let mut share = self.budget.share();
         let (parts, mut body) = req.into_parts();
@@ -240,7 +239,9 @@ impl Observed {
             Ok(bytes::Bytes::from(buf))
         };
         let body = match tokio::time::timeout_at(deadline, read).await {
-            Ok(read) => read?,
+            // Answered before the body was read whole: the connection cannot carry another
+            // request, and the client is told so.
+            Ok(read) => read.map_err(closing)?,
             Err(_) => return Err(body_timeout(self.body_timeout, received)),
         };
         let len = body.len();
@@ -275,6 +276,42 @@ impl Observed {
                 .into_response(),
         }
     }
+}
+
+/// A response body holding its request's [`Share`] of the memory budget until the body is
+/// written (or dropped with its connection); its length stays known (`Content-Length`).
+struct Held {
+    body: Body,
+    _share: Share,
+}
+
+impl hyper::body::Body for Held {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, axum::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// `response` with `Connection: close`: sent before the request's body was read whole.
+fn closing(mut response: Response) -> Response {
+    response.headers_mut().insert(
+        header::CONNECTION,
+        axum::http::HeaderValue::from_static("close"),
+    );
+    response
 }
 
 fn too_large(len: usize) -> Response {

@@ -1695,7 +1695,13 @@ async fn sixteen_hostile_reviews_at_once_get_short_answers_or_503() {
             let resp = sender.send_request(req).await.expect("answered");
             let status = resp.status().as_u16();
             let retry_after = resp.headers().contains_key("retry-after");
+            let length = resp
+                .headers()
+                .get("content-length")
+                .and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
             let body = resp.into_body().collect().await.unwrap().to_bytes();
+            // The answer's length is announced, not chunked.
+            assert_eq!(length, Some(body.len()), "{path}");
             (path, status, retry_after, body)
         }));
     }
