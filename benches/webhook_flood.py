@@ -274,10 +274,17 @@ async def flood(args, addr, pid):
 
 
 def start(args, tmp):
+    emulator, env = start_emulator(args.emulator, tmp)
+    operator, addr = start_operator(args.operator, tmp, env)
+    return emulator, operator, addr
+
+
+def start_emulator(binary, tmp):
+    """The emulator with the Site CRD and the namespace `sites`; the environment to reach it."""
     env = dict(os.environ)
     kubeconfig = os.path.join(tmp, "kubeconfig")
     env["KUBECONFIG"] = kubeconfig
-    emulator = subprocess.Popen([args.emulator, "--tls", "--kubeconfig", kubeconfig],
+    emulator = subprocess.Popen([binary, "--tls", "--kubeconfig", kubeconfig],
                                 stdout=subprocess.DEVNULL,
                                 stderr=open(os.path.join(tmp, "emulator.log"), "w"))
     deadline = time.monotonic() + 30
@@ -292,15 +299,25 @@ def start(args, tmp):
         if time.monotonic() > deadline:
             sys.exit("the emulator does not answer")
         time.sleep(0.1)
-    crd = subprocess.run([args.operator, "crd"], capture_output=True, check=True).stdout
+    with open(os.path.join(ROOT, "manifests/base/crd.yaml"), "rb") as f:
+        crd = f.read()
     subprocess.run(kubectl + ["apply", "-f", "-"], input=crd, env=env, check=True,
                    capture_output=True)
     subprocess.run(kubectl + ["create", "namespace", "sites"], env=env, capture_output=True)
-    subprocess.run([args.operator, "certs", "--out", os.path.join(tmp, "certs")], check=True,
-                   capture_output=True)
+    return emulator, env
+
+
+def start_operator(binary, tmp, env):
+    """`binary run` against the emulator of `env`, its webhook on a free loopback port; the
+    process and the webhook's (host, port)."""
+    certs = os.path.join(tmp, "certs")
+    if not os.path.exists(os.path.join(certs, "tls.crt")):
+        subprocess.run([binary, "certs", "--out", certs], check=True, capture_output=True)
     report = os.path.join(tmp, "listening")
+    if os.path.exists(report):
+        os.remove(report)
     operator = subprocess.Popen(
-        [args.operator, "run", "--namespace", "sites",
+        [binary, "run", "--namespace", "sites",
          "--config", os.path.join(ROOT, "manifests/base/config.yaml"),
          "--tls-cert", os.path.join(tmp, "certs/tls.crt"),
          "--tls-key", os.path.join(tmp, "certs/tls.key"),
@@ -317,7 +334,7 @@ def start(args, tmp):
     line = open(report).read()
     webhook = dict(p.split("=", 1) for p in line.split())["webhook"]
     host, port = webhook.rsplit(":", 1)
-    return emulator, operator, (host, int(port))
+    return operator, (host, int(port))
 
 
 def main():
