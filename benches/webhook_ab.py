@@ -147,10 +147,13 @@ def wrk(addr, body, seconds, connections, tmp):
                 'wrk.headers["Content-Type"] = "application/json"\n'
                 f'local f = io.open("{path}", "rb")\nwrk.body = f:read("*a")\nf:close()\n')
     host, port = addr
-    out = subprocess.run(
-        ["wrk", "-t", "2", "-c", str(connections), "-d", f"{seconds}s", "-s", script,
+    run = subprocess.run(
+        ["wrk", "-t", "2", "-c", str(connections), "-d", f"{int(seconds)}s", "-s", script,
          f"https://{host}:{port}/validate-sites"],
-        capture_output=True, text=True, check=True).stdout
+        capture_output=True, text=True)
+    if run.returncode:
+        sys.exit(f"wrk failed: {run.stderr or run.stdout}")
+    out = run.stdout
     rate = re.search(r"Requests/sec:\s+([\d.]+)", out)
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     if rate is None:
@@ -163,7 +166,7 @@ def main():
     p.add_argument("--old", required=True, help="the commit to compare with")
     p.add_argument("--new", default=os.path.join(ROOT, "target/release/sites-operator"))
     p.add_argument("--emulator", default=os.path.join(ROOT, "target/release/sites-emulator"))
-    p.add_argument("--seconds", type=float, default=6)
+    p.add_argument("--seconds", type=int, default=6)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--connections", type=int, default=16)
     p.add_argument("--update", action="store_true", help="UPDATE reviews with oldObject")
