@@ -88,6 +88,27 @@ async fn deleted(c: &Cluster, site: &str) {
     .await;
 }
 
+/// Every watch and list of `resource` fails with 503 from now on.
+fn blind(faults: &sites_emulator::faults::Faults, resource: &str) {
+    for verb in ["watch", "list"] {
+        faults.add(sites_emulator::faults::FaultRule {
+            verb: Some(verb.into()),
+            resource: Some(resource.into()),
+            rate: 1.0,
+            codes: vec![503],
+            latency_ms: 0,
+        });
+    }
+}
+
+/// Waits until `site` reports an ObjectConflict; its message, which must begin with `prefix`.
+async fn conflict(c: &Cluster, site: &str, prefix: &str) -> String {
+    let found = wait_condition(c, site, "Progressing", "True", "ObjectConflict").await;
+    let message = condition(&found, "Progressing").unwrap().2;
+    assert!(message.starts_with(prefix), "{message}");
+    message
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn objects_the_site_does_not_control_are_left_untouched() {
     let c = Cluster::start(false).await;
@@ -536,11 +557,14 @@ async fn planted_objects_with_the_sites_labels_are_never_adopted() {
         .create(&PostParams::default(), &example("site.yaml"))
         .await
         .unwrap();
-    let site = wait_condition(&c, "docs-handbook", "Progressing", "True", "ObjectConflict").await;
-    let message = condition(&site, "Progressing").unwrap().2;
+    let message = conflict(
+        &c,
+        "docs-handbook",
+        "Secret docs-handbook exists and is not controlled by any Site, and ",
+    )
+    .await;
     assert!(
-        message.starts_with("Secret docs-handbook exists and is not controlled by any Site, and ")
-            && message.contains(" manages fields of it; it is left alone"),
+        message.contains(" manages fields of it; it is left alone"),
         "{message}"
     );
     assert_eq!(stored::<Secret>(&c, "docs-handbook").await, Some(secret));
@@ -606,7 +630,6 @@ async fn planted_objects_with_the_sites_labels_are_never_adopted() {
 /// and found absent, are created. With the watches back, no such read is made.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_object_the_cache_has_not_seen_is_judged_before_it_is_written() {
-    use sites_emulator::faults::FaultRule;
     const BLIND: [&str; 2] = ["configmaps", "services"];
     let c = Cluster::start(false).await;
     prepare(&c).await;
@@ -616,15 +639,7 @@ async fn an_object_the_cache_has_not_seen_is_judged_before_it_is_written() {
     faults.drop_watches_every(Some(Duration::from_millis(200)));
     let op = operator(&c, config(RoutingMode::Ingress)).await;
     for resource in BLIND {
-        for verb in ["watch", "list"] {
-            faults.add(FaultRule {
-                verb: Some(verb.into()),
-                resource: Some(resource.into()),
-                rate: 1.0,
-                codes: vec![503],
-                latency_ms: 0,
-            });
-        }
+        blind(faults, resource);
     }
     eventually("the two watches to fail", WAIT, || async {
         (faults.injected(503) >= 2).then_some(())
@@ -697,7 +712,6 @@ async fn an_object_the_cache_has_not_seen_is_judged_before_it_is_written() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_the_cache_has_not_seen_is_judged_before_a_volume_is_rebound() {
     use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
-    use sites_emulator::faults::FaultRule;
     let c = Cluster::start(false).await;
     prepare(&c).await;
     // Watches end every 200 ms and are made again (the emulator sets a watch's end when it
@@ -732,15 +746,7 @@ async fn a_claim_the_cache_has_not_seen_is_judged_before_a_volume_is_rebound() {
     .await;
 
     // The claims' watch and list fail from now on; someone else makes a claim `<id>`.
-    for verb in ["watch", "list"] {
-        faults.add(FaultRule {
-            verb: Some(verb.into()),
-            resource: Some("persistentvolumeclaims".into()),
-            rate: 1.0,
-            codes: vec![503],
-            latency_ms: 0,
-        });
-    }
+    blind(faults, "persistentvolumeclaims");
     let caches = op.caches();
     eventually("the claims' cache no longer live", WAIT, || async {
         (!caches.pvcs.live()).then_some(())
@@ -757,14 +763,12 @@ async fn a_claim_the_cache_has_not_seen_is_judged_before_a_volume_is_rebound() {
         .create(&PostParams::default(), &example("site.yaml"))
         .await
         .unwrap();
-    let site = wait_condition(&c, "docs-handbook", "Progressing", "True", "ObjectConflict").await;
-    assert!(
-        condition(&site, "Progressing")
-            .unwrap()
-            .2
-            .starts_with("PersistentVolumeClaim docs-handbook exists and is not controlled"),
-        "{site:?}"
-    );
+    conflict(
+        &c,
+        "docs-handbook",
+        "PersistentVolumeClaim docs-handbook exists and is not controlled",
+    )
+    .await;
     let pv = pvs.get(&volume).await.unwrap();
     assert_eq!(
         pv.spec.unwrap().claim_ref,
