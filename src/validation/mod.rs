@@ -239,15 +239,6 @@ fn steps(path: &str) -> Option<Vec<Step>> {
     Some(out)
 }
 
-/// The value a field path names in a JSON document ([`steps`]), if the path is well-formed and
-/// the value exists.
-pub fn value_at<'a>(doc: &'a serde_json::Value, path: &str) -> Option<&'a serde_json::Value> {
-    steps(path)?.iter().try_fold(doc, |value, step| match step {
-        Step::Key(k) => value.get(k.as_str()),
-        Step::Index(i) => value.get(*i),
-    })
-}
-
 /// A fingerprint of the value at each of `paths` in the JSON text `json` (absent: the path is
 /// not well-formed or names nothing), read in one pass that builds none of the document: a
 /// document of 200,000 keys costs its text, not a tree its size.
@@ -262,7 +253,8 @@ pub fn fingerprints_at(json: &[u8], paths: &[&str]) -> std::collections::HashMap
     let mut de = serde_json::Deserializer::from_slice(json);
     let _ = serde::de::DeserializeSeed::deserialize(
         paths::Walk {
-            node: &trie,
+            node: Some(&trie),
+            hashed: false,
             found: &mut found,
         },
         &mut de,
@@ -270,9 +262,12 @@ pub fn fingerprints_at(json: &[u8], paths: &[&str]) -> std::collections::HashMap
     found
 }
 
-/// The walk of [`fingerprints_at`]: down the wanted paths only, every other value skipped.
+/// The walk of [`fingerprints_at`]: down the wanted paths, hashing the values at and below a
+/// wanted path (a value's fingerprint is made of its children's, so a wanted path inside another
+/// is found too), every other value skipped unread.
 mod paths {
     use std::collections::HashMap;
+    use std::collections::hash_map::DefaultHasher;
     use std::fmt;
     use std::hash::{Hash, Hasher};
 
@@ -301,145 +296,97 @@ mod paths {
         }
     }
 
-    pub(super) struct Walk<'a> {
-        pub(super) node: &'a Node,
-        pub(super) found: &'a mut HashMap<String, u64>,
+    /// One value: its node in the wanted paths (None: none below it), and whether its
+    /// fingerprint is needed (it is a wanted value or inside one). Yields the fingerprint (0
+    /// when not needed).
+    pub(super) struct Walk<'a, 'f> {
+        pub(super) node: Option<&'a Node>,
+        pub(super) hashed: bool,
+        pub(super) found: &'f mut HashMap<String, u64>,
     }
 
-    impl<'de> DeserializeSeed<'de> for Walk<'_> {
-        type Value = ();
+    impl<'a, 'f> Walk<'a, 'f> {
+        fn child(&mut self, step: Step) -> Walk<'a, '_> {
+            Walk {
+                node: self.node.and_then(|n| n.next.get(&step)),
+                hashed: self.hashed,
+                found: self.found,
+            }
+        }
 
-        fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-            match &self.node.end {
-                // A wanted value is hashed whole (paths below it are not looked for).
-                Some(path) => {
-                    let mut h = std::collections::hash_map::DefaultHasher::new();
-                    d.deserialize_any(Hashing(&mut h))?;
-                    self.found.insert(path.clone(), h.finish());
-                    Ok(())
-                }
-                None => d.deserialize_any(self),
+        fn leaf(self, value: impl Hash) -> u64 {
+            let mut h = DefaultHasher::new();
+            value.hash(&mut h);
+            self.record(h.finish())
+        }
+
+        fn record(self, fingerprint: u64) -> u64 {
+            if let Some(path) = self.node.and_then(|n| n.end.as_ref()) {
+                self.found.insert(path.clone(), fingerprint);
+            }
+            fingerprint
+        }
+    }
+
+    impl<'de> DeserializeSeed<'de> for Walk<'_, '_> {
+        type Value = u64;
+
+        fn deserialize<D: de::Deserializer<'de>>(mut self, d: D) -> Result<u64, D::Error> {
+            self.hashed |= self.node.is_some_and(|n| n.end.is_some());
+            if self.hashed || self.node.is_some() {
+                d.deserialize_any(self)
+            } else {
+                <IgnoredAny as de::Deserialize>::deserialize(d).map(|_| 0)
             }
         }
     }
 
-    impl<'de> Visitor<'de> for Walk<'_> {
-        type Value = ();
+    impl<'de> Visitor<'de> for Walk<'_, '_> {
+        type Value = u64;
 
         fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
             f.write_str("a JSON value")
         }
 
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-            while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-                match self.node.next.get(&Step::Key(key.into_owned())) {
-                    Some(node) => map.next_value_seed(Walk {
-                        node,
-                        found: &mut *self.found,
-                    })?,
-                    None => {
-                        map.next_value::<IgnoredAny>()?;
-                    }
-                }
-            }
-            Ok(())
+        // Tagged by type, so that `"1"` and `1` differ.
+        fn visit_bool<E>(self, v: bool) -> Result<u64, E> {
+            Ok(self.leaf((0u8, v)))
+        }
+        fn visit_i64<E>(self, v: i64) -> Result<u64, E> {
+            Ok(self.leaf((1u8, v)))
+        }
+        fn visit_u64<E>(self, v: u64) -> Result<u64, E> {
+            Ok(self.leaf((2u8, v)))
+        }
+        fn visit_f64<E>(self, v: f64) -> Result<u64, E> {
+            Ok(self.leaf((3u8, v.to_bits())))
+        }
+        fn visit_str<E>(self, v: &str) -> Result<u64, E> {
+            Ok(self.leaf((4u8, v)))
+        }
+        fn visit_unit<E>(self) -> Result<u64, E> {
+            Ok(self.leaf(5u8))
         }
 
-        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        fn visit_seq<A: SeqAccess<'de>>(mut self, mut seq: A) -> Result<u64, A::Error> {
+            let mut h = DefaultHasher::new();
+            6u8.hash(&mut h);
             let mut i = 0;
-            loop {
-                let more = match self.node.next.get(&Step::Index(i)) {
-                    Some(node) => seq
-                        .next_element_seed(Walk {
-                            node,
-                            found: &mut *self.found,
-                        })?
-                        .is_some(),
-                    None => seq.next_element::<IgnoredAny>()?.is_some(),
-                };
-                if !more {
-                    return Ok(());
-                }
+            while let Some(item) = seq.next_element_seed(self.child(Step::Index(i)))? {
+                item.hash(&mut h);
                 i += 1;
             }
+            Ok(self.record(h.finish()))
         }
 
-        fn visit_bool<E>(self, _: bool) -> Result<(), E> {
-            Ok(())
-        }
-        fn visit_i64<E>(self, _: i64) -> Result<(), E> {
-            Ok(())
-        }
-        fn visit_u64<E>(self, _: u64) -> Result<(), E> {
-            Ok(())
-        }
-        fn visit_f64<E>(self, _: f64) -> Result<(), E> {
-            Ok(())
-        }
-        fn visit_str<E>(self, _: &str) -> Result<(), E> {
-            Ok(())
-        }
-        fn visit_unit<E>(self) -> Result<(), E> {
-            Ok(())
-        }
-    }
-
-    /// Feeds a value into a hasher, tagged by type so that `"1"` and `1` differ.
-    struct Hashing<'h, H>(&'h mut H);
-
-    impl<'de, H: Hasher> DeserializeSeed<'de> for Hashing<'_, H> {
-        type Value = ();
-
-        fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-            d.deserialize_any(self)
-        }
-    }
-
-    impl<'de, H: Hasher> Visitor<'de> for Hashing<'_, H> {
-        type Value = ();
-
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("a JSON value")
-        }
-
-        fn visit_bool<E>(self, v: bool) -> Result<(), E> {
-            (0u8, v).hash(self.0);
-            Ok(())
-        }
-        fn visit_i64<E>(self, v: i64) -> Result<(), E> {
-            (1u8, v).hash(self.0);
-            Ok(())
-        }
-        fn visit_u64<E>(self, v: u64) -> Result<(), E> {
-            (2u8, v).hash(self.0);
-            Ok(())
-        }
-        fn visit_f64<E>(self, v: f64) -> Result<(), E> {
-            (3u8, v.to_bits()).hash(self.0);
-            Ok(())
-        }
-        fn visit_str<E>(self, v: &str) -> Result<(), E> {
-            (4u8, v).hash(self.0);
-            Ok(())
-        }
-        fn visit_unit<E>(self) -> Result<(), E> {
-            5u8.hash(self.0);
-            Ok(())
-        }
-        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-            6u8.hash(self.0);
-            while seq.next_element_seed(Hashing(&mut *self.0))?.is_some() {}
-            7u8.hash(self.0);
-            Ok(())
-        }
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-            8u8.hash(self.0);
+        fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<u64, A::Error> {
+            let mut h = DefaultHasher::new();
+            7u8.hash(&mut h);
             while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-                key.hash(self.0);
-                map.next_value_seed(Hashing(&mut *self.0))?;
+                let value = map.next_value_seed(self.child(Step::Key(key.to_string())))?;
+                (key, value).hash(&mut h);
             }
-            9u8.hash(self.0);
-            Ok(())
+            Ok(self.record(h.finish()))
         }
     }
 }
@@ -571,8 +518,21 @@ mod tests {
             ("spec.configuration.headers[\"X-A", None),
             ("spec.configuration.applications[x]", None),
         ];
+        // Each path's value is fingerprinted as the same value alone would be, and a path that
+        // names nothing (or is not well-formed) has none.
+        let text = serde_json::to_vec(&doc).unwrap();
+        let paths: Vec<&str> = cases.iter().map(|(p, _)| *p).collect();
+        let found = fingerprints_at(&text, &paths);
         for (path, want) in cases {
-            assert_eq!(value_at(&doc, path).cloned(), want, "{path}");
+            let alone = want.map(|v| {
+                let text = serde_json::to_vec(&json!({ "v": v })).unwrap();
+                fingerprints_at(&text, &["v"])["v"]
+            });
+            assert_eq!(found.get(path).copied(), alone, "{path}");
         }
+        assert_ne!(
+            found["spec.name"], found["spec.configuration.applications[1].port"],
+            "different values, different fingerprints"
+        );
     }
 }
