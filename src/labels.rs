@@ -36,6 +36,16 @@ pub const LABEL_KEYS: [&str; 5] = [
 /// The field manager of every write of the operator.
 pub const FIELD_MANAGER: &str = "sites-operator";
 
+/// The parameters of the operator's patches that are not server-side applies: under its own
+/// field manager, so that what it wrote is never taken for another manager's
+/// ([`Ownership::other_manager`]).
+pub fn update_params() -> kube::api::PatchParams {
+    kube::api::PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..kube::api::PatchParams::default()
+    }
+}
+
 /// The label naming the operator as the manager of an object.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 

@@ -28,16 +28,6 @@ use crate::labels::DESIRED_HASH_ANNOTATION;
 /// The field manager of every write.
 pub const FIELD_MANAGER: &str = crate::labels::FIELD_MANAGER;
 
-/// The parameters of the operator's patches that are not server-side applies: under its own
-/// field manager, so that what it wrote is never taken for another manager's
-/// ([`crate::labels::Ownership::other_manager`]).
-fn update_params() -> PatchParams {
-    PatchParams {
-        field_manager: Some(FIELD_MANAGER.into()),
-        ..PatchParams::default()
-    }
-}
-
 /// Hex SHA-256 of the object's JSON (with the hash annotation itself left out).
 pub fn desired_hash<K: Serialize>(obj: &K) -> String {
     let mut value = serde_json::to_value(obj).unwrap_or_default();
@@ -127,9 +117,13 @@ where
     } else {
         let patch =
             serde_json::json!({"metadata": {"ownerReferences": desired.owner_references()}});
-        api.patch(&name, &update_params(), &Patch::Merge(&patch))
-            .await
-            .map_err(failed)?
+        api.patch(
+            &name,
+            &crate::labels::update_params(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .map_err(failed)?
     };
     // Server-side apply leaves the keys other managers own in a map it merges key by key; where
     // the operator renders the whole map (a Service selector before Kubernetes 1.27 made it
@@ -140,9 +134,13 @@ where
         Some(mut patch) => {
             tracing::info!(kind = %K::kind(&K::DynamicType::default()), object = %name, "removing keys someone else added");
             patch["metadata"] = serde_json::json!({"resourceVersion": written.resource_version()});
-            api.patch(&name, &update_params(), &Patch::Merge(&patch))
-                .await
-                .map_err(failed)?
+            api.patch(
+                &name,
+                &crate::labels::update_params(),
+                &Patch::Merge(&patch),
+            )
+            .await
+            .map_err(failed)?
         }
     };
     let how = if stored.is_some() {
@@ -269,7 +267,7 @@ pub async fn patch_status(ctx: &Context, site: &Site, new: &SiteStatus) -> Resul
     ctx.api::<Site>()
         .patch_status(
             &name,
-            &update_params(),
+            &crate::labels::update_params(),
             &Patch::Merge(&serde_json::json!({"status": body})),
         )
         .await
@@ -293,24 +291,16 @@ pub async fn rebind_volume(ctx: &Context, site: &Site, pv: &Volume, claim_uid: &
         claim_uid,
         pv.metadata.resource_version.as_deref(),
     );
-    match api
-        .patch(&name, &update_params(), &Patch::Merge(&patch))
-        .await
-    {
-        Ok(_) => {}
-        // The volume changed since it was judged (the cache lags behind an earlier re-bind, or
-        // someone else bound it): its watch event queues the Site, which judges it again.
-        Err(kube::Error::Api(e)) if e.code == 409 => {
-            tracing::debug!(site = %id, volume = %name, "the volume changed since it was judged");
-            return Ok(());
-        }
-        Err(source) => {
-            return Err(Error::PatchVolume {
-                target: Target::of::<Volume>(&name),
-                source: Box::new(source),
-            });
-        }
-    }
+    api.patch(
+        &name,
+        &crate::labels::update_params(),
+        &Patch::Merge(&patch),
+    )
+    .await
+    .map_err(|source| Error::PatchVolume {
+        target: Target::of::<Volume>(&name),
+        source: Box::new(source),
+    })?;
     tracing::info!(site = %id, volume = %name, "re-binding a retained volume");
     publish(
         ctx,

@@ -8,7 +8,7 @@ use std::collections::{BinaryHeap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch};
 use tokio::sync::mpsc;
 
 use crate::crd::ID_LABEL;
@@ -99,10 +99,7 @@ pub async fn label_volume(client: &kube::Client, volume: &str, id: &str) {
             if let Err(e) = api
                 .patch(
                     volume,
-                    &PatchParams {
-                        field_manager: Some(crate::labels::FIELD_MANAGER.into()),
-                        ..PatchParams::default()
-                    },
+                    &crate::labels::update_params(),
                     &Patch::Merge(&volume::label_patch(id)),
                 )
                 .await

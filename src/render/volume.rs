@@ -105,8 +105,10 @@ pub fn rebind_patch(
     resource_version: Option<&str>,
 ) -> Value {
     json!({
-        // Conditional on the volume as it was judged: one changed since (bound by someone else,
-        // relabelled) is a 409, retried and judged again.
+        // Conditional on the volume as it was judged when its resourceVersion is known (one
+        // changed since is a 409, retried and judged again). The operator's cached volumes keep
+        // no resourceVersion, so its re-binds are not conditional: the volume is judged from the
+        // cache (Released or Available, its claim reference not naming this claim yet).
         "metadata": {"labels": labels::labels(id), "resourceVersion": resource_version},
         "spec": {"claimRef": {
             "apiVersion": "v1",
