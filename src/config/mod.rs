@@ -215,18 +215,30 @@ mod bounded {
 
         /// Takes `n` bytes of text, before they are built.
         fn text<E: de::Error>(&self, n: usize) -> Result<(), E> {
-            match self.bytes.get().checked_sub(n) {
-                Some(left) => {
-                    self.bytes.set(left);
-                    Ok(())
-                }
-                None => Err(E::custom(format_args!(
+            take(&self.bytes, n).ok_or_else(|| {
+                E::custom(format_args!(
                     "more than {} bytes of text (each use of an alias counts): a configuration \
                      has less",
                     super::MAX_BUILT_BYTES
-                ))),
-            }
+                ))
+            })
         }
+
+        /// Takes one value, before it is built.
+        fn value<E: de::Error>(&self) -> Result<(), E> {
+            take(&self.values, 1).ok_or_else(|| {
+                E::custom(format_args!(
+                    "more than {} values (each use of an alias counts): a configuration has fewer",
+                    super::MAX_VALUES
+                ))
+            })
+        }
+    }
+
+    /// Takes `n` from what `left` holds; None when it holds less.
+    fn take(left: &Cell<usize>, n: usize) -> Option<()> {
+        left.set(left.get().checked_sub(n)?);
+        Some(())
     }
 
     /// Builds one value.
@@ -234,16 +246,7 @@ mod bounded {
 
     impl Node<'_> {
         fn count<E: de::Error>(&self) -> Result<(), E> {
-            match self.0.values.get().checked_sub(1) {
-                Some(left) => {
-                    self.0.values.set(left);
-                    Ok(())
-                }
-                None => Err(E::custom(format_args!(
-                    "more than {} values (each use of an alias counts): a configuration has fewer",
-                    super::MAX_VALUES
-                ))),
-            }
+            self.0.value()
         }
     }
 
