@@ -2,7 +2,8 @@
 //! the emulator alone could hide: the CRDs the operator prints as a real API server takes them,
 //! GitOps re-applies and `kubectl diff` of the manifest a Site came from, drift repair where
 //! server-side apply merges key by key, a pod the StatefulSet cannot create, and a retained
-//! volume re-bound by the real PersistentVolume controller. The life of a site itself is
+//! volume re-bound by the real PersistentVolume controller, a key added by hand to the Site's
+//! ConfigMap removed and a labelled ConfigMap of kubectl's never adopted. The life of a site itself is
 //! `e2e::real_apiserver_the_life_of_a_site`. All `#[ignore]`d: `make real-apiserver-test`.
 
 use std::process::Command;
@@ -224,10 +225,98 @@ async fn real_apiserver_gitops_drift_volumes_and_pods_that_cannot_be_created() {
     })
     .await;
 
-    // A pod the StatefulSet cannot create: the Site says why.
-    t.ok(&["delete", "priorityclass", "low-priority"]);
+    // A key added by hand to the Site's ConfigMap (read whole by its containers) is removed:
+    // server-side apply alone keeps a key another manager owns.
+    t.ok(&[
+        "patch",
+        "configmap",
+        "docs-handbook",
+        "-n",
+        NS,
+        "--type=merge",
+        "-p",
+        r#"{"data":{"HTTPS_PROXY":"http://proxy.example:3128"}}"#,
+    ]);
+    t.until("the hand-added ConfigMap key to be removed", || {
+        t.get(&[
+            "get",
+            "configmap",
+            "docs-handbook",
+            "-n",
+            NS,
+            "-o",
+            "jsonpath={.data}",
+        ])
+        .filter(|d| !d.contains("HTTPS_PROXY"))
+    })
+    .await;
+
+    // A ConfigMap planted under a new Site's name with the operator's labels and no controller
+    // is not taken: the API server records kubectl as a manager of its fields, and the Site
+    // reports the conflict naming it.
+    t.ok(&[
+        "create",
+        "configmap",
+        "docs-planted",
+        "-n",
+        NS,
+        "--from-literal=LD_PRELOAD=/tmp/evil.so",
+    ]);
+    t.ok(&[
+        "label",
+        "configmap",
+        "docs-planted",
+        "-n",
+        NS,
+        "sites.ecmwf.int/id=docs-planted",
+        "app.kubernetes.io/managed-by=sites-operator",
+    ]);
     let dir = t.kubeconfig.parent().unwrap().join("sites");
     std::fs::create_dir_all(&dir).unwrap();
+    let planted_site = dir.join("planted.yaml");
+    std::fs::write(
+        &planted_site,
+        std::fs::read_to_string(site)
+            .unwrap()
+            .replace("name: docs-handbook", "name: docs-planted")
+            .replace("name: handbook", "name: planted"),
+    )
+    .unwrap();
+    let planted_site = planted_site.display().to_string();
+    t.ok(&["apply", "-n", NS, "-f", &planted_site]);
+    let conflict = t
+        .until("the planted ConfigMap reported as a conflict", || {
+            t.get(&[
+                "get",
+                "site/docs-planted",
+                "-n",
+                NS,
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"Progressing\")].reason} {.status.conditions[?(@.type==\"Progressing\")].message}",
+            ])
+            .filter(|s| s.starts_with("ObjectConflict "))
+        })
+        .await;
+    assert!(
+        conflict.contains(
+            "ConfigMap docs-planted exists and is not controlled by any Site, and kubectl-"
+        ) && conflict.contains(" manages fields of it"),
+        "{conflict}"
+    );
+    let owners = t.ok(&[
+        "get",
+        "configmap",
+        "docs-planted",
+        "-n",
+        NS,
+        "-o",
+        "jsonpath={.metadata.ownerReferences}{.data.LD_PRELOAD}",
+    ]);
+    assert_eq!(owners, "/tmp/evil.so", "left as it was");
+    t.ok(&["delete", "-n", NS, "-f", &planted_site, "--wait=true"]);
+
+    // A pod the StatefulSet cannot create: the Site says why.
+    t.ok(&["delete", "priorityclass", "low-priority"]);
     let other = dir.join("other.yaml");
     std::fs::write(
         &other,
