@@ -1,10 +1,10 @@
 //! Against a real kube-apiserver 1.20.2 with its controller manager ([`Cluster::real`]), what
 //! the emulator alone could hide: the CRDs the operator prints as a real API server takes them,
 //! GitOps re-applies and `kubectl diff` of the manifest a Site came from, drift repair where
-//! server-side apply merges key by key, a pod the StatefulSet cannot create, and a retained
-//! volume re-bound by the real PersistentVolume controller, a key added by hand to the Site's
-//! ConfigMap removed and a labelled ConfigMap of kubectl's never adopted. The life of a site itself is
-//! `e2e::real_apiserver_the_life_of_a_site`. All `#[ignore]`d: `make real-apiserver-test`.
+//! server-side apply merges key by key (a Service selector, a key added to the Site's
+//! ConfigMap), a labelled ConfigMap of kubectl's never adopted, a pod the StatefulSet cannot
+//! create, and a retained volume re-bound by the real PersistentVolume controller. The life of a
+//! site itself is `e2e::real_apiserver_the_life_of_a_site`. All `#[ignore]`d: `make real-apiserver-test`.
 
 use std::process::Command;
 use std::time::Duration;
