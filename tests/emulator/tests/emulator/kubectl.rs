@@ -694,7 +694,7 @@ async fn kubectl_create_job_cronjob_and_quota(c: Cluster) {
         .unwrap();
     // On a real control plane the Job's pod counts too while it has not finished.
     let pods = Api::<Pod>::namespaced(c.client.clone(), "batch");
-    let used = crate::support::eventually("quota usage", Duration::from_secs(15), || {
+    let used = crate::support::eventually("quota usage", Duration::from_secs(60), || {
         let quotas = quotas.clone();
         let pods = pods.clone();
         async move {
