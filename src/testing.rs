@@ -1,6 +1,7 @@
 //! The unit tests' allocator: the system allocator, counting what the current thread holds
 //! while [`measure`] runs, so a test can bound the memory a piece of code takes (tests run on
-//! threads of their own; only the measuring thread's allocations count).
+//! threads of their own; only the measuring thread's allocations count), and the bytes each
+//! thread holds net of what it freed ([`net_bytes`]).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -14,12 +15,20 @@ thread_local! {
     static ON: Cell<bool> = const { Cell::new(false) };
     static HELD: Cell<isize> = const { Cell::new(0) };
     static PEAK: Cell<isize> = const { Cell::new(0) };
+    /// Bytes allocated by this thread less the bytes it freed, as requested (no size classes),
+    /// counted always.
+    static NET: Cell<isize> = const { Cell::new(0) };
 }
 
 /// What an allocation of `size` bytes takes: allocators round small blocks up to size classes
 /// (16 bytes at least, in steps of 16).
 fn taken(size: usize) -> isize {
     size.max(16).next_multiple_of(16) as isize
+}
+
+/// Counts `delta` requested bytes in [`NET`] (a thread being torn down is not counted).
+fn net(delta: isize) {
+    let _ = NET.try_with(|n| n.set(n.get() + delta));
 }
 
 fn count(delta: isize) {
@@ -42,6 +51,7 @@ unsafe impl GlobalAlloc for Counting {
         let p = unsafe { System.alloc(layout) };
         if !p.is_null() {
             count(taken(layout.size()));
+            net(layout.size() as isize);
         }
         p
     }
@@ -50,6 +60,7 @@ unsafe impl GlobalAlloc for Counting {
         let p = unsafe { System.alloc_zeroed(layout) };
         if !p.is_null() {
             count(taken(layout.size()));
+            net(layout.size() as isize);
         }
         p
     }
@@ -57,6 +68,7 @@ unsafe impl GlobalAlloc for Counting {
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         unsafe { System.dealloc(ptr, layout) };
         count(-taken(layout.size()));
+        net(-(layout.size() as isize));
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
@@ -65,6 +77,7 @@ unsafe impl GlobalAlloc for Counting {
             // While moving, both blocks may be held: count the new one first.
             count(taken(new_size));
             count(-taken(layout.size()));
+            net(new_size as isize - layout.size() as isize);
         }
         p
     }
@@ -81,4 +94,14 @@ pub fn measure<T>(f: impl FnOnce() -> T) -> (T, usize) {
     // Bytes freed inside the call that were allocated before it make `held` negative, never
     // the peak.
     (out, PEAK.with(Cell::get).max(0) as usize)
+}
+
+/// Runs `f` and returns its result and the bytes this thread allocated during the call less
+/// those it freed: what `f` built and left behind (in its result, or in structures it filled),
+/// as the sizes asked of the allocator. Transient allocations cancel out; memory allocated
+/// before the call and freed within it counts negative.
+pub fn net_bytes<T>(f: impl FnOnce() -> T) -> (T, isize) {
+    let before = NET.with(Cell::get);
+    let out = f();
+    (out, NET.with(Cell::get) - before)
 }

@@ -29,6 +29,8 @@ pub mod configuration;
 pub mod context;
 pub mod events;
 pub mod fingerprints;
+#[cfg(test)]
+mod footprint;
 pub mod index;
 pub mod labeller;
 pub mod leader;

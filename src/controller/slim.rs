@@ -567,7 +567,7 @@ pub fn volume(v: &mut Volume) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::controller::apply;
     use crate::crd::ID_LABEL;
@@ -577,21 +577,35 @@ mod tests {
     use kube::ResourceExt;
     use serde_json::json;
 
-    fn rendered_for(cfg: &crate::config::PlatformConfig) -> (Site, render::Rendered) {
-        let site: Site =
+    /// The example Site (manifests/examples/site.yaml) in namespace `sites`.
+    pub(crate) fn example_site() -> Site {
+        let mut site: Site =
             serde_yaml_ng::from_str(include_str!("../../manifests/examples/site.yaml")).unwrap();
-        let mut site = site;
         site.metadata.namespace = Some("sites".into());
         site.metadata.uid = Some("uid-1".into());
-        let state = crate::restart::decide(None, &site, cfg).state;
+        site
+    }
+
+    pub(crate) fn rendered_for(cfg: &crate::config::PlatformConfig) -> (Site, render::Rendered) {
+        let site = example_site();
         let tokens = SiteTokens {
             api_token: "a".into(),
             secret_key: "b".into(),
         };
-        let inputs = Inputs::new("sites", Some("example.org"), b"key", &tokens, &state);
-        let valid = crate::rules::validate(&site, cfg).unwrap();
-        let rendered = render::render(valid, cfg, &inputs).unwrap();
+        let rendered = render_site(&site, cfg, &tokens);
         (site, rendered)
+    }
+
+    /// Every object of `site`, rendered with the site tokens `tokens`.
+    pub(crate) fn render_site(
+        site: &Site,
+        cfg: &crate::config::PlatformConfig,
+        tokens: &SiteTokens,
+    ) -> render::Rendered {
+        let state = crate::restart::decide(None, site, cfg).state;
+        let inputs = Inputs::new("sites", Some("example.org"), b"key", tokens, &state);
+        let valid = crate::rules::validate(site, cfg).unwrap();
+        render::render(valid, cfg, &inputs).unwrap()
     }
 
     fn rendered() -> (Site, render::Rendered) {
@@ -600,7 +614,7 @@ mod tests {
 
     /// `desired` stamped, and as the API server stores it (with its own fields and other
     /// components' metadata).
-    fn stored<K: Resource + Clone + serde::Serialize>(desired: &K) -> (K, K) {
+    pub(crate) fn stored<K: Resource + Clone + serde::Serialize>(desired: &K) -> (K, K) {
         let mut desired = desired.clone();
         apply::stamp(&mut desired);
         let mut stored = desired.clone();
