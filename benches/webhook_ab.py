@@ -156,14 +156,23 @@ def wrk(addr, body, seconds, connections, tmp):
     out = run.stdout
     rate = re.search(r"Requests/sec:\s+([\d.]+)", out)
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    if rate is None:
+    total = re.search(r"(\d+) requests in", out)
+    if rate is None or total is None:
         sys.exit("wrk printed no rate:\n" + out)
-    return float(rate.group(1)), int(errors.group(1)) if errors else 0
+    return float(rate.group(1)), int(total.group(1)), int(errors.group(1)) if errors else 0
+
+
+def cpu_seconds(pid):
+    """User and system CPU time of process `pid` so far (/proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--old", required=True, help="the commit to compare with")
+    p.add_argument("--old-binary", help="a binary to run as the old side instead of building --old")
     p.add_argument("--new", default=os.path.join(ROOT, "target/release/sites-operator"))
     p.add_argument("--emulator", default=os.path.join(ROOT, "target/release/sites-emulator"))
     p.add_argument("--seconds", type=int, default=6)
@@ -174,12 +183,16 @@ def main():
     args = p.parse_args()
     if shutil.which("wrk") is None:
         sys.exit("wrk is not installed: apt-get install wrk")
-    sha, old = build_old(args.old)
+    if args.old_binary:
+        sha, old = args.old, args.old_binary
+    else:
+        sha, old = build_old(args.old)
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, check=True,
                           capture_output=True, text=True).stdout.strip()
     bodies = {"typical": review(site(15), args.update), "large": review(site(3700), args.update)}
     cases = args.cases.split(",")
     results = {(c, side): [] for c in cases for side in ("new", "old")}
+    cpu = {(c, side): [] for c in cases for side in ("new", "old")}
     with tempfile.TemporaryDirectory() as tmp:
         emulator, env = start_emulator(args.emulator, tmp)
         try:
@@ -189,13 +202,17 @@ def main():
                     try:
                         time.sleep(1)
                         for case in cases:
-                            rate, errors = wrk(addr, bodies[case], args.seconds,
-                                               args.connections, tmp)
+                            before = cpu_seconds(operator.pid)
+                            rate, total, errors = wrk(addr, bodies[case], args.seconds,
+                                                      args.connections, tmp)
+                            used = (cpu_seconds(operator.pid) - before) * 1e6 / total
                             if errors:
                                 sys.exit(f"{side} {case}: {errors} answers were not 2xx")
                             results[(case, side)].append(rate)
+                            cpu[(case, side)].append(used)
                             print(f"{side} ({head if side == 'new' else sha}) {case}: "
-                                  f"{rate:,.0f} req/s", file=sys.stderr)
+                                  f"{rate:,.0f} req/s, {used:.1f} µs server CPU per request",
+                                  file=sys.stderr)
                     finally:
                         operator.send_signal(signal.SIGTERM)
                         operator.wait(10)
@@ -205,13 +222,16 @@ def main():
     print(f"# /validate-sites, {args.connections} http/1.1 keep-alive connections over TLS (wrk), "
           f"{args.seconds:g} s per run, {'UPDATE' if args.update else 'CREATE'} reviews, "
           f"new = {head} (working tree), old = {sha}, alternated {args.rounds}x")
-    print("| case | body bytes | new req/s | old req/s | new/old (medians) |")
-    print("|---|---:|---|---|---:|")
+    print("| case | body bytes | new req/s | old req/s | new/old (medians) "
+          "| server CPU µs/req, new · old | old/new CPU |")
+    print("|---|---:|---|---|---:|---|---:|")
     for case in cases:
         new, old_rates = results[(case, "new")], results[(case, "old")]
         ratio = statistics.median(new) / statistics.median(old_rates)
+        new_cpu, old_cpu = (statistics.median(cpu[(case, s)]) for s in ("new", "old"))
         print(f"| {case} | {len(bodies[case]):,} | {' · '.join(f'{r:,.0f}' for r in new)} | "
-              f"{' · '.join(f'{r:,.0f}' for r in old_rates)} | {ratio:.2f}x |")
+              f"{' · '.join(f'{r:,.0f}' for r in old_rates)} | {ratio:.2f}x "
+              f"| {new_cpu:.1f} · {old_cpu:.1f} | {old_cpu / new_cpu:.2f}x |")
 
 
 if __name__ == "__main__":

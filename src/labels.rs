@@ -159,7 +159,8 @@ pub enum Control {
 /// anything else as its text.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Uid {
-    Uuid(u128),
+    /// The UUID's bytes (an array, not a `u128`: no 16-byte alignment in the records).
+    Uuid([u8; 16]),
     Text(Box<str>),
 }
 
@@ -168,7 +169,7 @@ impl Uid {
         let mut buf = [0u8; uuid::fmt::Hyphenated::LENGTH];
         match uuid::Uuid::try_parse(uid) {
             // Only the form that prints back as the same text: uids are compared as strings.
-            Ok(u) if u.hyphenated().encode_lower(&mut buf) == uid => Uid::Uuid(u.as_u128()),
+            Ok(u) if u.hyphenated().encode_lower(&mut buf) == uid => Uid::Uuid(u.into_bytes()),
             _ => Uid::Text(uid.into()),
         }
     }

@@ -464,6 +464,18 @@ pub const DEFAULT_MEMORY_BUDGET: usize = 64 * MIB;
 /// Most bytes hyper buffers per HTTP/1.1 connection (header and body data read ahead), beyond
 /// what the memory budget holds: with a thousand connections open, 1,000 times this.
 const H1_BUFFER: usize = 16 * KIB;
+/// The first [`ROOMY_CONNECTIONS`] connections open at once read ahead up to this many bytes
+/// instead: a large review (a Site shared with thousands of users is 100-200 KB) then comes in
+/// a few reads, often one, and its body in one piece, which is kept as it came instead of being
+/// copied together from 16 KiB frames. The API server calls a webhook over a handful of
+/// connections, so these are its; the rest of a flood gets [`H1_BUFFER`]. Together they can read
+/// ahead at most `ROOMY_CONNECTIONS * (ROOMY_H1_BUFFER - H1_BUFFER + ROOMY_READ)` = 9.5 MiB more
+/// than 32 other connections, outside the memory budget.
+const ROOMY_H1_BUFFER: usize = 256 * KIB;
+const ROOMY_CONNECTIONS: usize = 32;
+/// The read buffer under TLS of those connections: what the client sent is taken from the
+/// socket in reads of up to this many bytes (rustls asks for 4 KiB at a time).
+const ROOMY_READ: usize = 64 * KIB;
 /// HTTP/2 flow-control windows (the protocol's default, 64 KiB) and the most streams per
 /// connection: bounds what a connection can make the server buffer before the budget holds it.
 const H2_WINDOW: u32 = 65_535;
@@ -513,6 +525,9 @@ pub async fn serve_tls_limited(
         .initial_stream_window_size(H2_WINDOW)
         .initial_connection_window_size(H2_WINDOW)
         .max_concurrent_streams(H2_STREAMS);
+    let mut roomy = builder.clone();
+    roomy.http1().max_buf_size(ROOMY_H1_BUFFER);
+    let roomy_slots = Arc::new(tokio::sync::Semaphore::new(ROOMY_CONNECTIONS));
     tokio::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
@@ -542,57 +557,33 @@ pub async fn serve_tls_limited(
         }
         let open = metrics.as_ref().map(|m| Counted::new(&m.open_connections));
         let acceptor = acceptor.clone();
-        let builder = builder.clone();
+        let roomy_slot = roomy_slots.clone().try_acquire_owned().ok();
+        let builder = match roomy_slot {
+            Some(_) => roomy.clone(),
+            None => builder.clone(),
+        };
         let service = TowerToHyperService::new(app.clone());
         let stop = stop_rx.clone();
         tokio::spawn(async move {
             let _slot = slot;
             let _open = open;
-            let handshake = limits.header_read_timeout.min(HANDSHAKE_TIMEOUT);
-            let tls = match tokio::time::timeout(handshake, acceptor.accept(stream)).await {
-                Ok(Ok(tls)) => tls,
-                Ok(Err(e)) => {
-                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                    return;
-                }
-                Err(_) => {
-                    tracing::debug!(%peer, "TLS handshake timed out");
-                    return;
-                }
+            let connection = Connection {
+                peer,
+                acceptor,
+                builder,
+                service,
+                stop,
+                limits,
             };
-            let activity = Activity::new();
-            let io = TokioIo::new(Tracked {
-                inner: tls,
-                activity: activity.clone(),
-            });
-            let conn = builder.serve_connection_with_upgrades(io, service);
-            // Driven until it ends; closed gracefully on shutdown or when idle too long (before
-            // its protocol is known: silent for the header timeout). A client that ignores the
-            // graceful close is dropped `header_read_timeout` later.
-            tokio::pin!(conn);
-            let idle = idle_deadline(&activity, limits);
-            tokio::pin!(idle);
-            let mut stop = stop;
-            let reason = tokio::select! {
-                result = &mut conn => {
-                    if let Err(e) = result {
-                        tracing::debug!(%peer, error = %e, "connection ended with an error");
-                    }
-                    return;
+            match roomy_slot {
+                // rustls reads at most 4 KiB at a time from its transport: from a buffer rather
+                // than one system call each.
+                Some(_roomy_slot) => {
+                    connection
+                        .serve(tokio::io::BufReader::with_capacity(ROOMY_READ, stream))
+                        .await
                 }
-                _ = stop.wait_for(|s| *s) => "shutdown",
-                _ = &mut idle => "idle",
-            };
-            tracing::debug!(%peer, reason, "closing the connection");
-            conn.as_mut().graceful_shutdown();
-            if reason == "shutdown" {
-                // The server's drain period bounds this.
-                let _ = conn.await;
-            } else if tokio::time::timeout(limits.header_read_timeout, conn)
-                .await
-                .is_err()
-            {
-                tracing::debug!(%peer, "connection dropped: the client ignored the close");
+                None => connection.serve(stream).await,
             }
         });
     }
@@ -607,6 +598,80 @@ pub async fn serve_tls_limited(
             ?drain,
             "webhook requests still running after the drain period"
         );
+    }
+}
+
+/// One accepted connection, served until it ends.
+struct Connection {
+    peer: std::net::SocketAddr,
+    acceptor: TlsAcceptor,
+    builder: auto::Builder<TokioExecutor>,
+    service: TowerToHyperService<Router>,
+    stop: tokio::sync::watch::Receiver<bool>,
+    limits: Limits,
+}
+
+impl Connection {
+    /// The TLS handshake on `stream`, then HTTP until the client closes, the server shuts
+    /// down or the connection is idle too long.
+    async fn serve<S>(self, stream: S)
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let Connection {
+            peer,
+            acceptor,
+            builder,
+            service,
+            stop,
+            limits,
+        } = self;
+        let handshake = limits.header_read_timeout.min(HANDSHAKE_TIMEOUT);
+        let tls = match tokio::time::timeout(handshake, acceptor.accept(stream)).await {
+            Ok(Ok(tls)) => tls,
+            Ok(Err(e)) => {
+                tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                return;
+            }
+            Err(_) => {
+                tracing::debug!(%peer, "TLS handshake timed out");
+                return;
+            }
+        };
+        let activity = Activity::new();
+        let io = TokioIo::new(Tracked {
+            inner: tls,
+            activity: activity.clone(),
+        });
+        let conn = builder.serve_connection_with_upgrades(io, service);
+        // Driven until it ends; closed gracefully on shutdown or when idle too long (before
+        // its protocol is known: silent for the header timeout). A client that ignores the
+        // graceful close is dropped `header_read_timeout` later.
+        tokio::pin!(conn);
+        let idle = idle_deadline(&activity, limits);
+        tokio::pin!(idle);
+        let mut stop = stop;
+        let reason = tokio::select! {
+            result = &mut conn => {
+                if let Err(e) = result {
+                    tracing::debug!(%peer, error = %e, "connection ended with an error");
+                }
+                return;
+            }
+            _ = stop.wait_for(|s| *s) => "shutdown",
+            _ = &mut idle => "idle",
+        };
+        tracing::debug!(%peer, reason, "closing the connection");
+        conn.as_mut().graceful_shutdown();
+        if reason == "shutdown" {
+            // The server's drain period bounds this.
+            let _ = conn.await;
+        } else if tokio::time::timeout(limits.header_read_timeout, conn)
+            .await
+            .is_err()
+        {
+            tracing::debug!(%peer, "connection dropped: the client ignored the close");
+        }
     }
 }
 

@@ -325,7 +325,7 @@ pub async fn delete_not_ready_pods(ctx: &Context, id: &str) {
         let name = &pod.name;
         // Only the pod judged not ready: one replaced since (by the StatefulSet controller) is
         // a 409 and left alone.
-        let uid = pod.uid.map(|u| uuid::Uuid::from_u128(u).to_string());
+        let uid = pod.uid.map(|u| uuid::Uuid::from_bytes(u).to_string());
         match api.delete(name, &delete_params(uid)).await {
             Ok(_) => {
                 tracing::info!(site = id, pod = %name, "deleted a not-ready pod so the rollout can go on")

@@ -205,15 +205,23 @@ impl Pack for crate::watched::Volume {
     fn summary(&self) {}
 }
 
-/// A value held as its JSON text and decoded again on every read: under half the memory of a
-/// Site kept as the struct (a struct with a dozen optional fields in its metadata, a string
-/// and a map node for each of its few values), for a kind the operator reads a few times per
-/// reconcile but keeps for every object of the namespace.
+/// A value held as its JSON text, compressed, and decoded again on every read: under half the
+/// memory of a Site kept as the struct (a struct with a dozen optional fields in its metadata,
+/// a string and a map node for each of its few values), for a kind the operator reads a few
+/// times per reconcile but keeps for every object of the namespace. The text is compressed
+/// (LZ4) against [`DICTIONARY`], a typical Site and volume: what every Site's text repeats
+/// (field names, the conditions' reasons and messages, the operator's labels) costs a few
+/// bytes each (a 1.7 KB Site text keeps 0.4 KB).
 pub struct Packed<V: Pack> {
     name: Box<str>,
-    json: Arc<[u8]>,
+    text: Arc<[u8]>,
     summary: V::Summary,
 }
+
+/// What [`Packed`] texts are compressed against: the JSON text of a typical volume and Site,
+/// as the caches keep them. Any text works (it is only where repeated bytes are looked up);
+/// one close to the values makes them smaller.
+static DICTIONARY: &[u8] = include_bytes!("packed.dict");
 
 impl<V: Pack> Held for Packed<V> {
     fn name(&self) -> &str {
@@ -225,21 +233,24 @@ impl<V: Pack> Hold<V> for Packed<V> {
     type Handle = Arc<[u8]>;
 
     fn hold(value: &V) -> Self {
+        // Serialising a value of a derived `Serialize` into memory cannot fail (no maps with
+        // other keys than strings).
+        let json = serde_json::to_vec(value).unwrap_or_default();
         Packed {
             name: value.name().into(),
-            // Serialising a value of a derived `Serialize` into memory cannot fail (no maps
-            // with other keys than strings).
-            json: serde_json::to_vec(value).unwrap_or_default().into(),
+            text: lz4_flex::block::compress_prepend_size_with_dict(&json, DICTIONARY).into(),
             summary: value.summary(),
         }
     }
 
     fn handle(&self) -> Arc<[u8]> {
-        self.json.clone()
+        self.text.clone()
     }
 
-    fn open(json: Arc<[u8]>) -> Arc<V> {
+    fn open(text: Arc<[u8]>) -> Arc<V> {
         // The text is the table's own encoding of a value of this type (tested).
+        let json = lz4_flex::block::decompress_size_prepended_with_dict(&text, DICTIONARY)
+            .expect("a packed value decompresses");
         Arc::new(serde_json::from_slice(&json).expect("a packed value decodes"))
     }
 }
@@ -568,6 +579,15 @@ mod tests {
         .expect("a Site");
         let sites = Sites::default();
         for site in [&rich, &bare] {
+            // Compressed, also a Site unlike the dictionary's.
+            let json = serde_json::to_vec(site).unwrap();
+            let packed = Packed::<Site>::hold(site);
+            assert!(
+                packed.text.len() < json.len() / 2,
+                "{} of {} bytes",
+                packed.text.len(),
+                json.len()
+            );
             sites.apply(&Event::Apply(site.clone()));
             let read = sites.get(Named::name(site)).expect("held");
             assert_eq!(&*read, site);

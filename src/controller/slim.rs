@@ -103,9 +103,12 @@ fn short_hash(content: &serde_json::Value) -> u64 {
     u64::from_be_bytes(first)
 }
 
-/// A label value as [`Facts`] keep it: never 0, which stands for "no such label".
-fn label_print(value: &str) -> u64 {
-    hashed(value) | 1
+/// The values of the operator's labels ([`LABEL_KEYS`]) on an object, absent ones included, as
+/// one number: a rendering (which carries all of them) and a stored object have the same
+/// labels of the operator when these are equal.
+fn labels_print(meta: &ObjectMeta) -> u64 {
+    let labels = meta.labels.as_ref();
+    hashed(&LABEL_KEYS.map(|k| labels.and_then(|l| l.get(k))))
 }
 
 /// The owner references as one number, independent of their order.
@@ -122,35 +125,46 @@ pub fn owners_print(owners: &[OwnerReference]) -> u64 {
 const SITE_KIND: &str = "Site";
 
 /// The controller owner reference as [`Facts`] keep it. The usual controller, the Site the
-/// object is labelled for, costs no string: its kind and name are those of the site id label.
+/// object is labelled for, costs no string: its kind and name are those of the site id label
+/// (another kind or name is kept in [`Rare`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Controller {
-    site: bool,
-    /// None: `Site`.
-    kind: Option<Box<str>>,
-    /// None: the site id label.
-    name: Option<Box<str>>,
     uid: labels::Uid,
+    site: bool,
+}
+
+/// What [`Facts`] keep of an object only when it is unusual, in one allocation: a controller
+/// of another kind than `Site` or named otherwise than the site id label, another field
+/// manager.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Rare {
+    /// None: `Site`.
+    controller_kind: Option<Box<str>>,
+    /// None: the site id label.
+    controller_name: Option<Box<str>>,
+    /// [`labels::Ownership::other_manager`].
+    other_manager: Option<Box<str>>,
 }
 
 /// What the reconciler decides from about an existing object of an owned kind: who controls it
 /// ([`labels::control_of`]), whether it already is a rendering ([`Facts::up_to_date`]), and the
-/// fingerprint of the content the operator manages as this watch event showed it.
+/// fingerprint of the content the operator manages as this watch event showed it. Every
+/// object of every Site has one: numbers where only equality matters, strings only where an
+/// object is unusual ([`Rare`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Facts {
-    /// The object's own uid (a UUID, kept as a number: deletes are conditional on it).
-    uid: Option<u128>,
-    controller: Option<Controller>,
+    /// The object's own uid (a UUID's bytes: deletes are conditional on it).
+    uid: Option<[u8; 16]>,
     managed: bool,
+    controller: Option<Controller>,
     site_id: Option<Box<str>>,
-    /// [`labels::Ownership::other_manager`].
-    other_manager: Option<Box<str>>,
+    rare: Option<Box<Rare>>,
     /// The owner references ([`owners_print`]).
     owners: u64,
-    /// The values of [`LABEL_KEYS`] ([`label_print`]; 0: absent).
-    labels: [u64; LABEL_KEYS.len()],
-    /// The desired-hash annotation, hashed.
-    desired: Option<u64>,
+    /// The values of [`LABEL_KEYS`] ([`labels_print`]).
+    labels: u64,
+    /// The desired-hash annotation, hashed ([`desired_of`]; 0: none).
+    desired: u64,
     /// [`fingerprint`] of the managed content.
     pub fingerprint: u64,
 }
@@ -159,52 +173,61 @@ impl Facts {
     pub fn of<K: Resource + Managed>(obj: &K) -> Facts {
         let meta = obj.meta();
         let ownership = Ownership::of(meta);
-        let label = |key: &str| meta.labels.as_ref()?.get(key);
+        let controller = ownership.controller.as_ref();
+        let rare = Rare {
+            controller_kind: controller
+                .filter(|c| c.kind != SITE_KIND)
+                .map(|c| c.kind.into()),
+            controller_name: controller
+                .filter(|c| Some(c.name) != ownership.site_id)
+                .map(|c| c.name.into()),
+            other_manager: ownership.other_manager.map(Into::into),
+        };
         Facts {
             uid: meta
                 .uid
                 .as_deref()
                 .and_then(|u| uuid::Uuid::try_parse(u).ok())
-                .map(|u| u.as_u128()),
-            controller: ownership.controller.map(|c| Controller {
-                site: c.site,
-                kind: (c.kind != SITE_KIND).then(|| c.kind.into()),
-                name: (Some(c.name) != ownership.site_id).then(|| c.name.into()),
-                uid: c.uid,
-            }),
+                .map(uuid::Uuid::into_bytes),
             managed: ownership.managed,
+            controller: ownership.controller.map(|c| Controller {
+                uid: c.uid,
+                site: c.site,
+            }),
             site_id: ownership.site_id.map(Into::into),
-            other_manager: ownership.other_manager.map(Into::into),
+            rare: (rare != Rare::default()).then(|| Box::new(rare)),
             owners: owners_print(meta.owner_references.as_deref().unwrap_or_default()),
-            labels: LABEL_KEYS.map(|k| label(k).map_or(0, |v| label_print(v))),
-            desired: desired_of(meta),
+            labels: labels_print(meta),
+            desired: desired_of(meta).unwrap_or_default(),
             fingerprint: fingerprint(obj),
         }
     }
 
     /// Who controls the object ([`labels::control_of`]).
     pub fn ownership(&self) -> Ownership<'_> {
+        let rare = self.rare.as_deref();
         Ownership {
             controller: self.controller.as_ref().map(|c| ControllerRef {
                 site: c.site,
-                kind: c.kind.as_deref().unwrap_or(SITE_KIND),
-                name: c
-                    .name
-                    .as_deref()
+                kind: rare
+                    .and_then(|r| r.controller_kind.as_deref())
+                    .unwrap_or(SITE_KIND),
+                name: rare
+                    .and_then(|r| r.controller_name.as_deref())
                     .or(self.site_id.as_deref())
                     .unwrap_or_default(),
                 uid: c.uid.clone(),
             }),
             managed: self.managed,
             site_id: self.site_id.as_deref(),
-            other_manager: self.other_manager.as_deref(),
+            other_manager: rare.and_then(|r| r.other_manager.as_deref()),
         }
     }
 
     /// The object's uid, for a delete conditional on it (None: not a UUID; the delete is then
     /// unconditional).
     pub fn uid(&self) -> Option<String> {
-        self.uid.map(|u| uuid::Uuid::from_u128(u).to_string())
+        self.uid.map(|u| uuid::Uuid::from_bytes(u).to_string())
     }
 
     /// Carries the operator's `app.kubernetes.io/managed-by` label.
@@ -219,7 +242,7 @@ impl Facts {
 
     /// The desired-hash annotation, hashed.
     pub fn desired(&self) -> Option<u64> {
-        self.desired
+        (self.desired != 0).then_some(self.desired)
     }
 
     /// Whether the object already is the stamped rendering `desired`: the same desired hash,
@@ -227,24 +250,24 @@ impl Facts {
     /// labels are [`LABEL_KEYS`]; a rendering with another label is never up to date).
     pub fn up_to_date<K: Resource>(&self, desired: &K) -> bool {
         let meta = desired.meta();
-        self.desired.is_some()
-            && self.desired == desired_of(meta)
+        self.desired().is_some()
+            && self.desired() == desired_of(meta)
             && self.owners == owners_print(meta.owner_references.as_deref().unwrap_or_default())
-            && meta.labels.iter().flatten().all(|(k, v)| {
-                LABEL_KEYS
-                    .iter()
-                    .position(|key| key == k)
-                    .is_some_and(|i| self.labels[i] == label_print(v))
-            })
+            && meta
+                .labels
+                .iter()
+                .flatten()
+                .all(|(k, _)| LABEL_KEYS.contains(&k.as_str()))
+            && self.labels == labels_print(meta)
     }
 }
 
-/// The desired-hash annotation of an object, hashed.
+/// The desired-hash annotation of an object, hashed (never 0).
 pub fn desired_of(meta: &ObjectMeta) -> Option<u64> {
     meta.annotations
         .as_ref()?
         .get(crate::labels::DESIRED_HASH_ANNOTATION)
-        .map(hashed)
+        .map(|v| hashed(v) | 1)
 }
 
 /// An owned kind as the caches keep it.

@@ -37,8 +37,8 @@ pub struct PodStatus {
 #[derive(Clone, Debug, PartialEq)]
 pub struct SitePod {
     pub name: Box<str>,
-    /// The pod's uid (a UUID as a number): deletes are conditional on it.
-    pub uid: Option<u128>,
+    /// The pod's uid (a UUID's bytes): deletes are conditional on it.
+    pub uid: Option<[u8; 16]>,
     /// The site id label (the cache keeps it only for the site's own pods: the operator's,
     /// controlled by the site's StatefulSet, [`crate::controller::slim::pod`]).
     pub site: Option<Box<str>>,
@@ -59,7 +59,7 @@ impl SitePod {
                 .uid
                 .as_deref()
                 .and_then(|u| uuid::Uuid::try_parse(u).ok())
-                .map(|u| u.as_u128()),
+                .map(uuid::Uuid::into_bytes),
             site: pod
                 .metadata
                 .labels
