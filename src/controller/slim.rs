@@ -153,11 +153,13 @@ struct Rare {
 /// object is unusual ([`Rare`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Facts {
+    /// The object's name.
+    name: Box<str>,
     /// The object's own uid (a UUID's bytes: deletes are conditional on it).
     uid: Option<[u8; 16]>,
     managed: bool,
     controller: Option<Controller>,
-    site_id: Option<Box<str>>,
+    site_id: SiteId,
     rare: Option<Box<Rare>>,
     /// The owner references ([`owners_print`]).
     owners: u64,
@@ -167,6 +169,28 @@ pub struct Facts {
     desired: u64,
     /// [`fingerprint`] of the managed content.
     pub fingerprint: u64,
+}
+
+/// The site id label of an object, as [`Facts`] keep it: the objects of a site are named by
+/// its id (`<id>`, `<id>-env`, ...), so the label usually costs no string of its own.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum SiteId {
+    None,
+    /// The first this many bytes of the object's name.
+    NamePrefix(u16),
+    Own(Box<str>),
+}
+
+impl SiteId {
+    fn of(id: Option<&str>, name: &str) -> SiteId {
+        match id {
+            None => SiteId::None,
+            Some(id) if name.starts_with(id) && id.len() <= usize::from(u16::MAX) => {
+                SiteId::NamePrefix(id.len() as u16)
+            }
+            Some(id) => SiteId::Own(id.into()),
+        }
+    }
 }
 
 impl Facts {
@@ -183,7 +207,9 @@ impl Facts {
                 .map(|c| c.name.into()),
             other_manager: ownership.other_manager.map(Into::into),
         };
+        let name: &str = meta.name.as_deref().unwrap_or_default();
         Facts {
+            name: name.into(),
             uid: meta
                 .uid
                 .as_deref()
@@ -194,7 +220,7 @@ impl Facts {
                 uid: c.uid,
                 site: c.site,
             }),
-            site_id: ownership.site_id.map(Into::into),
+            site_id: SiteId::of(ownership.site_id, name),
             rare: (rare != Rare::default()).then(|| Box::new(rare)),
             owners: owners_print(meta.owner_references.as_deref().unwrap_or_default()),
             labels: labels_print(meta),
@@ -214,12 +240,12 @@ impl Facts {
                     .unwrap_or(SITE_KIND),
                 name: rare
                     .and_then(|r| r.controller_name.as_deref())
-                    .or(self.site_id.as_deref())
+                    .or(self.site_id())
                     .unwrap_or_default(),
                 uid: c.uid.clone(),
             }),
             managed: self.managed,
-            site_id: self.site_id.as_deref(),
+            site_id: self.site_id(),
             other_manager: rare.and_then(|r| r.other_manager.as_deref()),
         }
     }
@@ -237,7 +263,11 @@ impl Facts {
 
     /// The site id label.
     pub fn site_id(&self) -> Option<&str> {
-        self.site_id.as_deref()
+        match &self.site_id {
+            SiteId::None => None,
+            SiteId::NamePrefix(len) => self.name.get(..usize::from(*len)),
+            SiteId::Own(id) => Some(id),
+        }
     }
 
     /// The desired-hash annotation, hashed.
@@ -468,10 +498,10 @@ impl Keep for StatefulSet {
     }
 }
 
-/// An object of an owned kind in the caches ([`crate::controller::records::Records`]): its name
-/// (owned objects all live in the operator's namespace), its [`Facts`] and its [`Keep::Body`].
+/// An object of an owned kind in the caches ([`crate::controller::records::Records`]): its
+/// [`Facts`] (with its name: owned objects all live in the operator's namespace) and its
+/// [`Keep::Body`].
 pub struct Kept<K: Keep> {
-    name: Box<str>,
     pub facts: Facts,
     pub body: K::Body,
 }
@@ -480,7 +510,6 @@ pub struct Kept<K: Keep> {
 impl<K: Keep> Clone for Kept<K> {
     fn clone(&self) -> Self {
         Kept {
-            name: self.name.clone(),
             facts: self.facts.clone(),
             body: self.body.clone(),
         }
@@ -489,7 +518,7 @@ impl<K: Keep> Clone for Kept<K> {
 
 impl<K: Keep> PartialEq for Kept<K> {
     fn eq(&self, other: &Self) -> bool {
-        self.name == other.name && self.facts == other.facts && self.body == other.body
+        self.facts == other.facts && self.body == other.body
     }
 }
 
@@ -497,7 +526,7 @@ impl<K: Keep> std::fmt::Debug for Kept<K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Kept")
             .field("kind", &K::kind(&()))
-            .field("name", &self.name)
+            .field("name", &self.facts.name)
             .field("facts", &self.facts)
             .finish_non_exhaustive()
     }
@@ -506,14 +535,13 @@ impl<K: Keep> std::fmt::Debug for Kept<K> {
 impl<K: Keep> Kept<K> {
     pub fn new(obj: K) -> Kept<K> {
         let facts = Facts::of(&obj);
-        let name = obj.meta().name.as_deref().unwrap_or_default().into();
         let body = obj.body(facts.managed);
-        Kept { name, facts, body }
+        Kept { facts, body }
     }
 
     /// The object's name.
     pub fn name(&self) -> &str {
-        &self.name
+        &self.facts.name
     }
 
     /// Who controls the object, for `site`.
