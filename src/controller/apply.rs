@@ -1,6 +1,8 @@
 //! Every write the reconciler makes to the cluster: owned objects (server-side apply, only when
 //! they differ from what is stored), deletions, the Site status, PersistentVolume patches, pod
-//! deletions of a stalled rollout, and Events. Nothing else in the controller writes.
+//! deletions of a stalled rollout, and Events (about Sites, and the configuration's about the
+//! `sites-config` ConfigMap). Nothing else in the controller writes but the Lease
+//! ([`crate::controller::leader`]).
 //!
 //! A real API server fills in many defaults (and may canonicalise values), so comparing the
 //! rendered object with the stored one field by field would see differences that are not there.
@@ -11,13 +13,16 @@
 
 use std::fmt::Debug;
 
-use crate::controller::events::{Event, EventType};
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::events::v1::Event as K8sEvent;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::controller::context::Context;
+use crate::controller::events::{self, Event, EventType, Recorder, Write};
 use crate::controller::slim::{self, Kept, Owned};
 use crate::crd::{Site, SiteStatus};
 use crate::render::volume;
@@ -368,9 +373,45 @@ pub async fn publish(ctx: &Context, site: &Site, type_: EventType, reason: &str,
         action: "Reconcile".into(),
         secondary: None,
     };
-    if let Err(e) = recorder.publish(&event, &site.object_ref(&())).await {
+    if let Err(e) = record_event(&ctx.client, recorder, &event, &site.object_ref(&())).await {
         tracing::warn!(error = %e, reason, "cannot record an event");
     }
+}
+
+/// Records `ev` about `regarding` (in its namespace): a new Event, or, when `recorder` recorded
+/// the same Event in the last six minutes, the first one's series counted up (a new Event when
+/// that one is gone: deleted by hand, or expired).
+pub async fn record_event(
+    client: &kube::Client,
+    recorder: &Recorder,
+    ev: &Event,
+    regarding: &ObjectReference,
+) -> Result<(), kube::Error> {
+    let planned = recorder.plan(ev, regarding);
+    let now = Timestamp::now();
+    let api: Api<K8sEvent> = Api::namespaced(
+        client.clone(),
+        regarding.namespace.as_deref().unwrap_or("default"),
+    );
+    let create = || async {
+        let created = api
+            .create(&PostParams::default(), &recorder.event(ev, regarding, now))
+            .await?;
+        Ok::<_, kube::Error>((created.metadata.name.unwrap_or_default().into(), 1))
+    };
+    let (name, count) = match &planned.write {
+        Write::Repeat { name, count } => {
+            let patch = Patch::Merge(events::series(*count, now));
+            match api.patch(name, &PatchParams::default(), &patch).await {
+                Ok(_) => (name.clone(), *count),
+                Err(kube::Error::Api(s)) if s.code == 404 => create().await?,
+                Err(e) => return Err(e),
+            }
+        }
+        Write::Create => create().await?,
+    };
+    recorder.written(planned, name, count);
+    Ok(())
 }
 
 #[cfg(test)]

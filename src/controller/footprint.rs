@@ -27,6 +27,7 @@ use kube::Resource;
 use kube::runtime::watcher::Event;
 use serde_json::json;
 
+use crate::controller::apply::record_event;
 use crate::controller::context::WrittenStatuses;
 use crate::controller::events::{EventType, Recorder, Reporter};
 use crate::controller::fingerprints::Fingerprints;
@@ -555,12 +556,11 @@ fn events(d: &Delivered, runtime: &tokio::runtime::Runtime) -> usize {
     let references: Vec<_> = (0..N + WARM).map(|i| d.site(i).object_ref(&())).collect();
     per_object(
         1,
-        || Recorder::new(client.clone(), reporter.clone()),
+        || Recorder::new(reporter.clone()),
         |recorder, range| {
             runtime.block_on(async {
                 for i in range {
-                    recorder
-                        .publish(&created, &references[i])
+                    record_event(&client, recorder, &created, &references[i])
                         .await
                         .expect("the Event is recorded");
                 }

@@ -120,13 +120,10 @@ impl Controller {
         )
         .await;
 
-        let recorder = events::Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: "sites-operator".into(),
-                instance: options.instance.clone(),
-            },
-        );
+        let recorder = events::Recorder::new(Reporter {
+            controller: "sites-operator".into(),
+            instance: options.instance.clone(),
+        });
         let mut background = Vec::new();
         if let Some(name) = &options.config_map {
             let follow = configuration::Follow {
