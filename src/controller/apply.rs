@@ -25,9 +25,8 @@ use crate::controller::context::Context;
 use crate::controller::events::{self, Event, EventType, Recorder, Write};
 use crate::controller::slim::{self, Kept, Owned};
 use crate::crd::{Site, SiteStatus};
-use crate::render::volume;
 use crate::watched::{Pod, Volume};
-use crate::{Error, Result, Target, reasons};
+use crate::{Error, Result, Target};
 
 use crate::labels::DESIRED_HASH_ANNOTATION;
 /// The field manager of every write.
@@ -283,39 +282,18 @@ pub async fn patch_status(ctx: &Context, site: &Site, new: &SiteStatus) -> Resul
     Ok(())
 }
 
-/// Binds the retained volume `pv` to the site's new claim, whose uid is `claim_uid` (LIFE-01
-/// step 4); the claim was created pinned to the volume.
-pub async fn rebind_volume(ctx: &Context, site: &Site, pv: &Volume, claim_uid: &str) -> Result<()> {
-    let id = site.name_any();
-    let name = pv.name_any();
-    let api: Api<Volume> = Api::all(ctx.client.clone());
-    let patch = volume::rebind_patch(
-        &id,
-        &ctx.namespace,
-        &id,
-        claim_uid,
-        pv.metadata.resource_version.as_deref(),
-    );
-    api.patch(
-        &name,
-        &crate::labels::update_params(),
-        &Patch::Merge(&patch),
-    )
-    .await
-    .map_err(|source| Error::PatchVolume {
-        target: Target::of::<Volume>(&name),
-        source: Box::new(source),
-    })?;
-    tracing::info!(site = %id, volume = %name, "re-binding a retained volume");
-    publish(
-        ctx,
-        site,
-        EventType::Normal,
-        reasons::VOLUME_REATTACHED,
-        format!("re-binding retained volume {name}"),
-    )
-    .await;
-    Ok(())
+/// Merge-patches the PersistentVolume `name` under the operator's field manager: the two
+/// writes of volume retention, the re-bind and the site labels (`volumes.rs` builds both
+/// patches and decides when).
+pub async fn patch_volume(
+    client: &kube::Client,
+    name: &str,
+    patch: &serde_json::Value,
+) -> Result<(), kube::Error> {
+    let api: Api<Volume> = Api::all(client.clone());
+    api.patch(name, &crate::labels::update_params(), &Patch::Merge(patch))
+        .await
+        .map(drop)
 }
 
 /// LIFE-15: after a StatefulSet update, pods that are not Running and Ready and not terminating

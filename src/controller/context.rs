@@ -49,7 +49,7 @@ pub struct Caches {
     pub volumes: Volumes,
     /// Site pods by site id ([`crate::controller::index::pod_keys`]).
     pub pods_by_site: Index<SitePod, Table<SitePod>>,
-    /// Volumes by site label and claim reference ([`crate::controller::index::volume_keys`]).
+    /// Volumes by site label and claim reference ([`crate::controller::volumes::volume_keys`]).
     pub volumes_by_site: Index<Volume, Volumes>,
     /// Sites by public path ([`crate::controller::index::path_key`]).
     pub sites_by_path: Index<Site, Sites>,

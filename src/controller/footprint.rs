@@ -37,6 +37,7 @@ use crate::controller::records::{Records, Sites, Table, Volumes};
 use crate::controller::slim::tests::{example_site, render_site, stored};
 use crate::controller::slim::{self, Keep, Kept, Owned};
 use crate::controller::status::{self, SitePod};
+use crate::controller::volumes;
 use crate::crd::{Site, SiteStatus};
 use crate::labels::{FIELD_MANAGER, LAST_APPLIED_ANNOTATION};
 use crate::render::{self, Route, SiteTokens};
@@ -493,7 +494,7 @@ fn volumes(d: &Delivered) -> usize {
 fn volumes_by_site(d: &Delivered) -> usize {
     per_object(
         1,
-        || Index::<Volume, Volumes>::new(index::volume_keys),
+        || Index::<Volume, Volumes>::new(volumes::volume_keys),
         |index, range| list(range, |i| d.volume(i), |e| index.observe(e)),
     )
 }

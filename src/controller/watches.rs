@@ -20,7 +20,6 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use prometheus::IntCounterVec;
 
-use crate::controller::changes;
 use crate::controller::context::{self, Caches, HttpRoutes, WrittenStatuses};
 use crate::controller::fingerprints::{self, Fingerprints};
 use crate::controller::index::{self, Index};
@@ -28,6 +27,7 @@ use crate::controller::queue::Queue;
 use crate::controller::records::{Cache, Records, Sites, Table, Volumes};
 use crate::controller::slim::{self, Keep, Kept, Owned};
 use crate::controller::status::{self, FailedCreate, SitePod};
+use crate::controller::{changes, volumes};
 use crate::crd::{ID_LABEL, Site};
 use crate::watched::{Pod, Volume};
 
@@ -494,7 +494,7 @@ fn watch_failed_creates(client: &kube::Client, ns: &str, feed: &Feed) -> Table<F
 /// The watch of the volumes (cluster-wide) and their index by site: an event matters to the
 /// site a volume is labelled or claimed for.
 fn watch_volumes(client: &kube::Client, feed: &Feed) -> (Volumes, Index<Volume, Volumes>) {
-    let volumes_by_site = Index::new(index::volume_keys);
+    let volumes_by_site = Index::new(volumes::volume_keys);
     let index = volumes_by_site.clone();
     let volumes = Volumes::default();
     let writer = volumes.clone();
