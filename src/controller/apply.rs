@@ -238,28 +238,38 @@ where
     }
 }
 
-/// Stores `new` as the Site's status (a merge patch of the status subresource that clears what
-/// `new` does not have).
+/// Stores `new` as the Site's status: a merge patch of the status subresource
+/// ([`status_patch`]).
 pub async fn patch_status(ctx: &Context, site: &Site, new: &SiteStatus) -> Result<()> {
     let name = site.name_any();
+    ctx.api::<Site>()
+        .patch_status(
+            &name,
+            &crate::labels::update_params(),
+            &Patch::Merge(&status_patch(new, site.status.as_ref())),
+        )
+        .await
+        .map_err(|source| Error::PatchStatus {
+            name,
+            source: Box::new(source),
+        })?;
+    Ok(())
+}
+
+/// The merge patch that makes the status `new` where it was `previous`. A merge patch leaves
+/// absent fields alone, so every field of [`SiteStatus`] that `new` does not have is cleared
+/// ([`status_fields`]); a map is merged key by key, so the images of applications the Site no
+/// longer has are cleared too.
+fn status_patch(new: &SiteStatus, previous: Option<&SiteStatus>) -> serde_json::Value {
     let mut body = serde_json::to_value(new).unwrap_or_default();
     if let Some(obj) = body.as_object_mut() {
-        // A merge patch leaves absent fields alone: clear what the new status does not have.
-        for key in [
-            "phase",
-            "problems",
-            "all_steps_started",
-            "observedGeneration",
-            "conditions",
-            "images",
-        ] {
-            obj.entry(key).or_insert(serde_json::Value::Null);
+        for key in status_fields() {
+            obj.entry(key.as_str()).or_insert(serde_json::Value::Null);
         }
-        // A map is merged key by key: clear the images of applications the Site no longer has.
         if let (Some(images), Some(previous)) = (
             obj.get_mut("images")
                 .and_then(serde_json::Value::as_object_mut),
-            site.status.as_ref(),
+            previous,
         ) {
             for name in previous.images.keys() {
                 images
@@ -268,18 +278,21 @@ pub async fn patch_status(ctx: &Context, site: &Site, new: &SiteStatus) -> Resul
             }
         }
     }
-    ctx.api::<Site>()
-        .patch_status(
-            &name,
-            &crate::labels::update_params(),
-            &Patch::Merge(&serde_json::json!({"status": body})),
-        )
-        .await
-        .map_err(|source| Error::PatchStatus {
-            name,
-            source: Box::new(source),
-        })?;
-    Ok(())
+    serde_json::json!({"status": body})
+}
+
+/// The fields of [`SiteStatus`] by their names on the wire, read once from its schema (the one
+/// the CRD publishes): a field added to the status is cleared with the others, with no list of
+/// names to keep.
+fn status_fields() -> &'static [String] {
+    static FIELDS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    FIELDS.get_or_init(|| {
+        schemars::schema_for!(SiteStatus)
+            .get("properties")
+            .and_then(serde_json::Value::as_object)
+            .map(|fields| fields.keys().cloned().collect())
+            .unwrap_or_default()
+    })
 }
 
 /// Merge-patches the PersistentVolume `name` under the operator's field manager: the two
@@ -559,6 +572,71 @@ pub(crate) mod tests {
         let mut newer = cm("2", "u");
         stamp(&mut newer);
         assert!(!up_to_date(&stored, &newer));
+    }
+
+    /// The status patch clears every field of `SiteStatus` the new status does not have. The
+    /// status below sets every field (a field added to `SiteStatus` does not compile here until
+    /// it is set), so its keys are every field's name on the wire.
+    #[test]
+    fn a_status_patch_clears_every_field_the_new_status_leaves_out() {
+        use crate::crd::{Phase, Problem};
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+        let every = SiteStatus {
+            phase: Some(Phase::Running),
+            path: Some("/docs/handbook/".into()),
+            problems: vec![Problem {
+                name: "nginx".into(),
+                kind: "waiting".into(),
+                reason: None,
+                message: None,
+            }],
+            all_steps_started: Some(true),
+            observed_generation: Some(2),
+            images: [("jupyter".to_string(), "jupyter:1".to_string())].into(),
+            conditions: vec![
+                serde_json::from_value::<Condition>(json!({
+                    "type": "Ready", "status": "True", "reason": "Available", "message": "",
+                    "lastTransitionTime": "2024-01-01T00:00:00Z"
+                }))
+                .unwrap(),
+            ],
+        };
+        let keys = |v: &serde_json::Value| -> Vec<String> {
+            v.as_object().unwrap().keys().cloned().collect()
+        };
+        assert_eq!(
+            status_fields(),
+            keys(&serde_json::to_value(&every).unwrap())
+        );
+        // An empty status clears every field, the images of the previous status included.
+        let mut patch = status_patch(&SiteStatus::default(), Some(&every));
+        assert_eq!(
+            patch,
+            json!({"status": {
+                "all_steps_started": null,
+                "conditions": null,
+                "images": null,
+                "observedGeneration": null,
+                "path": null,
+                "phase": null,
+                "problems": null,
+            }})
+        );
+        // A status with images clears only the images the Site no longer has.
+        let mut images = SiteStatus {
+            images: [("python".to_string(), "python:3".to_string())].into(),
+            ..Default::default()
+        };
+        patch = status_patch(&images, Some(&every));
+        assert_eq!(
+            patch["status"]["images"],
+            json!({"jupyter": null, "python": "python:3"})
+        );
+        // What the new status has is written as it is.
+        images.phase = Some(Phase::Pending);
+        patch = status_patch(&images, None);
+        assert_eq!(patch["status"]["phase"], "Pending");
+        assert_eq!(patch["status"]["images"], json!({"python": "python:3"}));
     }
 
     #[test]
