@@ -1,8 +1,10 @@
 //! Every write the reconciler makes to the cluster: owned objects (server-side apply, only when
 //! they differ from what is stored), deletions, the Site status, PersistentVolume patches, pod
 //! deletions of a stalled rollout, and Events (about Sites, and the configuration's about the
-//! `sites-config` ConfigMap). Nothing else in the controller writes but the Lease
-//! ([`crate::controller::leader`]).
+//! `sites-config` ConfigMap). The callers decide what and when; this file sends it. Nothing
+//! else in the controller writes but the Lease ([`crate::controller::leader`]) and the retention
+//! loop, through [`crate::retention`] (shared with the `retention` command): docs/architecture.md
+//! ("Where each API write happens") lists every write, and a structure test holds it to the code.
 //!
 //! A real API server fills in many defaults (and may canonicalise values), so comparing the
 //! rendered object with the stored one field by field would see differences that are not there.

@@ -1,28 +1,31 @@
 //! The reconcile side of the operator: [`Controller::start`] starts the watches, waits until
-//! every cache has synced, then starts the workers and the background tasks; [`Controller::shutdown`]
-//! stops them. Its files, one job each:
+//! every cache has synced, then starts the workers and the background tasks;
+//! [`Controller::shutdown`] stops them. Its files, one job each:
 //!
 //! - `mod.rs` (this file): [`Options`], [`Controller`]: start and shutdown;
 //! - `watches.rs`: every watch, the caches and indexes it fills, and which Site key an event
 //!   queues;
 //! - `workers.rs`: the reconcile workers, the worker limit following the configuration, the
-//!   retention loop and the periodic gauges;
+//!   retention loop (which writes through [`crate::retention`], shared with the `retention`
+//!   command) and the periodic gauges;
 //! - `footprint.rs` (tests only): the bytes the caches and bookkeeping hold per Site, by kind;
 //! - [`context`]: what every reconcile shares (client, configuration, caches, recorder, cached
 //!   lookups of the session key and the master Ingress host);
 //! - [`reconcile`]: the reconcile of one Site, as a recipe;
 //! - [`configuration`]: follows the `sites-config` ConfigMap (live configuration);
-//! - [`apply`]: every write the reconciler makes to the cluster;
-//! - [`volumes`]: retained volumes, claims of a previous Site, when a bound volume gets its labels;
-//! - [`labeller`]: the delayed volume label patches (one task, a heap of due patches);
+//! - [`apply`]: every write the reconciler makes to the cluster (docs/architecture.md lists
+//!   them, and the few writers outside it);
+//! - [`volumes`]: volume retention, in one file: retained volumes, claims of a previous Site,
+//!   re-binds, when a bound volume gets its labels;
+//! - [`labeller`]: the schedule of delayed volume labels (one task, a heap of due labels);
 //! - [`fingerprints`]: what the operator last wrote of each owned object (drift detection);
 //! - [`index`]: secondary indexes over the caches and their key functions;
 //! - [`records`]: the caches (tables of records filled by the watches);
 //! - [`slim`]: what the caches keep of each object;
 //! - [`status`]: the Site status as a pure function;
-//! - [`events`]: the Event recorder (repeats counted as a series);
+//! - [`events`]: the Event recorder's memory (repeats counted as a series) and Event bodies;
 //! - [`queue`]: the work queue (client-go semantics);
-//! - [`leader`]: leader election with a Lease;
+//! - [`leader`]: leader election with a Lease (which it writes itself: not a reconcile write);
 //! - [`accounting`]: `sites_api_requests_total`, a tower layer on the client;
 //! - [`changes`]: what a Site edit changed (logs) and which changes matter.
 //!
