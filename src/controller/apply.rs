@@ -240,8 +240,8 @@ where
     }
 }
 
-/// Stores `new` as the Site's status: a merge patch of the status subresource
-/// ([`status_patch`]).
+/// Stores `new` as the Site's status: a merge patch of the status subresource that clears what
+/// `new` does not have (`status_patch`).
 pub async fn patch_status(ctx: &Context, site: &Site, new: &SiteStatus) -> Result<()> {
     let name = site.name_any();
     ctx.api::<Site>()

@@ -263,7 +263,7 @@ pub struct Context {
     pub tunables: Tunables,
     session_key: Cached<SecretKeyRef, Vec<u8>>,
     master_host: Cached<(), Option<String>>,
-    /// The delayed volume label patches.
+    /// The schedule of the delayed volume labels.
     pub(crate) labeller: Labeller,
     /// What the operator last wrote of each owned object (drift detection).
     pub(crate) fingerprints: Arc<crate::controller::fingerprints::Fingerprints>,

@@ -27,7 +27,7 @@ use crate::render::workload::PINNED_VOLUME_ANNOTATION;
 use crate::watched::Volume;
 use crate::{Error, Result, Target, reasons};
 
-/// Index keys of a volume: [`site_key`] of its site label and [`claim_key`] of its claim
+/// Index keys of a volume: `site_key` of its site label and `claim_key` of its claim
 /// reference.
 pub fn volume_keys(pv: &Volume) -> Vec<String> {
     let mut keys = Vec::new();
@@ -172,7 +172,7 @@ fn label_patch(id: &str) -> Value {
 }
 
 /// The retained volume a new claim re-binds to: among the volumes labelled for the site or
-/// claimed by its claim (the cache's index), the one [`find_retained_volume`] picks.
+/// claimed by its claim (the cache's index), the one `find_retained_volume` picks.
 pub fn retained(ctx: &Context, site: &Site) -> Option<Volume> {
     let id = site.name_any();
     let (index, store) = (&ctx.caches.volumes_by_site, &ctx.caches.volumes);
@@ -186,7 +186,7 @@ pub fn retained(ctx: &Context, site: &Site) -> Option<Volume> {
 /// The volume to bind to the site's claim `claim` (uid `claim_uid`): the retained volume the
 /// claim was just created pinned to, or else the volume a stored claim is pinned to (its
 /// [`PINNED_VOLUME_ANNOTATION`]) while that volume still awaits the claim
-/// ([`awaits_rebind`]: a re-bind cut short is finished).
+/// (`awaits_rebind`: a re-bind cut short is finished).
 pub fn awaiting_rebind(
     ctx: &Context,
     id: &str,
