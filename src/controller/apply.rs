@@ -1,6 +1,10 @@
 //! Every write the reconciler makes to the cluster: owned objects (server-side apply, only when
 //! they differ from what is stored), deletions, the Site status, PersistentVolume patches, pod
-//! deletions of a stalled rollout, and Events. Nothing else in the controller writes.
+//! deletions of a stalled rollout, and Events (about Sites, and the configuration's about the
+//! `sites-config` ConfigMap). The callers decide what and when; this file sends it. Nothing
+//! else in the controller writes but the Lease ([`crate::controller::leader`]) and the retention
+//! loop, through [`crate::retention`] (shared with the `retention` command): docs/architecture.md
+//! ("Where each API write happens") lists every write, and a structure test holds it to the code.
 //!
 //! A real API server fills in many defaults (and may canonicalise values), so comparing the
 //! rendered object with the stored one field by field would see differences that are not there.
@@ -11,18 +15,20 @@
 
 use std::fmt::Debug;
 
-use crate::controller::events::{Event, EventType};
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::events::v1::Event as K8sEvent;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::controller::context::Context;
+use crate::controller::events::{self, Event, EventType, Recorder, Write};
 use crate::controller::slim::{self, Kept, Owned};
 use crate::crd::{Site, SiteStatus};
-use crate::render::volume;
 use crate::watched::{Pod, Volume};
-use crate::{Error, Result, Target, reasons};
+use crate::{Error, Result, Target};
 
 use crate::labels::DESIRED_HASH_ANNOTATION;
 /// The field manager of every write.
@@ -234,41 +240,15 @@ where
     }
 }
 
-/// Stores `new` as the Site's status (a merge patch of the status subresource that clears what
-/// `new` does not have).
+/// Stores `new` as the Site's status: a merge patch of the status subresource that clears what
+/// `new` does not have (`status_patch`).
 pub async fn patch_status(ctx: &Context, site: &Site, new: &SiteStatus) -> Result<()> {
     let name = site.name_any();
-    let mut body = serde_json::to_value(new).unwrap_or_default();
-    if let Some(obj) = body.as_object_mut() {
-        // A merge patch leaves absent fields alone: clear what the new status does not have.
-        for key in [
-            "phase",
-            "problems",
-            "all_steps_started",
-            "observedGeneration",
-            "conditions",
-            "images",
-        ] {
-            obj.entry(key).or_insert(serde_json::Value::Null);
-        }
-        // A map is merged key by key: clear the images of applications the Site no longer has.
-        if let (Some(images), Some(previous)) = (
-            obj.get_mut("images")
-                .and_then(serde_json::Value::as_object_mut),
-            site.status.as_ref(),
-        ) {
-            for name in previous.images.keys() {
-                images
-                    .entry(name.clone())
-                    .or_insert(serde_json::Value::Null);
-            }
-        }
-    }
     ctx.api::<Site>()
         .patch_status(
             &name,
             &crate::labels::update_params(),
-            &Patch::Merge(&serde_json::json!({"status": body})),
+            &Patch::Merge(&status_patch(new, site.status.as_ref())),
         )
         .await
         .map_err(|source| Error::PatchStatus {
@@ -278,39 +258,57 @@ pub async fn patch_status(ctx: &Context, site: &Site, new: &SiteStatus) -> Resul
     Ok(())
 }
 
-/// Binds the retained volume `pv` to the site's new claim, whose uid is `claim_uid` (LIFE-01
-/// step 4); the claim was created pinned to the volume.
-pub async fn rebind_volume(ctx: &Context, site: &Site, pv: &Volume, claim_uid: &str) -> Result<()> {
-    let id = site.name_any();
-    let name = pv.name_any();
-    let api: Api<Volume> = Api::all(ctx.client.clone());
-    let patch = volume::rebind_patch(
-        &id,
-        &ctx.namespace,
-        &id,
-        claim_uid,
-        pv.metadata.resource_version.as_deref(),
-    );
-    api.patch(
-        &name,
-        &crate::labels::update_params(),
-        &Patch::Merge(&patch),
-    )
-    .await
-    .map_err(|source| Error::PatchVolume {
-        target: Target::of::<Volume>(&name),
-        source: Box::new(source),
-    })?;
-    tracing::info!(site = %id, volume = %name, "re-binding a retained volume");
-    publish(
-        ctx,
-        site,
-        EventType::Normal,
-        reasons::VOLUME_REATTACHED,
-        format!("re-binding retained volume {name}"),
-    )
-    .await;
-    Ok(())
+/// The merge patch that makes the status `new` where it was `previous`. A merge patch leaves
+/// absent fields alone, so every field of [`SiteStatus`] that `new` does not have is cleared
+/// ([`status_fields`]); a map is merged key by key, so the images of applications the Site no
+/// longer has are cleared too.
+fn status_patch(new: &SiteStatus, previous: Option<&SiteStatus>) -> serde_json::Value {
+    let mut body = serde_json::to_value(new).unwrap_or_default();
+    if let Some(obj) = body.as_object_mut() {
+        for key in status_fields() {
+            obj.entry(key.as_str()).or_insert(serde_json::Value::Null);
+        }
+        if let (Some(images), Some(previous)) = (
+            obj.get_mut("images")
+                .and_then(serde_json::Value::as_object_mut),
+            previous,
+        ) {
+            for name in previous.images.keys() {
+                images
+                    .entry(name.clone())
+                    .or_insert(serde_json::Value::Null);
+            }
+        }
+    }
+    serde_json::json!({"status": body})
+}
+
+/// The fields of [`SiteStatus`] by their names on the wire, read once from its schema (the one
+/// the CRD publishes): a field added to the status is cleared with the others, with no list of
+/// names to keep.
+fn status_fields() -> &'static [String] {
+    static FIELDS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    FIELDS.get_or_init(|| {
+        schemars::schema_for!(SiteStatus)
+            .get("properties")
+            .and_then(serde_json::Value::as_object)
+            .map(|fields| fields.keys().cloned().collect())
+            .unwrap_or_default()
+    })
+}
+
+/// Merge-patches the PersistentVolume `name` under the operator's field manager: the two
+/// writes of volume retention, the re-bind and the site labels (`volumes.rs` builds both
+/// patches and decides when).
+pub async fn patch_volume(
+    client: &kube::Client,
+    name: &str,
+    patch: &serde_json::Value,
+) -> Result<(), kube::Error> {
+    let api: Api<Volume> = Api::all(client.clone());
+    api.patch(name, &crate::labels::update_params(), &Patch::Merge(patch))
+        .await
+        .map(drop)
 }
 
 /// LIFE-15: after a StatefulSet update, pods that are not Running and Ready and not terminating
@@ -368,9 +366,45 @@ pub async fn publish(ctx: &Context, site: &Site, type_: EventType, reason: &str,
         action: "Reconcile".into(),
         secondary: None,
     };
-    if let Err(e) = recorder.publish(&event, &site.object_ref(&())).await {
+    if let Err(e) = record_event(&ctx.client, recorder, &event, &site.object_ref(&())).await {
         tracing::warn!(error = %e, reason, "cannot record an event");
     }
+}
+
+/// Records `ev` about `regarding` (in its namespace): a new Event, or, when `recorder` recorded
+/// the same Event in the last six minutes, the first one's series counted up (a new Event when
+/// that one is gone: deleted by hand, or expired).
+pub async fn record_event(
+    client: &kube::Client,
+    recorder: &Recorder,
+    ev: &Event,
+    regarding: &ObjectReference,
+) -> Result<(), kube::Error> {
+    let planned = recorder.plan(ev, regarding);
+    let now = Timestamp::now();
+    let api: Api<K8sEvent> = Api::namespaced(
+        client.clone(),
+        regarding.namespace.as_deref().unwrap_or("default"),
+    );
+    let create = || async {
+        let created = api
+            .create(&PostParams::default(), &recorder.event(ev, regarding, now))
+            .await?;
+        Ok::<_, kube::Error>((created.metadata.name.unwrap_or_default().into(), 1))
+    };
+    let (name, count) = match &planned.write {
+        Write::Repeat { name, count } => {
+            let patch = Patch::Merge(events::series(*count, now));
+            match api.patch(name, &PatchParams::default(), &patch).await {
+                Ok(_) => (name.clone(), *count),
+                Err(kube::Error::Api(s)) if s.code == 404 => create().await?,
+                Err(e) => return Err(e),
+            }
+        }
+        Write::Create => create().await?,
+    };
+    recorder.written(planned, name, count);
+    Ok(())
 }
 
 #[cfg(test)]
@@ -540,6 +574,71 @@ pub(crate) mod tests {
         let mut newer = cm("2", "u");
         stamp(&mut newer);
         assert!(!up_to_date(&stored, &newer));
+    }
+
+    /// The status patch clears every field of `SiteStatus` the new status does not have. The
+    /// status below sets every field (a field added to `SiteStatus` does not compile here until
+    /// it is set), so its keys are every field's name on the wire.
+    #[test]
+    fn a_status_patch_clears_every_field_the_new_status_leaves_out() {
+        use crate::crd::{Phase, Problem};
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+        let every = SiteStatus {
+            phase: Some(Phase::Running),
+            path: Some("/docs/handbook/".into()),
+            problems: vec![Problem {
+                name: "nginx".into(),
+                kind: "waiting".into(),
+                reason: None,
+                message: None,
+            }],
+            all_steps_started: Some(true),
+            observed_generation: Some(2),
+            images: [("jupyter".to_string(), "jupyter:1".to_string())].into(),
+            conditions: vec![
+                serde_json::from_value::<Condition>(json!({
+                    "type": "Ready", "status": "True", "reason": "Available", "message": "",
+                    "lastTransitionTime": "2024-01-01T00:00:00Z"
+                }))
+                .unwrap(),
+            ],
+        };
+        let keys = |v: &serde_json::Value| -> Vec<String> {
+            v.as_object().unwrap().keys().cloned().collect()
+        };
+        assert_eq!(
+            status_fields(),
+            keys(&serde_json::to_value(&every).unwrap())
+        );
+        // An empty status clears every field, the images of the previous status included.
+        let mut patch = status_patch(&SiteStatus::default(), Some(&every));
+        assert_eq!(
+            patch,
+            json!({"status": {
+                "all_steps_started": null,
+                "conditions": null,
+                "images": null,
+                "observedGeneration": null,
+                "path": null,
+                "phase": null,
+                "problems": null,
+            }})
+        );
+        // A status with images clears only the images the Site no longer has.
+        let mut images = SiteStatus {
+            images: [("python".to_string(), "python:3".to_string())].into(),
+            ..Default::default()
+        };
+        patch = status_patch(&images, Some(&every));
+        assert_eq!(
+            patch["status"]["images"],
+            json!({"jupyter": null, "python": "python:3"})
+        );
+        // What the new status has is written as it is.
+        images.phase = Some(Phase::Pending);
+        patch = status_patch(&images, None);
+        assert_eq!(patch["status"]["phase"], "Pending");
+        assert_eq!(patch["status"]["images"], json!({"python": "python:3"}));
     }
 
     #[test]

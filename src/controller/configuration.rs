@@ -108,7 +108,7 @@ async fn report(follow: &Follow, verdict: &Verdict, object: Option<&ConfigMap>) 
             namespace: Some(follow.namespace.clone()),
             ..Default::default()
         });
-    if let Err(e) = recorder.publish(&event, &reference).await {
+    if let Err(e) = apply::record_event(&follow.client, recorder, &event, &reference).await {
         tracing::warn!(error = %e, reason = %event.reason, "cannot record an event");
     }
 }

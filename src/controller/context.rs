@@ -49,7 +49,7 @@ pub struct Caches {
     pub volumes: Volumes,
     /// Site pods by site id ([`crate::controller::index::pod_keys`]).
     pub pods_by_site: Index<SitePod, Table<SitePod>>,
-    /// Volumes by site label and claim reference ([`crate::controller::index::volume_keys`]).
+    /// Volumes by site label and claim reference ([`crate::controller::volumes::volume_keys`]).
     pub volumes_by_site: Index<Volume, Volumes>,
     /// Sites by public path ([`crate::controller::index::path_key`]).
     pub sites_by_path: Index<Site, Sites>,
@@ -263,7 +263,7 @@ pub struct Context {
     pub tunables: Tunables,
     session_key: Cached<SecretKeyRef, Vec<u8>>,
     master_host: Cached<(), Option<String>>,
-    /// The delayed volume label patches.
+    /// The schedule of the delayed volume labels.
     pub(crate) labeller: Labeller,
     /// What the operator last wrote of each owned object (drift detection).
     pub(crate) fingerprints: Arc<crate::controller::fingerprints::Fingerprints>,

@@ -3,6 +3,10 @@
 //! reason, reporter and object (the note is not part of the key), and a repeat within six
 //! minutes counted in the first Event's `series` instead of a new Event.
 //!
+//! This file is the recorder's memory and the Events' bodies: which write an Event is (new, or a
+//! repeat of which Event) and what a new one holds. The writes themselves are
+//! [`crate::controller::apply::record_event`]'s.
+//!
 //! kube's Recorder remembers each recent Event whole (about 2.3 KB) and sweeps all of them on
 //! every publish: at 10,000 new Sites that was a fifth of the operator's heap. This one keeps,
 //! per key hashed, the Event's name, count and time, and sweeps at most once a minute.
@@ -16,7 +20,6 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event as K8sEvent;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, Patch, PatchParams, PostParams};
 pub use kube::runtime::events::{Event, EventType, Reporter};
 
 /// How long a repeat still joins the series of the first Event (kube's and client-go's value).
@@ -25,10 +28,9 @@ pub const SERIES_WINDOW: Duration = Duration::from_secs(6 * 60);
 /// How often records older than [`SERIES_WINDOW`] are dropped.
 const SWEEP_EVERY: Duration = Duration::from_secs(60);
 
-/// Records Events; clones share what was recorded.
+/// Remembers the Events recorded in the last six minutes; clones share what was recorded.
 #[derive(Clone)]
 pub struct Recorder {
-    client: kube::Client,
     reporter: Reporter,
     recent: Arc<Mutex<Recent>>,
 }
@@ -50,7 +52,7 @@ struct Recorded {
 
 /// What to write for an Event.
 #[derive(Debug, PartialEq)]
-enum Write {
+pub(crate) enum Write {
     /// A new Event.
     Create,
     /// A repeat: the series of the Event of that name now counts `count`.
@@ -94,10 +96,15 @@ impl Recent {
     }
 }
 
+/// An Event about to be written: what to write, and the key it is remembered under.
+pub(crate) struct Planned {
+    key: u64,
+    pub(crate) write: Write,
+}
+
 impl Recorder {
-    pub fn new(client: kube::Client, reporter: Reporter) -> Recorder {
+    pub fn new(reporter: Reporter) -> Recorder {
         Recorder {
-            client,
             reporter,
             recent: Arc::new(Mutex::new(Recent::new(Instant::now()))),
         }
@@ -123,58 +130,29 @@ impl Recorder {
         h.finish()
     }
 
-    /// Records `ev` about `regarding` (in its namespace): a new Event, or the first one's series
+    /// What recording `ev` about `regarding` now writes: a new Event, or the first one's series
     /// counted up when the same Event was recorded in the last six minutes.
-    pub async fn publish(
-        &self,
-        ev: &Event,
-        regarding: &ObjectReference,
-    ) -> Result<(), kube::Error> {
+    pub(crate) fn plan(&self, ev: &Event, regarding: &ObjectReference) -> Planned {
         let key = self.key(ev, regarding);
-        let write = self.recent().write(key, Instant::now());
-        let now = Timestamp::now();
-        let events: Api<K8sEvent> = Api::namespaced(
-            self.client.clone(),
-            regarding.namespace.as_deref().unwrap_or("default"),
-        );
-        let (name, count) = match write {
-            Write::Repeat { name, count } => {
-                let series = serde_json::json!({
-                    "series": {"count": count, "lastObservedTime": MicroTime(now)}
-                });
-                match events
-                    .patch(&name, &PatchParams::default(), &Patch::Merge(&series))
-                    .await
-                {
-                    Ok(_) => (name, count),
-                    // The first Event is gone (deleted by hand, or expired): this one starts anew.
-                    Err(kube::Error::Api(s)) if s.code == 404 => {
-                        self.create(&events, ev, regarding, now).await?
-                    }
-                    Err(e) => return Err(e),
-                }
-            }
-            Write::Create => self.create(&events, ev, regarding, now).await?,
-        };
-        self.recent().written(key, name, count, Instant::now());
-        Ok(())
+        Planned {
+            key,
+            write: self.recent().write(key, Instant::now()),
+        }
     }
 
-    /// Creates a new Event; returns its name and count (1).
-    async fn create(
-        &self,
-        events: &Api<K8sEvent>,
-        ev: &Event,
-        regarding: &ObjectReference,
-        now: Timestamp,
-    ) -> Result<(Box<str>, i32), kube::Error> {
-        let event = self.event(ev, regarding, now);
-        let created = events.create(&PostParams::default(), &event).await?;
-        Ok((created.metadata.name.unwrap_or_default().into(), 1))
+    /// The planned Event was written as `name`, now counting `count`.
+    pub(crate) fn written(&self, planned: Planned, name: Box<str>, count: i32) {
+        self.recent()
+            .written(planned.key, name, count, Instant::now());
     }
 
     /// A new Event, as kube's Recorder writes it.
-    fn event(&self, ev: &Event, regarding: &ObjectReference, now: Timestamp) -> K8sEvent {
+    pub(crate) fn event(
+        &self,
+        ev: &Event,
+        regarding: &ObjectReference,
+        now: Timestamp,
+    ) -> K8sEvent {
         let controller = &self.reporter.controller;
         K8sEvent {
             metadata: ObjectMeta {
@@ -209,6 +187,13 @@ impl Recorder {
             ..Default::default()
         }
     }
+}
+
+/// The merge patch that counts a repeat in the first Event's series.
+pub(crate) fn series(count: i32, now: Timestamp) -> serde_json::Value {
+    serde_json::json!({
+        "series": {"count": count, "lastObservedTime": MicroTime(now)}
+    })
 }
 
 #[cfg(test)]
@@ -261,11 +246,9 @@ mod tests {
         assert!(recent.by_key.contains_key(&2));
     }
 
-    #[tokio::test]
-    async fn the_key_is_type_action_reason_reporter_and_objects_not_the_note() {
-        let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
-        let client = kube::Client::try_from(config).unwrap();
-        let recorder = Recorder::new(client, Reporter::from("sites-operator".to_string()));
+    #[test]
+    fn the_key_is_type_action_reason_reporter_and_objects_not_the_note() {
+        let recorder = Recorder::new(Reporter::from("sites-operator".to_string()));
         let site = |name: &str| ObjectReference {
             kind: Some("Site".into()),
             name: Some(name.into()),

@@ -27,6 +27,7 @@ use kube::Resource;
 use kube::runtime::watcher::Event;
 use serde_json::json;
 
+use crate::controller::apply::record_event;
 use crate::controller::context::WrittenStatuses;
 use crate::controller::events::{EventType, Recorder, Reporter};
 use crate::controller::fingerprints::Fingerprints;
@@ -36,6 +37,7 @@ use crate::controller::records::{Records, Sites, Table, Volumes};
 use crate::controller::slim::tests::{example_site, render_site, stored};
 use crate::controller::slim::{self, Keep, Kept, Owned};
 use crate::controller::status::{self, SitePod};
+use crate::controller::volumes;
 use crate::crd::{Site, SiteStatus};
 use crate::labels::{FIELD_MANAGER, LAST_APPLIED_ANNOTATION};
 use crate::render::{self, Route, SiteTokens};
@@ -492,7 +494,7 @@ fn volumes(d: &Delivered) -> usize {
 fn volumes_by_site(d: &Delivered) -> usize {
     per_object(
         1,
-        || Index::<Volume, Volumes>::new(index::volume_keys),
+        || Index::<Volume, Volumes>::new(volumes::volume_keys),
         |index, range| list(range, |i| d.volume(i), |e| index.observe(e)),
     )
 }
@@ -555,12 +557,11 @@ fn events(d: &Delivered, runtime: &tokio::runtime::Runtime) -> usize {
     let references: Vec<_> = (0..N + WARM).map(|i| d.site(i).object_ref(&())).collect();
     per_object(
         1,
-        || Recorder::new(client.clone(), reporter.clone()),
+        || Recorder::new(reporter.clone()),
         |recorder, range| {
             runtime.block_on(async {
                 for i in range {
-                    recorder
-                        .publish(&created, &references[i])
+                    record_event(&client, recorder, &created, &references[i])
                         .await
                         .expect("the Event is recorded");
                 }

@@ -8,18 +8,19 @@
 //! point). An index may still hold stale entries (an object relabelled): every lookup re-checks
 //! the entries against the cache and drops those that no longer match, so a lookup returns
 //! exactly what a filter over the cache would.
+//!
+//! The key functions of the Site and pod indexes are here; those of the volume index are volume
+//! retention's (`volumes.rs`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use kube::ResourceExt;
 use kube::runtime::watcher;
 
 use crate::controller::records::Cache;
 use crate::controller::status::SitePod;
-use crate::crd::{ID_LABEL, Site};
+use crate::crd::Site;
 use crate::render::apps::site_path;
-use crate::watched::Volume;
 
 /// Index key of a Site: its public path `/<space>/<name>/` within its namespace (one path, one
 /// Site: admission and the route backstop look up who else uses it).
@@ -45,32 +46,6 @@ pub fn site_path_keys(site: &Site) -> Vec<String> {
 /// are not indexed.
 pub fn pod_keys(p: &SitePod) -> Vec<String> {
     p.site.iter().map(|id| id.to_string()).collect()
-}
-
-/// Index keys of a volume: [`site_key`] of its site label and [`claim_key`] of its claim
-/// reference.
-pub fn volume_keys(pv: &Volume) -> Vec<String> {
-    let mut keys = Vec::new();
-    if let Some(id) = pv.labels().get(ID_LABEL) {
-        keys.push(site_key(id));
-    }
-    if let Some(c) = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref()) {
-        keys.push(claim_key(
-            c.namespace.as_deref().unwrap_or_default(),
-            c.name.as_deref().unwrap_or_default(),
-        ));
-    }
-    keys
-}
-
-/// The volume index key of a site label: `id:<site id>`.
-pub fn site_key(id: &str) -> String {
-    format!("id:{id}")
-}
-
-/// The volume index key of a claim reference: `claim:<namespace>/<name>`.
-pub fn claim_key(namespace: &str, name: &str) -> String {
-    format!("claim:{namespace}/{name}")
 }
 
 /// Index keys → identities ([`Cache::Id`]) of the objects of cache `C` that have them.

@@ -1,22 +1,18 @@
-//! The delayed volume labels: a bound volume gets its Site's labels some seconds after the
-//! claim binds (jittered, so that thousands of new Sites do not patch at once), from one
-//! background task with a heap of due patches. A writer outside `apply.rs`, because the
-//! patch needs no reconcile context.
+//! The schedule of the delayed volume labels: a bound volume gets its Site's labels some
+//! seconds after the claim binds (jittered, so that thousands of new Sites do not patch at once),
+//! from one background task with a heap of due labels. When a label is due and what it writes
+//! are volume retention's (`volumes.rs`); this file keeps only the heap, below the `Context` that
+//! holds it.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashSet};
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 
-use kube::ResourceExt;
-use kube::api::{Api, Patch};
 use tokio::sync::mpsc;
 
-use crate::crd::ID_LABEL;
-use crate::render::volume;
-use crate::watched::Volume;
-
-/// The delayed volume label patches: the volumes with a patch scheduled and not yet made, and
-/// the queue of one background task serving every site.
+/// The delayed volume labels: the volumes with a label scheduled and not yet made, and the queue
+/// of one background task serving every site.
 #[derive(Default)]
 pub(crate) struct Labeller {
     pending: Arc<Mutex<HashSet<String>>>,
@@ -24,15 +20,19 @@ pub(crate) struct Labeller {
 }
 
 impl Labeller {
-    /// Schedules the label patch of `volume` for Site `id` at `due`, unless one is already
-    /// scheduled and not yet made.
-    pub(crate) fn schedule(
+    /// Schedules the label of `volume` for Site `id` at `due`, unless one is already scheduled
+    /// and not yet made. The task, started by the first label scheduled, makes every label with
+    /// that first `label(volume, id)`.
+    pub(crate) fn schedule<F, Fut>(
         &self,
-        client: &kube::Client,
         due: tokio::time::Instant,
         volume: String,
         id: &str,
-    ) {
+        label: F,
+    ) where
+        F: Fn(String, String) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
         if !self
             .pending
             .lock()
@@ -44,7 +44,7 @@ impl Labeller {
         let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
         let tx = queue.get_or_insert_with(|| {
             let (tx, rx) = mpsc::unbounded_channel();
-            tokio::spawn(label_when_due(client.clone(), self.pending.clone(), rx));
+            tokio::spawn(label_when_due(label, self.pending.clone(), rx));
             tx
         });
         let _ = tx.send(Labelling {
@@ -55,7 +55,7 @@ impl Labeller {
     }
 }
 
-/// A volume label patch due at `due`.
+/// A volume label due at `due`.
 #[derive(PartialEq, Eq, PartialOrd, Ord)]
 struct Labelling {
     due: tokio::time::Instant,
@@ -63,14 +63,17 @@ struct Labelling {
     id: String,
 }
 
-/// Applies volume label patches when they are due, one at a time, until the context is gone.
-/// One task and a heap of small entries, not a sleeping task per site: at 10,000 new Sites the
-/// tasks alone took tens of MiB.
-async fn label_when_due(
-    client: kube::Client,
+/// Makes volume labels when they are due, one at a time, until the context is gone. One task
+/// and a heap of small entries, not a sleeping task per site: at 10,000 new Sites the tasks
+/// alone took tens of MiB.
+async fn label_when_due<F, Fut>(
+    label: F,
     pending: Arc<Mutex<HashSet<String>>>,
     mut rx: mpsc::UnboundedReceiver<Labelling>,
-) {
+) where
+    F: Fn(String, String) -> Fut,
+    Fut: Future<Output = ()>,
+{
     let mut waiting: BinaryHeap<Reverse<Labelling>> = BinaryHeap::new();
     loop {
         let next = waiting.peek().map(|Reverse(l)| l.due);
@@ -81,37 +84,10 @@ async fn label_when_due(
             },
             _ = tokio::time::sleep_until(next.unwrap_or_else(tokio::time::Instant::now)), if next.is_some() => {
                 if let Some(Reverse(l)) = waiting.pop() {
-                    label_volume(&client, &l.volume, &l.id).await;
+                    label(l.volume.clone(), l.id).await;
                     pending.lock().unwrap_or_else(|e| e.into_inner()).remove(&l.volume);
                 }
             }
-        }
-    }
-}
-
-/// Labels `volume` with the site labels of `id` unless it already has them. Errors are logged:
-/// the label only helps a later re-creation find the volume.
-pub async fn label_volume(client: &kube::Client, volume: &str, id: &str) {
-    let api: Api<Volume> = Api::all(client.clone());
-    match api.get_opt(volume).await {
-        Ok(Some(pv)) if pv.labels().get(ID_LABEL).map(String::as_str) == Some(id) => {}
-        Ok(Some(_)) => {
-            if let Err(e) = api
-                .patch(
-                    volume,
-                    &crate::labels::update_params(),
-                    &Patch::Merge(&volume::label_patch(id)),
-                )
-                .await
-            {
-                tracing::warn!(site = %id, volume = %volume, error = %e, "cannot label the site volume");
-            }
-        }
-        Ok(None) => {
-            tracing::info!(site = %id, volume = %volume, "volume not found; not labelled")
-        }
-        Err(e) => {
-            tracing::warn!(site = %id, volume = %volume, error = %e, "cannot read the site volume")
         }
     }
 }

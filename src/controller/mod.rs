@@ -1,26 +1,38 @@
-//! The reconcile side of the operator: the controller that wires caches, queue and workers
-//! together (this module), and its parts:
+//! The reconcile side of the operator: [`Controller::start`] starts the watches, waits until
+//! every cache has synced, then starts the workers and the background tasks;
+//! [`Controller::shutdown`] stops them. Its files, one job each:
 //!
+//! - `mod.rs` (this file): [`Options`], [`Controller`]: start and shutdown;
+//! - `watches.rs`: every watch, the caches and indexes it fills, and which Site key an event
+//!   queues;
+//! - `workers.rs`: the reconcile workers, the worker limit following the configuration, the
+//!   retention loop (which writes through [`crate::retention`], shared with the `retention`
+//!   command) and the periodic gauges;
+//! - `footprint.rs` (tests only): the bytes the caches and bookkeeping hold per Site, by kind;
 //! - [`context`]: what every reconcile shares (client, configuration, caches, recorder, cached
 //!   lookups of the session key and the master Ingress host);
-//! - [`events`]: the Event recorder (repeats counted as a series);
-//! - [`index`]: secondary indexes over the caches and their key functions;
-//! - [`slim`]: what the caches keep of each object;
-//! - [`queue`]: the work queue (client-go semantics);
 //! - [`reconcile`]: the reconcile of one Site, as a recipe;
-//! - [`apply`]: every write the reconciler makes to the cluster;
-//! - [`volumes`]: retained volumes, claims of a previous Site, delayed volume labels;
-//! - [`status`]: the Site status as a pure function;
 //! - [`configuration`]: follows the `sites-config` ConfigMap (live configuration);
-//! - [`leader`], [`accounting`], [`changes`]: leader election, API call metrics, change logs.
+//! - [`apply`]: every write the reconciler makes to the cluster (docs/architecture.md lists
+//!   them, and the few writers outside it);
+//! - [`volumes`]: volume retention, in one file: retained volumes, claims of a previous Site,
+//!   re-binds, when a bound volume gets its labels;
+//! - [`labeller`]: the schedule of delayed volume labels (one task, a heap of due labels);
+//! - [`fingerprints`]: what the operator last wrote of each owned object (drift detection);
+//! - [`index`]: secondary indexes over the caches and their key functions;
+//! - [`records`]: the caches (tables of records filled by the watches);
+//! - [`slim`]: what the caches keep of each object;
+//! - [`status`]: the Site status as a pure function;
+//! - [`events`]: the Event recorder's memory (repeats counted as a series) and Event bodies;
+//! - [`queue`]: the work queue (client-go semantics);
+//! - [`leader`]: leader election with a Lease (which it writes itself: not a reconcile write);
+//! - [`accounting`]: `sites_api_requests_total`, a tower layer on the client;
+//! - [`changes`]: what a Site edit changed (logs) and which changes matter.
 //!
-//! Caches are fed by watches of the platform namespace: [`records::Table`]s of Sites, of site
-//! pods as [`status::SitePod`]s (selected by the id label, indexed only with the operator_bound
-//! annotation and the site's StatefulSet as controller) and [`records::Records`] of every
-//! object of the owned kinds (not only the operator's: an object of an owned name that the Site
-//! does not control must be seen to be left alone, SPEC 4.6); and a table of volumes
-//! (cluster-scoped, unique by name). Every event maps to the key of its Site (the id label), which
-//! goes into the [`queue::Queue`]; `worker_limit` workers reconcile keys.
+//! The path of an event: a watch (`watches.rs`) updates its cache ([`records`]) and index
+//! ([`index`]), and queues the key of the Site the object belongs to (its id label) in the
+//! [`queue::Queue`]; a worker (`workers.rs`) takes the key and runs [`reconcile::reconcile`],
+//! which reads the caches and writes through [`apply`].
 
 pub mod accounting;
 pub mod apply;
@@ -40,33 +52,21 @@ pub mod records;
 pub mod slim;
 pub mod status;
 pub mod volumes;
+mod watches;
+mod workers;
 
-use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use futures::{FutureExt, StreamExt, TryStreamExt};
-use gateway_api::apis::standard::httproutes::HttpRoute;
-use kube::api::Api;
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Resource, ResourceExt};
-use prometheus::{IntCounterVec, Registry};
+use prometheus::Registry;
 use tokio::sync::watch;
-use tracing::Instrument;
 
-use crate::config::PlatformConfig;
 use crate::config::live::{Follower, Live};
+use crate::controller::context::{Context, Tunables, WrittenStatuses};
 use crate::controller::events::Reporter;
-use crate::crd::{ID_LABEL, Phase, Site};
+use crate::controller::fingerprints::Fingerprints;
+use crate::controller::queue::{Backoff, Queue};
 use crate::metrics::{QueueMetrics, RECONCILER, ReconcileMetrics};
-use crate::watched::{Pod, Volume};
-use context::{Caches, Context, HttpRoutes, Tunables, WrittenStatuses};
-use index::Index;
-use queue::{Backoff, Queue};
-use reconcile::Next;
-use records::{Cache, Records, Sites, Table, Volumes};
-use slim::{Keep, Kept, Owned};
-use status::{FailedCreate, SitePod};
 
 /// How the controller runs.
 #[derive(Clone, Debug)]
@@ -86,481 +86,11 @@ pub struct Options {
     pub retention_interval: Option<Duration>,
 }
 
-/// Objects per page of a watch's initial list. A page is decoded whole (with the managed fields
-/// and specs the caches then drop) before its objects are slimmed: with ten watches listing at
-/// once after a restart, kube's default of 500 made those pages a third of the restarted
-/// operator's peak memory at 1,000 Sites.
-const LIST_PAGE: u32 = 100;
-
-/// Watches making their first list at once. A restarted operator lists every kind it watches;
-/// all at once, the pages in flight (decoded whole) and what the allocator keeps of them made
-/// its peak memory at 10,000 Sites about a fifth above the first operator's; one at a time,
-/// the restart took twice as long (each list waits for the API server's answer with nothing
-/// else to do). Two: most of the memory, little of the time (BENCHMARKS.md).
-const LISTS_AT_ONCE: usize = 2;
-
-fn list_config() -> watcher::Config {
-    watcher::Config::default().page_size(LIST_PAGE)
-}
-
-/// Where watch events go: the queue, and the count of keys queued per kind of object.
-#[derive(Clone)]
-struct Feed {
-    queue: Queue<String>,
-    triggers: IntCounterVec,
-    /// Turns to list: a watch takes one for its first list (see [`LISTS_AT_ONCE`]).
-    lists: Arc<tokio::sync::Semaphore>,
-}
-
-/// The key (Site name) an owned object or pod belongs to.
-fn key_of<K: Resource>(obj: &K) -> Option<String> {
-    obj.labels().get(ID_LABEL).cloned()
-}
-
-/// The key of an object of an owned kind: its id label, else its name (an object without the
-/// label may be in the way of the Site of that name, or be one of its objects that lost the
-/// label: either way that Site looks again).
-fn owned_key<K: Keep>(obj: &Kept<K>) -> Option<String> {
-    route_key(obj).or_else(|| Some(obj.name().to_string()))
-}
-
-/// The key of a route: its id label only (a route of another owner is no Site's business).
-fn route_key<K: Keep>(obj: &Kept<K>) -> Option<String> {
-    obj.facts.site_id().map(str::to_string)
-}
-
-/// [`watch_kind_observed`] for an owned kind, kept as [`Kept`] records: every object the watch
-/// delivers is shown to the drift fingerprints (the cache has caught up with the operator's own
-/// write once it shows it).
-fn watch_owned<K>(
-    api: Api<K>,
-    feed: &Feed,
-    key: impl Fn(&Kept<K>) -> Option<String> + Send + Sync + 'static,
-    prints: Arc<fingerprints::Fingerprints>,
-) -> Records<K>
-where
-    K: Keep + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
-    K::Body: Send + Sync,
-{
-    // The version is taken before the record is made, which drops it, and shown to the
-    // fingerprints only once the records hold the object: a reconcile that learns its write
-    // was seen must find that write (or a later version) in the cache. The stream passes one
-    // event through every stage before it pulls the next, so one slot carries the version
-    // between the stages. (The objects of a re-list enter the cache together at its end but are
-    // shown as they arrive: a write seen only through a re-list may be repeated once.)
-    let version = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let taken = version.clone();
-    let records = Records::<K>::default();
-    let writer = records.clone();
-    watch_kind_observed(
-        api,
-        list_config(),
-        feed,
-        move |obj: K| {
-            taken.store(
-                fingerprints::version(obj.meta()),
-                std::sync::atomic::Ordering::Relaxed,
-            );
-            Kept::new(obj)
-        },
-        records.clone(),
-        move |event| writer.apply(event),
-        key,
-        changed,
-        move |event: &watcher::Event<Kept<K>>| match event {
-            watcher::Event::Apply(obj) | watcher::Event::InitApply(obj) => {
-                prints.observe(obj, version.load(std::sync::atomic::Ordering::Relaxed));
-            }
-            // A deleted object is forgotten: one made again by someone else (while the watch
-            // was down, say) is not taken for the operator's, and the records do not grow with
-            // Site churn.
-            watcher::Event::Delete(obj) => prints.forget::<K>(obj.name()),
-            watcher::Event::Init | watcher::Event::InitDone => {}
-        },
-    );
-    records
-}
-
-/// Whether a watch event changes what the cache keeps of its object (kept copies are slimmed:
-/// an update of a status field, an annotation or the resourceVersion that the reconcile never
-/// reads leaves them equal). Events that change nothing are not queued.
-fn changed<K: PartialEq>(cache: &impl Cache<K>, event: &watcher::Event<K>) -> bool {
-    changed_by(cache, event, |old, new| old != new)
-}
-
-/// Whether a watch event changes its object as `differs(cached, new)` judges it: a new object
-/// (no cached copy) and a deletion always do.
-fn changed_by<K>(
-    cache: &impl Cache<K>,
-    event: &watcher::Event<K>,
-    differs: fn(&K, &K) -> bool,
-) -> bool {
-    match event {
-        watcher::Event::Apply(new) | watcher::Event::InitApply(new) => {
-            cache.cached(new).is_none_or(|old| differs(&old, new))
-        }
-        _ => true,
-    }
-}
-
-/// Starts a watch of `api` that keeps each object as `keep` makes it in `cache` (`store` applies
-/// an event to it) and feeds the keys of touched objects into the queue. Calls `before(cache,
-/// event)` with every watch event before the cache applies it (the cache still holds the
-/// previous version): false keeps the event's key out of the queue (the event cannot change what
-/// a reconcile does); and `after(event)` once the cache applied it.
-///
-/// An object deleted during a watch gap leaves no Delete event: the re-list that follows just
-/// leaves it out. When the re-list is done, every cached object it did not deliver is judged as
-/// deleted (`before` with a Delete event) and its key queued, so what was deleted in the gap is
-/// repaired (`after` sees that Delete too). The keys of a re-list are queued once the cache holds
-/// it, as client-go's informers replace their store before they notify.
-#[allow(clippy::too_many_arguments)]
-fn watch_kind_observed<S, K, C>(
-    api: Api<S>,
-    config: watcher::Config,
-    feed: &Feed,
-    mut keep: impl FnMut(S) -> K + Send + 'static,
-    cache: C,
-    mut store: impl FnMut(&watcher::Event<K>) + Send + 'static,
-    key: impl Fn(&K) -> Option<String> + Send + Sync + 'static,
-    before: impl Fn(&C, &watcher::Event<K>) -> bool + Send + 'static,
-    after: impl Fn(&watcher::Event<K>) + Send + 'static,
-) where
-    S: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
-    S::DynamicType: Default,
-    K: Clone + std::fmt::Debug + Send + Sync + 'static,
-    C: Cache<K>,
-{
-    let kind = S::kind(&S::DynamicType::default()).into_owned();
-    let triggered = feed.triggers.with_label_values(&[&kind]);
-    let queue = feed.queue.clone();
-    let lists = feed.lists.clone();
-    let stream = watcher(api, config)
-        .default_backoff()
-        .map_ok(move |event| kept_event(event, &mut keep));
-    tokio::spawn(async move {
-        futures::pin_mut!(stream);
-        // The first list waits for its turn, which ends with the list or with the first error
-        // (a kind the operator may not list must not hold the others back). Re-lists after a
-        // watch gap take no turn.
-        let mut turn = lists.acquire_owned().await.ok();
-        // During a re-list (Init .. InitDone): the objects it delivered so far, and the keys to
-        // queue once the cache holds the re-listed objects (a reconcile before that would read
-        // the copies from before the re-list, and nothing would queue the key again).
-        let mut relist: Option<(HashSet<C::Id>, Vec<String>)> = None;
-        while let Some(item) = stream.next().await {
-            let event = match item {
-                Ok(event) => event,
-                Err(e) => {
-                    turn.take();
-                    cache.watch_failed();
-                    tracing::warn!(%kind, error = %e, "watch error; retrying");
-                    continue;
-                }
-            };
-            let relevant = before(&cache, &event);
-            let mut keys = Vec::new();
-            match &event {
-                watcher::Event::Init => relist = Some((HashSet::new(), Vec::new())),
-                watcher::Event::InitApply(obj) => {
-                    let (seen, later) = relist.get_or_insert_default();
-                    seen.insert(C::id(obj));
-                    if relevant {
-                        later.extend(key(obj));
-                    }
-                }
-                watcher::Event::InitDone => {
-                    turn.take();
-                    let (seen, later) = relist.take().unwrap_or_default();
-                    keys = later;
-                    // One object at a time: a packed cache decodes each one it returns.
-                    for id in cache.ids() {
-                        if seen.contains(&id) {
-                            continue;
-                        }
-                        let Some(obj) = cache.get_id(&id) else {
-                            continue;
-                        };
-                        let gone = watcher::Event::Delete(obj.as_ref().clone());
-                        if before(&cache, &gone) {
-                            keys.extend(key(&obj));
-                        }
-                        after(&gone);
-                    }
-                }
-                watcher::Event::Apply(obj) | watcher::Event::Delete(obj) => {
-                    if relevant {
-                        keys.extend(key(obj));
-                    }
-                }
-            }
-            store(&event);
-            after(&event);
-            for k in keys {
-                triggered.inc();
-                queue.add(k);
-            }
-        }
-    });
-}
-
-/// A watch event with its objects as the cache keeps them.
-fn kept_event<S, K>(event: watcher::Event<S>, keep: &mut impl FnMut(S) -> K) -> watcher::Event<K> {
-    match event {
-        watcher::Event::Apply(obj) => watcher::Event::Apply(keep(obj)),
-        watcher::Event::Delete(obj) => watcher::Event::Delete(keep(obj)),
-        watcher::Event::Init => watcher::Event::Init,
-        watcher::Event::InitApply(obj) => watcher::Event::InitApply(keep(obj)),
-        watcher::Event::InitDone => watcher::Event::InitDone,
-    }
-}
-
-/// The watch of the Sites: the Site table and its index by public path. An event queues its
-/// Site when [`site_event_matters`]; a Site leaving a public path queues the others of that path.
-fn watch_sites(
-    client: &kube::Client,
-    ns: &str,
-    feed: &Feed,
-    written: Arc<WrittenStatuses>,
-) -> (Sites, Index<Site, Sites>) {
-    let sites_by_path = Index::new(index::site_path_keys);
-    let path_index = sites_by_path.clone();
-    let sharers = (sites_by_path.clone(), feed.queue.clone());
-    let sites = Sites::default();
-    let writer = sites.clone();
-    watch_kind_observed(
-        Api::<Site>::namespaced(client.clone(), ns),
-        list_config(),
-        feed,
-        |mut s: Site| {
-            slim::site(&mut s);
-            s
-        },
-        sites.clone(),
-        move |event| writer.apply(event),
-        |s: &Site| s.metadata.name.clone(),
-        move |before: &Sites, event: &watcher::Event<Site>| {
-            site_event_matters(before, event, &written, &sharers)
-        },
-        move |event: &watcher::Event<Site>| path_index.observe(event),
-    );
-    (sites, sites_by_path)
-}
-
-/// Whether a Site watch event queues its Site (a change the reconcile acts on, or a status the
-/// operator did not write); logs what an edit changed; queues the other Sites of a public path
-/// the Site leaves.
-fn site_event_matters(
-    before: &Sites,
-    event: &watcher::Event<Site>,
-    written: &WrittenStatuses,
-    (index, queue): &(Index<Site, Sites>, Queue<String>),
-) -> bool {
-    // A re-list (after a watch gap) delivers every Site again as InitApply while the store
-    // still holds the previous copies: judged like an update, so only what changed in the gap
-    // is queued.
-    let old = match event {
-        watcher::Event::Apply(new) | watcher::Event::InitApply(new) => before.cached(new),
-        watcher::Event::Delete(gone) => Some(Arc::new(gone.clone())),
-        _ => None,
-    };
-    if let watcher::Event::Apply(new) = event
-        && let Some(old) = &old
-        && changes::site_edited(old, new)
-    {
-        let view = |s: &Site| serde_json::json!({"metadata": {"annotations": s.metadata.annotations, "labels": s.metadata.labels}, "spec": s.spec});
-        changes::log_site_changes(&new.name_any(), &view(old), &view(new));
-    }
-    let relevant = match (event, &old) {
-        (watcher::Event::Apply(new) | watcher::Event::InitApply(new), Some(old)) => {
-            changes::site_changed(old, new)
-                || (old.status != new.status
-                    && !written.is_ours(&new.name_any(), new.status.as_ref()))
-        }
-        (watcher::Event::Delete(gone), _) => {
-            written.forget(&gone.name_any());
-            true
-        }
-        _ => true,
-    };
-    // A Site leaving a public path (deleted, moved, being deleted) frees it: the other Sites of
-    // that path are reconciled, so the next one gets the route now.
-    if let Some(old) = old {
-        let left = match event {
-            watcher::Event::Apply(new) | watcher::Event::InitApply(new) => {
-                new.metadata.deletion_timestamp.is_some()
-                    || index::path_key(new) != index::path_key(&old)
-            }
-            _ => true,
-        };
-        if left {
-            for other in index.get(before, &index::path_key(&old)) {
-                if other.metadata.name != old.metadata.name {
-                    queue.add(other.name_any());
-                }
-            }
-        }
-    }
-    relevant
-}
-
-/// What the watches of the owned kinds share.
-struct Watch<'a> {
-    client: &'a kube::Client,
-    ns: &'a str,
-    feed: &'a Feed,
-    prints: &'a Arc<fingerprints::Fingerprints>,
-}
-
-impl Watch<'_> {
-    /// The watch of an owned kind the operator labels: an event queues the Site of the label.
-    fn labelled<K: Owned>(&self) -> Records<K> {
-        let api = Api::namespaced(self.client.clone(), self.ns);
-        watch_owned(api, self.feed, owned_key, self.prints.clone())
-    }
-
-    /// The watch of a route kind, unfiltered: a same-named route of another owner must be seen
-    /// to be left alone (RTG-03).
-    fn routes<K: Owned>(&self) -> Records<K> {
-        let api = Api::namespaced(self.client.clone(), self.ns);
-        watch_owned(api, self.feed, route_key, self.prints.clone())
-    }
-}
-
-/// The HTTPRoutes, watched (unfiltered, as Ingresses) from the start when the cluster serves
-/// the Gateway API, else from the first reconcile that needs them.
-async fn watch_http_routes(
-    client: &kube::Client,
-    ns: &str,
-    feed: &Feed,
-    prints: Arc<fingerprints::Fingerprints>,
-) -> HttpRoutes {
-    let httproutes = HttpRoutes::new(Arc::new({
-        let (client, ns, feed) = (client.clone(), ns.to_string(), feed.clone());
-        move || {
-            watch_owned(
-                Api::<HttpRoute>::namespaced(client.clone(), &ns),
-                &feed,
-                route_key,
-                prints.clone(),
-            )
-        }
-    }));
-    if context::serves_http_routes(client, ns).await {
-        httproutes.start();
-    } else {
-        tracing::info!("the cluster does not serve gateway.networking.k8s.io/v1 HTTPRoutes");
-    }
-    httproutes
-}
-
-/// The watch of the site pods (by the id label), kept as resolved `SitePod`s, and their index
-/// by site: a pod event queues its Site when the resolved pod changed.
-fn watch_site_pods(
-    client: &kube::Client,
-    ns: &str,
-    feed: &Feed,
-) -> (Table<SitePod>, Index<SitePod, Table<SitePod>>) {
-    let pods_by_site = Index::new(index::pod_keys);
-    let index = pods_by_site.clone();
-    let pods = Table::<SitePod>::default();
-    let writer = pods.clone();
-    watch_kind_observed(
-        Api::<Pod>::namespaced(client.clone(), ns),
-        list_config().labels(ID_LABEL),
-        feed,
-        |p: Pod| slim::pod(&p),
-        pods.clone(),
-        move |event| writer.apply(event),
-        |p: &SitePod| index::pod_keys(p).pop(),
-        changed,
-        move |event: &watcher::Event<SitePod>| index.observe(event),
-    );
-    (pods, pods_by_site)
-}
-
-/// The watch of the StatefulSets' `FailedCreate` Events (the controller manager's, on a pod it
-/// could not create): an Event queues the site whose StatefulSet it names, so that its status
-/// says why its pods do not exist.
-fn watch_failed_creates(client: &kube::Client, ns: &str, feed: &Feed) -> Table<FailedCreate> {
-    let failed = Table::<FailedCreate>::default();
-    let writer = failed.clone();
-    watch_kind_observed(
-        Api::<k8s_openapi::api::core::v1::Event>::namespaced(client.clone(), ns),
-        list_config().fields(status::FAILED_CREATE_EVENTS),
-        feed,
-        |e| FailedCreate::of(&e),
-        failed.clone(),
-        move |event| writer.apply(event),
-        |f: &FailedCreate| Some(f.statefulset.to_string()),
-        changed,
-        |_: &watcher::Event<FailedCreate>| {},
-    );
-    failed
-}
-
-/// The watch of the volumes (cluster-wide) and their index by site: an event matters to the
-/// site a volume is labelled or claimed for.
-fn watch_volumes(client: &kube::Client, feed: &Feed) -> (Volumes, Index<Volume, Volumes>) {
-    let volumes_by_site = Index::new(index::volume_keys);
-    let index = volumes_by_site.clone();
-    let volumes = Volumes::default();
-    let writer = volumes.clone();
-    watch_kind_observed(
-        Api::<Volume>::all(client.clone()),
-        list_config(),
-        feed,
-        |mut v: Volume| {
-            slim::volume(&mut v);
-            v
-        },
-        volumes.clone(),
-        move |event| writer.apply(event),
-        |pv: &Volume| {
-            key_of(pv).or_else(|| {
-                let claim = pv.spec.as_ref()?.claim_ref.as_ref()?;
-                claim.name.clone()
-            })
-        },
-        |store: &Volumes, event: &watcher::Event<Volume>| {
-            changed_by(store, event, changes::volume_changed)
-        },
-        move |event: &watcher::Event<Volume>| index.observe(event),
-    );
-    (volumes, volumes_by_site)
-}
-
-/// How many workers reconcile: `--workers`, else the configuration's worker limit.
-fn worker_limit(fixed: Option<usize>) -> impl Fn(&PlatformConfig) -> usize + Send + Sync + 'static {
-    move |c: &PlatformConfig| fixed.unwrap_or(c.sites.operator.worker_limit as usize)
-}
-
-/// The worker pool, staffed for the configuration in force; it reconciles only while
-/// `leading` is true.
-fn start_workers(
-    context: &Arc<Context>,
-    queue: &Queue<String>,
-    metrics: &ReconcileMetrics,
-    leading: &watch::Receiver<bool>,
-    fixed: Option<usize>,
-) -> Arc<Workers> {
-    let workers = Workers {
-        slots: Default::default(),
-        ctx: context.clone(),
-        queue: queue.clone(),
-        metrics: metrics.clone(),
-        leading: leading.clone(),
-        limit: watch::channel(0).0,
-    };
-    workers.staff(worker_limit(fixed)(&context.config.get()));
-    Arc::new(workers)
-}
-
 /// The running controller.
 pub struct Controller {
     pub context: Arc<Context>,
     pub queue: Queue<String>,
-    workers: Arc<Workers>,
+    workers: Arc<workers::Workers>,
     background: Vec<tokio::task::JoinHandle<()>>,
     drain: Duration,
 }
@@ -581,49 +111,22 @@ impl Controller {
             Some(QueueMetrics::register(registry, RECONCILER)?),
         );
         let metrics = ReconcileMetrics::register(registry)?;
-        let feed = Feed {
-            queue: queue.clone(),
-            triggers: crate::metrics::register_triggers(registry)?,
-            lists: Arc::new(tokio::sync::Semaphore::new(LISTS_AT_ONCE)),
-        };
         let statuses = Arc::new(WrittenStatuses::default());
-        let prints = Arc::new(fingerprints::Fingerprints::default());
-        let (sites, sites_by_path) = watch_sites(&client, &ns, &feed, statuses.clone());
-        let (pods, pods_by_site) = watch_site_pods(&client, &ns, &feed);
-        let (volumes, volumes_by_site) = watch_volumes(&client, &feed);
-        let failed_creates = watch_failed_creates(&client, &ns, &feed);
-        let owned = Watch {
-            client: &client,
-            ns: &ns,
-            feed: &feed,
-            prints: &prints,
-        };
-        let caches = Caches {
-            sites_by_path,
-            sites,
-            secrets: owned.labelled(),
-            configmaps: owned.labelled(),
-            pvcs: owned.labelled(),
-            statefulsets: owned.labelled(),
-            services: owned.labelled(),
-            ingresses: owned.routes(),
-            httproutes: watch_http_routes(&client, &ns, &feed, prints.clone()).await,
-            pods,
-            pods_by_site,
-            failed_creates,
-            volumes,
-            volumes_by_site,
-        };
-        wait_synced(&caches).await;
-        tracing::info!(sites = caches.sites.len(), "caches synced");
+        let prints = Arc::new(Fingerprints::default());
+        let caches = watches::start(
+            &client,
+            &ns,
+            &queue,
+            crate::metrics::register_triggers(registry)?,
+            statuses.clone(),
+            &prints,
+        )
+        .await;
 
-        let recorder = events::Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: "sites-operator".into(),
-                instance: options.instance.clone(),
-            },
-        );
+        let recorder = events::Recorder::new(Reporter {
+            controller: "sites-operator".into(),
+            instance: options.instance.clone(),
+        });
         let mut background = Vec::new();
         if let Some(name) = &options.config_map {
             let follow = configuration::Follow {
@@ -649,20 +152,20 @@ impl Controller {
         context.statuses = statuses;
         let context = Arc::new(context);
 
-        let workers = start_workers(&context, &queue, &metrics, &leading, options.workers);
-        background.push(tokio::spawn(on_config_change(
+        let pool = workers::start(&context, &queue, &metrics, &leading, options.workers);
+        background.push(tokio::spawn(workers::on_config_change(
             context.clone(),
             queue.clone(),
-            workers.clone(),
-            worker_limit(options.workers),
+            pool.clone(),
+            workers::worker_limit(options.workers),
         )));
-        background.push(tokio::spawn(observe(
+        background.push(tokio::spawn(workers::observe(
             context.clone(),
             queue.clone(),
             metrics,
         )));
         if let Some(every) = options.retention_interval {
-            background.push(tokio::spawn(retention_loop(
+            background.push(tokio::spawn(workers::retention_loop(
                 context.clone(),
                 every,
                 leading.clone(),
@@ -671,7 +174,7 @@ impl Controller {
         Ok(Controller {
             context,
             queue,
-            workers,
+            workers: pool,
             background,
             drain: options.drain,
         })
@@ -683,269 +186,6 @@ impl Controller {
         for b in &self.background {
             b.abort();
         }
-        let handles =
-            std::mem::take(&mut *self.workers.slots.lock().unwrap_or_else(|e| e.into_inner()));
-        let drain = futures::future::join_all(handles.into_iter().flatten());
-        if tokio::time::timeout(self.drain, drain).await.is_err() {
-            tracing::warn!(drain = ?self.drain, "reconciles still running after the drain period");
-        }
-    }
-}
-
-/// The reconcile workers: `limit` of them run. A smaller limit stops the surplus workers once
-/// they finish the reconcile at hand; a larger one starts the missing ones.
-struct Workers {
-    /// Worker `i` runs in slot `i` (None or finished: not running).
-    slots: std::sync::Mutex<Vec<Option<tokio::task::JoinHandle<()>>>>,
-    ctx: Arc<Context>,
-    queue: Queue<String>,
-    metrics: ReconcileMetrics,
-    leading: watch::Receiver<bool>,
-    limit: watch::Sender<usize>,
-}
-
-impl Workers {
-    /// Sets the limit and starts the workers below it that do not run.
-    fn staff(&self, limit: usize) {
-        let limit = limit.max(1);
-        self.limit.send_replace(limit);
-        self.metrics.max_concurrent.set(limit as i64);
-        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
-        if slots.len() < limit {
-            slots.resize_with(limit, || None);
-        }
-        for (i, slot) in slots.iter_mut().enumerate().take(limit) {
-            if slot.as_ref().is_none_or(|h| h.is_finished()) {
-                *slot = Some(tokio::spawn(worker(
-                    i,
-                    self.limit.subscribe(),
-                    self.ctx.clone(),
-                    self.queue.clone(),
-                    self.metrics.clone(),
-                    self.leading.clone(),
-                )));
-            }
-        }
-    }
-}
-
-/// On every new configuration in force: the worker limit follows it, and every Site is
-/// reconciled (only objects whose rendering changed are written; pods roll only where the pod
-/// template changed), at the workers' pace.
-async fn on_config_change(
-    ctx: Arc<Context>,
-    queue: Queue<String>,
-    workers: Arc<Workers>,
-    limit: impl Fn(&PlatformConfig) -> usize,
-) {
-    let mut changes = ctx.config.changes();
-    changes.mark_unchanged();
-    while changes.changed().await.is_ok() {
-        let config = changes.borrow_and_update().clone();
-        workers.staff(limit(&config));
-        for site in ctx.caches.sites.names() {
-            queue.add(site);
-        }
-    }
-}
-
-async fn wait_synced(c: &Caches) {
-    let _ = c.sites.wait_until_ready().await;
-    let _ = c.secrets.wait_until_ready().await;
-    let _ = c.configmaps.wait_until_ready().await;
-    let _ = c.pvcs.wait_until_ready().await;
-    let _ = c.statefulsets.wait_until_ready().await;
-    let _ = c.services.wait_until_ready().await;
-    let _ = c.ingresses.wait_until_ready().await;
-    c.httproutes.synced().await;
-    let _ = c.pods.wait_until_ready().await;
-    let _ = c.volumes.wait_until_ready().await;
-}
-
-async fn worker(
-    id: usize,
-    limit: watch::Receiver<usize>,
-    ctx: Arc<Context>,
-    queue: Queue<String>,
-    metrics: ReconcileMetrics,
-    mut leading: watch::Receiver<bool>,
-) {
-    while id < *limit.borrow() {
-        let Some(key) = queue.get().await else { break };
-        if !*leading.borrow() {
-            // Not the leader: hand the key back once leadership comes.
-            queue.done(&key);
-            queue.add_after(key, Duration::from_secs(1));
-            let _ = tokio::time::timeout(Duration::from_secs(1), leading.changed()).await;
-            continue;
-        }
-        metrics.active_workers.inc();
-        let started = Instant::now();
-        // A panicking reconcile is caught, counted and retried with backoff; the worker lives on.
-        let next = guarded(
-            &key,
-            &metrics,
-            reconcile::reconcile(&ctx, &key)
-                .instrument(tracing::info_span!("reconcile", site = %key)),
-        )
-        .await;
-        metrics.time.observe(started.elapsed().as_secs_f64());
-        metrics.active_workers.dec();
-        let result = match next {
-            Next::Terminal(after) => {
-                // Counted in both totals, as controller-runtime counts a TerminalError.
-                metrics
-                    .terminal_errors
-                    .with_label_values(&[] as &[&str])
-                    .inc();
-                metrics.errors.with_label_values(&[] as &[&str]).inc();
-                queue.forget(&key);
-                if let Some(delay) = after {
-                    queue.add_after(key.clone(), delay);
-                }
-                "error"
-            }
-            Next::Done => {
-                queue.forget(&key);
-                "success"
-            }
-            Next::After(delay) => {
-                queue.forget(&key);
-                queue.add_after(key.clone(), delay);
-                "requeue_after"
-            }
-            Next::Backoff => {
-                metrics.errors.with_label_values(&[] as &[&str]).inc();
-                queue.add_rate_limited(key.clone());
-                "error"
-            }
-        };
-        metrics.total.with_label_values(&[result]).inc();
-        queue.done(&key);
-    }
-}
-
-/// Runs one reconcile; a panic is caught, logged, counted in
-/// `controller_runtime_reconcile_panics_total` and turned into a retry with backoff, so the
-/// worker lives on.
-async fn guarded(
-    key: &str,
-    metrics: &ReconcileMetrics,
-    reconcile: impl std::future::Future<Output = Next>,
-) -> Next {
-    std::panic::AssertUnwindSafe(reconcile)
-        .catch_unwind()
-        .await
-        .unwrap_or_else(|panic| {
-            let message = panic_message(panic.as_ref());
-            tracing::error!(site = %key, panic = %message, "reconcile panicked; retrying with backoff");
-            metrics.panics.with_label_values(&[] as &[&str]).inc();
-            Next::Backoff
-        })
-}
-
-/// The text of a caught panic's payload.
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    payload
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "(no message)".to_string())
-}
-
-/// Runs the retention policy every `every` while leading.
-async fn retention_loop(ctx: Arc<Context>, every: Duration, leading: watch::Receiver<bool>) {
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        if !*leading.borrow() {
-            continue;
-        }
-        let config = ctx.config.get();
-        let retention = &config.sites.retention;
-        let today = crate::retention::today();
-        // The cached Sites, a page at a time (the cache holds them packed): listing every Site
-        // from the API server each time would hold them all at once, decoded whole.
-        let api = ctx.api::<Site>();
-        let names = ctx.caches.sites.names();
-        for page in names.chunks(RETENTION_PAGE) {
-            let sites: Vec<_> = page
-                .iter()
-                .filter_map(|name| ctx.caches.sites.get(name))
-                .collect();
-            match crate::retention::apply_to(&api, &sites, retention, today, false, |_| {}).await {
-                Ok(acted) => {
-                    for (site, action) in &acted {
-                        tracing::info!(%site, ?action, "retention policy applied");
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "retention policy run failed; next run in {every:?}");
-                    break;
-                }
-            }
-        }
-    }
-}
-
-/// Sites decoded at once by a run of the retention policy.
-const RETENTION_PAGE: usize = 100;
-
-/// Periodic gauges: in-progress work and Sites by phase.
-async fn observe(ctx: Arc<Context>, queue: Queue<String>, metrics: ReconcileMetrics) {
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
-    loop {
-        tick.tick().await;
-        queue.observe_in_progress();
-        let mut counts = [0i64; 4];
-        for phase in ctx.caches.sites.summaries() {
-            let i = match phase {
-                Some(Phase::Running) => 1,
-                Some(Phase::Disabled) => 2,
-                Some(Phase::Failed) => 3,
-                _ => 0,
-            };
-            counts[i] += 1;
-        }
-        for (phase, n) in ["Pending", "Running", "Disabled", "Failed"]
-            .iter()
-            .zip(counts)
-        {
-            metrics.by_phase.with_label_values(&[phase]).set(n);
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn a_panicking_reconcile_is_caught_counted_and_retried_with_backoff() {
-        let registry = Registry::new();
-        let metrics = ReconcileMetrics::register(&registry).unwrap();
-        let text = crate::metrics::encode(&registry);
-        for series in [
-            "controller_runtime_reconcile_panics_total{controller=\"site\"} 0",
-            "controller_runtime_terminal_reconcile_errors_total{controller=\"site\"} 0",
-        ] {
-            assert!(
-                text.contains(series),
-                "{series} exists from the start:\n{text}"
-            );
-        }
-        let next = guarded("docs-handbook", &metrics, async {
-            panic!("a bug");
-        })
-        .await;
-        assert_eq!(next, Next::Backoff);
-        let next = guarded("docs-handbook", &metrics, async { Next::Done }).await;
-        assert_eq!(next, Next::Done);
-        assert_eq!(metrics.panics.with_label_values(&[] as &[&str]).get(), 1);
-        assert_eq!(
-            panic_message(&String::from("formatted") as &(dyn std::any::Any + Send)),
-            "formatted"
-        );
+        self.workers.finish(self.drain).await;
     }
 }

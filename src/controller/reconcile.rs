@@ -377,7 +377,7 @@ async fn apply_in_order(
         && let Some(pv) =
             volumes::awaiting_rebind(ctx, &id, claim.as_ref(), &uid, gathered.retained.as_ref())
     {
-        apply::rebind_volume(ctx, site, &pv, &uid).await?;
+        volumes::rebind(ctx, site, &pv, &uid).await?;
     }
     volumes::label_later(ctx, &id, claim.as_ref());
     let stored_template = c.statefulsets.get(&id).map(|s| s.body.fingerprint);

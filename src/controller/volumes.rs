@@ -1,24 +1,178 @@
-//! The site volume across Site re-creations (LIFE-01 step 4, LIFE-05): which retained volume a
-//! new claim re-binds to, when a new claim must wait for the previous volume to be released,
-//! and the delayed labelling of a bound volume with its site (so a later re-creation can find it).
+//! Volume retention, in one file: the site volume across Site re-creations (LIFE-01 step 4,
+//! LIFE-05, the data-recovery path of the lifecycle design). A Site recreated with the same
+//! identity finds the PersistentVolume its data lives on and re-binds it; a new claim waits while
+//! the previous claim's volume is still Bound; a bound volume gets its site's labels (later, so
+//! that a re-creation can find it).
 //!
-//! Decisions here read the caches only; the writes they lead to are in
-//! [`crate::controller::apply`].
+//! - the volume index keys (by site label and by claim reference) the volume watch fills;
+//! - the pure decisions over volumes (which one is retained, which one still waits for its
+//!   claim) and the patches that re-bind and label a volume;
+//! - the lookups the reconcile makes in the volume cache;
+//! - the re-bind and the delayed label, written through [`apply::patch_volume`] (the schedule of
+//!   delayed labels is [`crate::controller::labeller`]'s, below the [`Context`] that holds it).
 
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::ResourceExt;
+use kube::api::Api;
+use serde_json::{Value, json};
 
+use crate::controller::apply;
 use crate::controller::context::Context;
-use crate::controller::index::{claim_key, site_key};
+use crate::controller::events::EventType;
 use crate::crd::{ID_LABEL, Site};
-use crate::render::volume;
+use crate::labels;
 use crate::render::workload::PINNED_VOLUME_ANNOTATION;
 use crate::watched::Volume;
+use crate::{Error, Result, Target, reasons};
+
+/// Index keys of a volume: `site_key` of its site label and `claim_key` of its claim
+/// reference.
+pub fn volume_keys(pv: &Volume) -> Vec<String> {
+    let mut keys = Vec::new();
+    if let Some(id) = pv.labels().get(ID_LABEL) {
+        keys.push(site_key(id));
+    }
+    if let Some(c) = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref()) {
+        keys.push(claim_key(
+            c.namespace.as_deref().unwrap_or_default(),
+            c.name.as_deref().unwrap_or_default(),
+        ));
+    }
+    keys
+}
+
+/// The volume index key of a site label: `id:<site id>`.
+fn site_key(id: &str) -> String {
+    format!("id:{id}")
+}
+
+/// The volume index key of a claim reference: `claim:<namespace>/<name>`.
+fn claim_key(namespace: &str, name: &str) -> String {
+    format!("claim:{namespace}/{name}")
+}
+
+fn phase(pv: &Volume) -> Option<&str> {
+    pv.status.as_ref().and_then(|s| s.phase.as_deref())
+}
+
+fn claim_ref(pv: &Volume) -> Option<(&str, &str)> {
+    let c = pv.spec.as_ref()?.claim_ref.as_ref()?;
+    Some((
+        c.namespace.as_deref().unwrap_or_default(),
+        c.name.as_deref().unwrap_or_default(),
+    ))
+}
+
+fn has_site_label(pv: &Volume, id: &str) -> bool {
+    pv.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(ID_LABEL))
+        .is_some_and(|v| v == id)
+}
+
+/// Whether a volume is free for a claim in `namespace`: Released or Available, and not reserved
+/// for a claim in another namespace.
+fn reusable(pv: &Volume, namespace: &str) -> bool {
+    matches!(phase(pv), Some("Released") | Some("Available"))
+        && claim_ref(pv).is_none_or(|(ns, _)| ns.is_empty() || ns == namespace)
+}
+
+/// Finds a retained volume for the site's claim `<id>`, before the claim is created: first a
+/// reusable volume labelled with the site id, then a volume Released from the site's own claim
+/// (`namespace/<id>`). Nothing else: a volume released from a claim of another name holds
+/// someone else's data (SPEC 4.6). Ties go to the volume that sorts first by name, so the choice
+/// is stable.
+fn find_retained_volume<'a>(
+    volumes: impl IntoIterator<Item = &'a Volume>,
+    id: &str,
+    namespace: &str,
+) -> Option<&'a Volume> {
+    let mut candidates: Vec<&Volume> = volumes
+        .into_iter()
+        .filter(|pv| reusable(pv, namespace))
+        .collect();
+    candidates.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    candidates
+        .iter()
+        .find(|pv| has_site_label(pv, id))
+        .or_else(|| {
+            candidates
+                .iter()
+                .find(|pv| phase(pv) == Some("Released") && claim_ref(pv) == Some((namespace, id)))
+        })
+        .copied()
+}
+
+/// A volume still Bound to the claim `namespace/claim_name` when that claim does not exist (as
+/// far as the caller knows): the claim was deleted a moment ago and the volume is not Released
+/// yet, or the caller's view of claims lags. Either way a new claim must wait: provisioning now
+/// would lose the retained data.
+fn still_bound_to<'a>(
+    volumes: impl IntoIterator<Item = &'a Volume>,
+    namespace: &str,
+    claim_name: &str,
+) -> Option<&'a Volume> {
+    volumes.into_iter().find(|pv| {
+        pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")
+            && claim_ref(pv).is_some_and(|(ns, name)| ns == namespace && name == claim_name)
+    })
+}
+
+/// Whether the volume a claim was pinned to still waits to be bound to that claim (uid
+/// `claim_uid`): it is reusable ([`reusable`]) and its claim reference does not name that claim
+/// by uid yet. The re-bind ([`rebind_patch`]) follows the claim, so a re-bind cut short (the
+/// operator stopped between the two writes) is finished by the next reconcile.
+fn awaits_rebind(pv: &Volume, namespace: &str, claim_name: &str, claim_uid: &str) -> bool {
+    let named = pv
+        .spec
+        .as_ref()
+        .and_then(|s| s.claim_ref.as_ref())
+        .is_some_and(|c| {
+            c.namespace.as_deref() == Some(namespace)
+                && c.name.as_deref() == Some(claim_name)
+                && c.uid.as_deref() == Some(claim_uid)
+        });
+    reusable(pv, namespace) && !named
+}
+
+/// The merge patch that labels a retained volume for the site and binds it to the site's new
+/// claim: the claim reference names the claim with its uid, so the volume binds to that claim
+/// and to no other claim of the same name (one created by someone else between the two writes
+/// stays unbound).
+fn rebind_patch(
+    id: &str,
+    namespace: &str,
+    claim_name: &str,
+    claim_uid: &str,
+    resource_version: Option<&str>,
+) -> Value {
+    json!({
+        // Conditional on the volume as it was judged when its resourceVersion is known (one
+        // changed since is a 409, retried and judged again). The operator's cached volumes keep
+        // no resourceVersion, so its re-binds are not conditional: the volume is judged from the
+        // cache (Released or Available, its claim reference not naming this claim yet).
+        "metadata": {"labels": labels::labels(id), "resourceVersion": resource_version},
+        "spec": {"claimRef": {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "namespace": namespace,
+            "name": claim_name,
+            "uid": claim_uid,
+            "resourceVersion": null,
+        }},
+    })
+}
+
+/// The merge patch that puts the site labels on its bound volume (so a later recreation finds it).
+fn label_patch(id: &str) -> Value {
+    json!({"metadata": {"labels": labels::labels(id)}})
+}
 
 /// The retained volume a new claim re-binds to: among the volumes labelled for the site or
-/// claimed by its claim (the cache's index), the one [`volume::find_retained_volume`] picks.
+/// claimed by its claim (the cache's index), the one `find_retained_volume` picks.
 pub fn retained(ctx: &Context, site: &Site) -> Option<Volume> {
     let id = site.name_any();
     let (index, store) = (&ctx.caches.volumes_by_site, &ctx.caches.volumes);
@@ -26,13 +180,13 @@ pub fn retained(ctx: &Context, site: &Site) -> Option<Volume> {
     candidates.extend(index.get(store, &claim_key(&ctx.namespace, &id)));
     candidates.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     candidates.dedup_by(|a, b| a.metadata.name == b.metadata.name);
-    volume::find_retained_volume(candidates.iter().map(AsRef::as_ref), &id, &ctx.namespace).cloned()
+    find_retained_volume(candidates.iter().map(AsRef::as_ref), &id, &ctx.namespace).cloned()
 }
 
 /// The volume to bind to the site's claim `claim` (uid `claim_uid`): the retained volume the
 /// claim was just created pinned to, or else the volume a stored claim is pinned to (its
 /// [`PINNED_VOLUME_ANNOTATION`]) while that volume still awaits the claim
-/// ([`volume::awaits_rebind`]: a re-bind cut short is finished).
+/// (`awaits_rebind`: a re-bind cut short is finished).
 pub fn awaiting_rebind(
     ctx: &Context,
     id: &str,
@@ -50,14 +204,14 @@ pub fn awaiting_rebind(
         return None;
     }
     let pv = ctx.caches.volumes.get(pinned)?;
-    volume::awaits_rebind(&pv, &ctx.namespace, id, claim_uid).then(|| pv.as_ref().clone())
+    awaits_rebind(&pv, &ctx.namespace, id, claim_uid).then(|| pv.as_ref().clone())
 }
 
 /// The volume still Bound to the site's deleted claim, if any: a new claim must wait for it to
 /// be Released instead of provisioning a new volume and losing the retained data.
 pub fn still_bound(ctx: &Context, id: &str) -> Option<String> {
     let c = &ctx.caches;
-    volume::still_bound_to(
+    still_bound_to(
         c.volumes_by_site
             .get(&c.volumes, &claim_key(&ctx.namespace, id))
             .iter()
@@ -66,6 +220,36 @@ pub fn still_bound(ctx: &Context, id: &str) -> Option<String> {
         id,
     )
     .map(|pv| pv.name_any())
+}
+
+/// Binds the retained volume `pv` to the site's new claim, whose uid is `claim_uid` (LIFE-01
+/// step 4); the claim was created pinned to the volume.
+pub async fn rebind(ctx: &Context, site: &Site, pv: &Volume, claim_uid: &str) -> Result<()> {
+    let id = site.name_any();
+    let name = pv.name_any();
+    let patch = rebind_patch(
+        &id,
+        &ctx.namespace,
+        &id,
+        claim_uid,
+        pv.metadata.resource_version.as_deref(),
+    );
+    apply::patch_volume(&ctx.client, &name, &patch)
+        .await
+        .map_err(|source| Error::PatchVolume {
+            target: Target::of::<Volume>(&name),
+            source: Box::new(source),
+        })?;
+    tracing::info!(site = %id, volume = %name, "re-binding a retained volume");
+    apply::publish(
+        ctx,
+        site,
+        EventType::Normal,
+        reasons::VOLUME_REATTACHED,
+        format!("re-binding retained volume {name}"),
+    )
+    .await;
+    Ok(())
 }
 
 /// Labels the claim's bound volume with the site labels, after a jittered delay, unless the
@@ -98,5 +282,243 @@ pub fn label_later(ctx: &Context, id: &str, claim: Option<&PersistentVolumeClaim
         u64::from_le_bytes(b) % spread
     };
     let due = tokio::time::Instant::now() + low + Duration::from_millis(jitter);
-    ctx.labeller.schedule(&ctx.client, due, volume, id);
+    let client = ctx.client.clone();
+    ctx.labeller.schedule(due, volume, id, move |volume, id| {
+        label_volume(client.clone(), volume, id)
+    });
+}
+
+/// Labels `volume` with the site labels of `id` unless it already has them (read from the API
+/// server when the label is due). Errors are logged: the label only helps a later re-creation
+/// find the volume.
+async fn label_volume(client: kube::Client, volume: String, id: String) {
+    let api: Api<Volume> = Api::all(client.clone());
+    match api.get_opt(&volume).await {
+        Ok(Some(pv)) if pv.labels().get(ID_LABEL) == Some(&id) => {}
+        Ok(Some(_)) => {
+            if let Err(e) = apply::patch_volume(&client, &volume, &label_patch(&id)).await {
+                tracing::warn!(site = %id, volume = %volume, error = %e, "cannot label the site volume");
+            }
+        }
+        Ok(None) => {
+            tracing::info!(site = %id, volume = %volume, "volume not found; not labelled")
+        }
+        Err(e) => {
+            tracing::warn!(site = %id, volume = %volume, error = %e, "cannot read the site volume")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pv(name: &str, phase: &str, labels: Option<&str>, claim: Option<(&str, &str)>) -> Volume {
+        let mut v = json!({"metadata": {"name": name}, "spec": {}, "status": {"phase": phase}});
+        if let Some(id) = labels {
+            v["metadata"]["labels"] = json!({ID_LABEL: id});
+        }
+        if let Some((ns, n)) = claim {
+            v["spec"]["claimRef"] = json!({"namespace": ns, "name": n, "uid": "old-uid"});
+        }
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn names(found: Option<&Volume>) -> Option<&str> {
+        found.and_then(|p| p.metadata.name.as_deref())
+    }
+
+    #[test]
+    fn a_volume_still_bound_to_the_deleted_claim_makes_the_new_claim_wait() {
+        let site = "docs-handbook";
+        // (case, volumes, expected volume)
+        let cases = [
+            ("no volume", vec![], None),
+            (
+                "bound to the claim",
+                vec![pv("pv-a", "Bound", Some(site), Some(("sites", site)))],
+                Some("pv-a"),
+            ),
+            (
+                "released already (the retained lookup takes it)",
+                vec![pv("pv-a", "Released", Some(site), Some(("sites", site)))],
+                None,
+            ),
+            (
+                "bound to another claim",
+                vec![pv("pv-a", "Bound", None, Some(("sites", "other")))],
+                None,
+            ),
+            (
+                "bound to the same name in another namespace",
+                vec![pv("pv-a", "Bound", None, Some(("team", site)))],
+                None,
+            ),
+        ];
+        for (case, volumes, want) in cases {
+            assert_eq!(
+                names(still_bound_to(&volumes, "sites", site)),
+                want,
+                "{case}"
+            );
+        }
+    }
+
+    #[test]
+    fn retained_volume_lookup() {
+        let site = "docs-handbook";
+        // (case, volumes, expected volume)
+        type Case<'a> = (&'a str, Vec<Volume>, Option<&'a str>);
+        let cases: Vec<Case> = vec![
+            (
+                "nothing retained",
+                vec![pv("pv-a", "Bound", Some(site), Some(("sites", site)))],
+                None,
+            ),
+            (
+                "by site label",
+                vec![pv("pv-a", "Released", Some(site), Some(("sites", site)))],
+                Some("pv-a"),
+            ),
+            (
+                "label wins over the claim reference",
+                vec![
+                    pv("pv-a", "Released", None, Some(("sites", site))),
+                    pv("pv-b", "Released", Some(site), Some(("sites", "other"))),
+                ],
+                Some("pv-b"),
+            ),
+            (
+                "released from the site's own claim",
+                vec![pv("pv-a", "Released", None, Some(("sites", site)))],
+                Some("pv-a"),
+            ),
+            (
+                "available, unlabelled, naming the site's claim: not released from it",
+                vec![pv("pv-a", "Available", None, Some(("sites", site)))],
+                None,
+            ),
+            (
+                "released from a claim of another name (the owner's)",
+                vec![pv("pv-a", "Released", None, Some(("sites", "jdoe")))],
+                None,
+            ),
+            (
+                "the site's claim name in another namespace",
+                vec![pv("pv-a", "Released", None, Some(("other", site)))],
+                None,
+            ),
+            (
+                "labelled but bound elsewhere",
+                vec![pv("pv-a", "Bound", Some(site), Some(("sites", "x")))],
+                None,
+            ),
+            (
+                "available, pre-bound to nobody",
+                vec![pv("pv-a", "Available", Some(site), None)],
+                Some("pv-a"),
+            ),
+            (
+                "another site's volume",
+                vec![pv(
+                    "pv-a",
+                    "Released",
+                    Some("other-site"),
+                    Some(("sites", "other-site")),
+                )],
+                None,
+            ),
+            (
+                "stable choice",
+                vec![
+                    pv("pv-z", "Released", Some(site), None),
+                    pv("pv-a", "Released", Some(site), None),
+                ],
+                Some("pv-a"),
+            ),
+        ];
+        for (case, volumes, want) in cases {
+            assert_eq!(
+                names(find_retained_volume(&volumes, site, "sites")),
+                want,
+                "{case}"
+            );
+        }
+    }
+
+    #[test]
+    fn rebind_patch_binds_by_the_claims_uid() {
+        let p = rebind_patch(
+            "docs-handbook",
+            "sites",
+            "docs-handbook",
+            "u-new",
+            Some("41"),
+        );
+        assert_eq!(
+            p["metadata"]["resourceVersion"], "41",
+            "conditional on the judged volume"
+        );
+        assert_eq!(p["metadata"]["labels"][ID_LABEL], "docs-handbook");
+        assert_eq!(p["spec"]["claimRef"]["name"], "docs-handbook");
+        assert_eq!(p["spec"]["claimRef"]["namespace"], "sites");
+        assert_eq!(
+            p["spec"]["claimRef"]["uid"], "u-new",
+            "the old uid replaced"
+        );
+        assert!(p["spec"]["claimRef"]["resourceVersion"].is_null());
+    }
+
+    /// A pinned claim's volume waits for its re-bind until its claim reference names the claim
+    /// by uid; a volume someone else's claim bound is not taken.
+    #[test]
+    fn a_pinned_claims_volume_awaits_its_rebind_by_uid() {
+        let with_uid = |phase: &str, claim: Option<(&str, &str)>, uid: &str| {
+            let mut v = pv("pv-a", phase, Some("s"), claim);
+            if let Some(r) = v.spec.as_mut().and_then(|s| s.claim_ref.as_mut()) {
+                r.uid = Some(uid.into());
+            }
+            v
+        };
+        let cases = [
+            (
+                "released from the old claim",
+                with_uid("Released", Some(("sites", "s")), "old"),
+                true,
+            ),
+            (
+                "available, no claim",
+                pv("pv-a", "Available", Some("s"), None),
+                true,
+            ),
+            (
+                "named without uid",
+                with_uid("Released", Some(("sites", "s")), ""),
+                true,
+            ),
+            (
+                "re-bound to the claim",
+                with_uid("Released", Some(("sites", "s")), "new"),
+                false,
+            ),
+            (
+                "bound to the claim",
+                with_uid("Bound", Some(("sites", "s")), "new"),
+                false,
+            ),
+            (
+                "bound to another claim",
+                with_uid("Bound", Some(("sites", "x")), "x"),
+                false,
+            ),
+            (
+                "held for another namespace",
+                with_uid("Released", Some(("other", "s")), "old"),
+                false,
+            ),
+        ];
+        for (case, volume, want) in cases {
+            assert_eq!(awaits_rebind(&volume, "sites", "s", "new"), want, "{case}");
+        }
+    }
 }

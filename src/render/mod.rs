@@ -11,7 +11,6 @@ pub mod apps;
 pub mod configmap;
 pub mod route;
 pub mod secret;
-pub mod volume;
 pub mod workload;
 
 #[cfg(test)]

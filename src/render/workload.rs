@@ -53,7 +53,7 @@ pub fn storage_request(site: &Site, cfg: &PlatformConfig, existing: Option<&str>
 
 /// PVC `<id>`: ReadWriteOnce, storage class from the configuration, storage per
 /// [`storage_request`]. `retained_volume` pins `volumeName` to a retained volume the caller
-/// found ([`crate::render::volume::find_retained_volume`]); the pin is kept on later renderings
+/// found (the controller's retained-volume lookup, `controller/volumes.rs`); the pin is kept on later renderings
 /// (annotation [`PINNED_VOLUME_ANNOTATION`]); an existing claim keeps its storage class.
 pub fn pvc(
     site: &Site,

@@ -1736,17 +1736,15 @@ async fn an_object_deleted_while_its_watch_was_down_is_recreated_after_the_relis
 async fn a_repeated_event_is_counted_in_the_series_of_the_first() {
     use k8s_openapi::api::core::v1::ObjectReference;
     use k8s_openapi::api::events::v1::Event as K8sEvent;
+    use sites_operator::controller::apply::record_event;
     use sites_operator::controller::events::{Event, EventType, Recorder, Reporter};
 
     let c = Cluster::start(false).await;
     prepare(&c).await;
-    let recorder = Recorder::new(
-        c.client.clone(),
-        Reporter {
-            controller: "sites-operator".into(),
-            instance: None,
-        },
-    );
+    let recorder = Recorder::new(Reporter {
+        controller: "sites-operator".into(),
+        instance: None,
+    });
     let regarding = ObjectReference {
         api_version: Some("sites.ecmwf.int/v1".into()),
         kind: Some("Site".into()),
@@ -1763,15 +1761,18 @@ async fn a_repeated_event_is_counted_in_the_series_of_the_first() {
         secondary: None,
     };
     for note in ["first", "second", "third"] {
-        recorder
-            .publish(&event("Failed", note), &regarding)
+        record_event(&c.client, &recorder, &event("Failed", note), &regarding)
             .await
             .unwrap();
     }
-    recorder
-        .publish(&event("Recovered", "fine"), &regarding)
-        .await
-        .unwrap();
+    record_event(
+        &c.client,
+        &recorder,
+        &event("Recovered", "fine"),
+        &regarding,
+    )
+    .await
+    .unwrap();
 
     let mut events = api::<K8sEvent>(&c)
         .list(&ListParams::default())
@@ -1805,8 +1806,7 @@ async fn a_repeated_event_is_counted_in_the_series_of_the_first() {
         .delete(&first, &DeleteParams::default())
         .await
         .unwrap();
-    recorder
-        .publish(&event("Failed", "fourth"), &regarding)
+    record_event(&c.client, &recorder, &event("Failed", "fourth"), &regarding)
         .await
         .expect("a repeat of a deleted Event is recorded anew");
     let failed: Vec<K8sEvent> = api::<K8sEvent>(&c)

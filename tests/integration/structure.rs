@@ -1,7 +1,8 @@
 //! Imports only run downwards: every `crate::` path in `src/` (use lines and paths in code)
 //! names a module on a lower layer than its own, for top-level modules and for the files of each
-//! folder, in the layer order docs/architecture.md draws ("Layers"). Test code (`mod tests`,
-//! `tests.rs`, the test fixtures) is not held to it.
+//! folder, in the layer order docs/architecture.md draws ("Layers"). And every file of `src/`
+//! that writes through the API is named in its table "Where each API write happens". Test code
+//! (`mod tests`, `tests.rs`, the test fixtures) is not held to either.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -361,6 +362,86 @@ fn the_emulators_imports_only_run_downwards() {
         "imports against the layer order of docs/emulator.md:\n{}",
         found.join("\n")
     );
+}
+
+/// The files of `src/` (relative to it) that the last column of docs/architecture.md's "Where
+/// each API write happens" table names.
+fn writers_in_the_table(doc: &str) -> std::collections::BTreeSet<String> {
+    let section = doc
+        .split("\n## Where each API write happens")
+        .nth(1)
+        .expect("docs/architecture.md has a section \"Where each API write happens\"");
+    let section = section.split("\n## ").next().unwrap_or_default();
+    section
+        .lines()
+        .filter(|l| l.starts_with('|'))
+        .skip(2)
+        .filter_map(|row| row.trim_end_matches('|').rsplit('|').next())
+        .flat_map(|cell| cell.split('`').filter(|s| s.starts_with("src/")))
+        .map(|path| path.trim_start_matches("src/").to_string())
+        .collect()
+}
+
+/// Kube's `Api` methods that create, change or delete: a call of one of them is an API write.
+const WRITING_CALLS: [&str; 7] = [
+    ".create(",
+    ".patch(",
+    ".patch_status(",
+    ".patch_metadata(",
+    ".delete(",
+    ".delete_collection(",
+    ".replace_status(",
+];
+
+/// Whether the code calls a writing API method: one of [`WRITING_CALLS`], or `replace` with
+/// `PostParams` (kube's `Api::replace`; a string's or a set's `replace` takes nothing of the
+/// kind).
+fn writes(code: &str) -> bool {
+    WRITING_CALLS.iter().any(|call| code.contains(call))
+        || code.match_indices(".replace(").any(|(i, _)| {
+            let args: String = code[i..].chars().take(120).collect();
+            args.contains("PostParams")
+        })
+}
+
+/// Every file of `src/` that writes through the API is named in docs/architecture.md's table
+/// of writes, and every file named there writes: a newcomer asking where a write happens finds
+/// it there, and a new writer cannot hide.
+#[test]
+fn the_table_of_writes_names_every_file_that_writes() {
+    let src = repo_file("src");
+    let doc = std::fs::read_to_string(repo_file("docs/architecture.md")).unwrap();
+    let named = writers_in_the_table(&doc);
+    let writing: std::collections::BTreeSet<String> = sources(&src)
+        .into_iter()
+        .filter(|(rel, _)| {
+            let parts: Vec<&str> = rel.split('/').collect();
+            !parts
+                .iter()
+                .any(|p| ["tests", "tests.rs", "fixtures.rs", "testing.rs"].contains(p))
+        })
+        .filter(|(_, text)| writes(&code(text)))
+        .map(|(rel, _)| rel)
+        .collect();
+    assert!(
+        named.contains("controller/apply.rs"),
+        "the table names the reconciler's writes: {named:?}"
+    );
+    let unnamed: Vec<_> = writing.difference(&named).collect();
+    let idle: Vec<_> = named.difference(&writing).collect();
+    assert!(
+        unnamed.is_empty() && idle.is_empty(),
+        "files of src/ that write but are not in docs/architecture.md's table of writes: \
+         {unnamed:?}; named there but writing nothing: {idle:?}"
+    );
+    // The check sees a write: a planted call in a file that does not write.
+    assert!(writes("api.patch(&name, &params, &Patch::Merge(&body))"));
+    assert!(writes(
+        "self.api.replace(&self.name, &PostParams::default(), &lease)"
+    ));
+    assert!(!writes(
+        "seen.replace(Entry(obj)); path.replace('~', \"~0\")"
+    ));
 }
 
 /// The check finds what it is for: an upward import planted in a low module and in a low file
