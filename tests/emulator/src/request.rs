@@ -1,6 +1,7 @@
-//! A request as every handler sees it: the resource it addresses ([`Target`]), its body decoded
-//! (JSON, YAML, protobuf), the events a watch answers with, and a JSON answer.
+//! A request as every handler sees it: the resource it addresses ([`Target`]), its query, its
+//! body decoded (JSON, YAML, protobuf), the events a watch answers with, and a JSON answer.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::body::Bytes;
@@ -10,6 +11,9 @@ use serde_json::Value;
 
 use crate::registry::ResourceInfo;
 use crate::status::ApiError;
+
+/// The query parameters of a request, by name.
+pub type Query = HashMap<String, String>;
 
 /// A resolved resource request.
 pub struct Target {
@@ -75,6 +79,14 @@ pub(crate) type Event = (&'static str, Arc<Value>);
 pub fn json_response(code: StatusCode, v: &Value) -> Response {
     let body = crate::wire::to_vec(v);
     (code, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+/// An error answer: its Status as JSON, with its code.
+pub fn error_response(e: &ApiError) -> Response {
+    json_response(
+        StatusCode::from_u16(e.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        &e.to_status(),
+    )
 }
 
 /// The request's `User-Agent` ("" without one).
