@@ -262,3 +262,64 @@ fn tokio_stream_from<T>(mut rx: tokio::sync::mpsc::Receiver<T>) -> impl futures:
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use base64::Engine;
+
+    fn token(raw: &str) -> String {
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw)
+    }
+
+    #[test]
+    fn continue_tokens_round_trip() {
+        for (rv, ns, name) in [
+            (1, "", "a"),
+            (42, "default", "web-0"),
+            (u64::MAX, "kube-system", "coredns"),
+            (7, "ns", "quote\"and\\slash é"),
+        ] {
+            let key: ObjKey = (ns.to_string(), name.to_string());
+            let encoded = encode_continue(rv, &key);
+            assert!(
+                encoded
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'),
+                "URL-safe without padding: {encoded}"
+            );
+            let (back_rv, back_key) = decode_continue(&encoded).expect("decodes");
+            assert_eq!((back_rv, back_key), (rv, key));
+        }
+    }
+
+    #[test]
+    fn a_tampered_continue_token_is_refused() {
+        let valid = encode_continue(5, &("ns".into(), "a".into()));
+        let mut truncated = valid.clone();
+        truncated.truncate(valid.len() - 3);
+        // The JSON object's opening brace, changed to another character.
+        assert!(valid.starts_with('e'), "{valid}");
+        let flipped = format!("f{}", &valid[1..]);
+        for (why, bad) in [
+            ("not base64", "!!!".to_string()),
+            ("padded base64", format!("{valid}==")),
+            ("cut short", truncated),
+            ("a character changed", flipped),
+            ("not JSON", token("rv=5")),
+            ("not an object", token("[5, \"ns\", \"a\"]")),
+            ("no rv", token(r#"{"ns":"ns","name":"a"}"#)),
+            ("rv a string", token(r#"{"rv":"5","ns":"ns","name":"a"}"#)),
+            ("rv negative", token(r#"{"rv":-1,"ns":"ns","name":"a"}"#)),
+            ("no namespace", token(r#"{"rv":5,"name":"a"}"#)),
+            ("name a number", token(r#"{"rv":5,"ns":"ns","name":1}"#)),
+        ] {
+            let e = decode_continue(&bad).expect_err(why);
+            assert_eq!(e.code, 400, "{why}");
+            assert_eq!(
+                e.message,
+                "continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)",
+                "{why}"
+            );
+        }
+    }
+}
