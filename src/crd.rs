@@ -3,6 +3,11 @@
 //! Field names are snake_case, as in the Site documents the Hub writes. Every field carries a doc
 //! comment because the comments become the schema descriptions `kubectl explain` shows.
 //! `manifests/base/crd.yaml` is the output of [`crd_yaml`]; a test fails when the two drift.
+//!
+//! One set of types serves both decoders of a Site: the spec's text type `S` is `String` in a
+//! stored [`Site`] and [`Text`] (borrowed from the request body) in a Site under admission
+//! review, `SiteSpec<Text>`, which then keeps only what the rules read ([`Str::REVIEW`]: the
+//! `decode_*` functions). A new field is read by both.
 
 pub(crate) mod maps;
 mod names;
@@ -19,9 +24,7 @@ use kube::CustomResource;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
 
-pub use names::Names;
-
-pub use names::MAX_APPLICATIONS;
+pub use names::{NameList, Names, UnkeptNames};
 pub use text::{Str, Text};
 
 /// API group of the Site resource.
@@ -39,6 +42,8 @@ pub const MAX_SITE_ID_LEN: usize = 52;
 /// Desired state of a site. The operator turns it into Secrets, ConfigMaps, a
 /// PersistentVolumeClaim, a StatefulSet, a Service and a route (Ingress or HTTPRoute), and reports
 /// the state of the site pods in the status.
+// (Not in the doc comment, which is the schema's description.) `S` is the type of its text:
+// `String` in a [`Site`], [`Text`] in a Site under admission review (see the module doc).
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
     group = "sites.ecmwf.int",
@@ -62,37 +67,38 @@ pub const MAX_SITE_ID_LEN: usize = 52;
     printcolumn = r#"{"name": "Replicas", "type": "integer", "priority": 1, "description": "Pod replicas the site asks for", "jsonPath": ".spec.configuration.settings.replicas"}"#,
     printcolumn = r#"{"name": "Ready", "type": "string", "priority": 1, "description": "Available and up to date at the current generation, or archived (kstatus)", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status"}"#
 )]
-pub struct SiteSpec {
+#[serde(bound(deserialize = "S: Deserialize<'de> + Str + From<&'static str>"))]
+#[schemars(bound = "S: JsonSchema + Serialize + From<&'static str>")]
+pub struct SiteSpec<S = String> {
     /// Site name: the second URL segment. The site is served at /<space>/<name>/.
-    pub name: String,
+    pub name: S,
     /// User name of the site owner.
-    pub owner: String,
+    pub owner: S,
     /// Site type label, for example `static` or `dynamic`.
     #[serde(rename = "type")]
-    pub site_type: String,
+    pub site_type: S,
     /// Free-text description. Audit field: changing it causes no work.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub description: Option<String>,
+    pub description: Option<S>,
     /// User who created the site. Audit field: changing it causes no work.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub created_by: Option<String>,
+    pub created_by: Option<S>,
     /// User who last updated the site. Audit field: changing it causes no work.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub updated_by: Option<String>,
+    pub updated_by: Option<S>,
     /// Creation time as recorded by the Hub. Audit field: changing it causes no work.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub created_at: Option<String>,
+    pub created_at: Option<S>,
     /// Last update time as recorded by the Hub. Audit field: changing it causes no work.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub updated_at: Option<String>,
+    pub updated_at: Option<S>,
     /// What the site serves and how: URL space, applications, headers, storage, sharing, settings.
-    pub configuration: SiteConfiguration,
+    pub configuration: SiteConfiguration<S>,
 }
 
-/// What the site serves and how. `S` is the type of its text: `String` in a [`Site`],
-/// [`Text`] (borrowed from the request body) in a Site under admission review.
+/// What the site serves and how. `S` is the type of its text, as for [`SiteSpec`].
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
-#[serde(bound(deserialize = "S: Deserialize<'de> + Ord + From<&'static str>"))]
+#[serde(bound(deserialize = "S: Deserialize<'de> + Str + From<&'static str>"))]
 #[schemars(bound = "S: JsonSchema + Serialize + From<&'static str>")]
 pub struct SiteConfiguration<S = String> {
     /// Space: the first URL segment. The site is served at /<space>/<name>/.
@@ -107,7 +113,7 @@ pub struct SiteConfiguration<S = String> {
     #[serde(
         default,
         skip_serializing_if = "Vec::is_empty",
-        deserialize_with = "names::applications"
+        deserialize_with = "decode_applications"
     )]
     #[schemars(
         length(max = 64),
@@ -126,7 +132,11 @@ pub struct SiteConfiguration<S = String> {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retention_date: Option<S>,
     /// Who may administer and use the site.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "decode_share::<_, S>"
+    )]
     pub share: Option<Share>,
     /// Runtime settings: replicas, resource limits, error handling, monitoring.
     #[serde(default)]
@@ -136,7 +146,7 @@ pub struct SiteConfiguration<S = String> {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "names::routing"
+        deserialize_with = "decode_routing::<_, S>"
     )]
     #[schemars(schema_with = "free_form_object")]
     pub routing: Option<serde_json::Map<String, serde_json::Value>>,
@@ -182,26 +192,32 @@ pub struct ApplicationPath<S = String> {
     pub path_type: S,
 }
 
-/// Who may administer and use the site.
+/// Who may administer and use the site. `N` is the type of its lists: [`Names`], or
+/// [`UnkeptNames`] while a Site under review is decoded.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-pub struct Share {
+#[serde(bound(
+    serialize = "N: Serialize + NameList",
+    deserialize = "N: Deserialize<'de> + NameList"
+))]
+#[schemars(rename = "Share", bound = "N: Serialize + NameList")]
+pub struct Share<N = Names> {
     /// User names with administrator rights on the site.
-    #[serde(default, skip_serializing_if = "Names::is_empty")]
+    #[serde(default, skip_serializing_if = "NameList::is_empty")]
     #[schemars(with = "Vec<String>")]
-    pub administrator_users: Names,
+    pub administrator_users: N,
     /// User names allowed to use the site.
-    #[serde(default, skip_serializing_if = "Names::is_empty")]
+    #[serde(default, skip_serializing_if = "NameList::is_empty")]
     #[schemars(with = "Vec<String>")]
-    pub users: Names,
+    pub users: N,
     /// Group names allowed to use the site.
-    #[serde(default, skip_serializing_if = "Names::is_empty")]
+    #[serde(default, skip_serializing_if = "NameList::is_empty")]
     #[schemars(with = "Vec<String>")]
-    pub groups: Names,
+    pub groups: N,
 }
 
 /// Runtime settings of the site.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
-#[serde(bound(deserialize = "S: Deserialize<'de> + Ord + From<&'static str>"))]
+#[serde(bound(deserialize = "S: Deserialize<'de> + Str + From<&'static str>"))]
 pub struct Settings<S = String> {
     /// Number of site pods while the site is enabled.
     #[serde(default = "default_replicas")]
@@ -223,7 +239,7 @@ pub struct Settings<S = String> {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "names::routing"
+        deserialize_with = "decode_routing::<_, S>"
     )]
     #[schemars(schema_with = "free_form_object")]
     pub routing: Option<serde_json::Map<String, serde_json::Value>>,
@@ -343,6 +359,85 @@ fn quantity_schema(_: &mut SchemaGenerator) -> Schema {
 /// An object the API server keeps as written, so that the admission webhook sees and rejects it.
 fn free_form_object(_: &mut SchemaGenerator) -> Schema {
     json_schema!({ "type": "object", "x-kubernetes-preserve-unknown-fields": true })
+}
+
+// Decoding: what no admission rule reads is decoded whole for a stored Site and checked but not
+// kept for a Site under review (`Str::REVIEW`): the text type decides, so one set of types
+// serves both decoders.
+
+/// Most applications a Site has (the schema's `maxItems`): one container each in one pod.
+pub const MAX_APPLICATIONS: usize = 64;
+
+/// A Site's applications; under review at most [`MAX_APPLICATIONS`] (the schema's
+/// `maxItems`): the webhook refuses a longer list before decoding it whole, where each entry
+/// costs several hundred bytes.
+fn decode_applications<'de, D, S>(d: D) -> Result<Vec<Application<S>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    S: Str + Deserialize<'de> + From<&'static str>,
+{
+    struct Capped<S>(std::marker::PhantomData<S>);
+    impl<'de, S> serde::de::Visitor<'de> for Capped<S>
+    where
+        S: Str + Deserialize<'de> + From<&'static str>,
+    {
+        type Value = Vec<Application<S>>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a sequence")
+        }
+
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(
+            self,
+            mut seq: A,
+        ) -> Result<Self::Value, A::Error> {
+            let max = MAX_APPLICATIONS;
+            let mut out = Vec::new();
+            while let Some(app) = seq.next_element()? {
+                if S::REVIEW && out.len() == max {
+                    return Err(serde::de::Error::invalid_length(
+                        max + 1,
+                        &format!("at most {max} applications").as_str(),
+                    ));
+                }
+                out.push(app);
+            }
+            Ok(out)
+        }
+    }
+    d.deserialize_seq(Capped(std::marker::PhantomData))
+}
+
+/// Per-site routing settings (refused whatever they hold); under review only whether they are
+/// there is kept: an object of any size costs nothing.
+fn decode_routing<'de, D: serde::Deserializer<'de>, S: Str>(
+    d: D,
+) -> Result<Option<serde_json::Map<String, serde_json::Value>>, D::Error> {
+    if !S::REVIEW {
+        return Option::deserialize(d);
+    }
+    struct Present;
+    impl<'de> maps::Entries<'de> for Present {
+        type Value = serde_json::Map<String, serde_json::Value>;
+
+        fn read<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            while map
+                .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+                .is_some()
+            {}
+            Ok(serde_json::Map::new())
+        }
+    }
+    maps::optional_map(d, Present, "a map")
+}
+
+/// Who may use the site; under review its lists of names are checked and not kept
+/// ([`UnkeptNames`]): a Share with every list empty.
+fn decode_share<'de, D: serde::Deserializer<'de>, S: Str>(d: D) -> Result<Option<Share>, D::Error> {
+    if !S::REVIEW {
+        return Option::deserialize(d);
+    }
+    Ok(Option::<Share<UnkeptNames>>::deserialize(d)?.map(|_| Share::default()))
 }
 
 /// The Site CustomResourceDefinition.

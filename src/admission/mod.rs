@@ -12,7 +12,7 @@ pub mod review;
 pub mod server;
 
 use review::object::check_site_type;
-pub use review::object::{Reviewed, ReviewedSpec, SiteObject};
+pub use review::object::{Reviewed, SiteObject};
 
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 use kube::core::response::{StatusCause, StatusDetails};

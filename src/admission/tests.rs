@@ -2708,3 +2708,218 @@ mod memory {
         assert!(server::DEFAULT_MEMORY_BUDGET >= smallest);
     }
 }
+
+/// A `SiteSpec` with every field set, nested ones too (`a_full_spec_decodes_alike_stored_and_reviewed`
+/// checks that none is left out against the CRD's schema).
+fn full_spec() -> crate::crd::SiteSpec {
+    use crate::crd::{
+        Application, ApplicationPath, Names, ResourceLimits, Settings, Share, SiteConfiguration,
+        SiteSpec,
+    };
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    use std::collections::BTreeMap;
+    let object = |key: &str| serde_json::Map::from_iter([(key.to_string(), json!({"n": [1]}))]);
+    SiteSpec {
+        name: "handbook".into(),
+        owner: "jdoe".into(),
+        site_type: "static".into(),
+        description: Some("The \"handbook\": é".into()),
+        created_by: Some("creator".into()),
+        updated_by: Some("updater".into()),
+        created_at: Some("2025-01-02T03:04:05Z".into()),
+        updated_at: Some("2025-06-07T08:09:10Z".into()),
+        configuration: SiteConfiguration {
+            space: "docs".into(),
+            enabled: false,
+            applications: vec![
+                Application {
+                    name: "web".into(),
+                    image: Some("registry.example/web:1".into()),
+                    port: Some(8080),
+                    env: BTreeMap::from([("MODE".into(), "prod".into())]),
+                    annotations: BTreeMap::from([("a.example/b".into(), "c".into())]),
+                    paths: vec![ApplicationPath {
+                        path: "/api".into(),
+                        path_type: "Exact".into(),
+                    }],
+                },
+                Application {
+                    name: "jupyter".into(),
+                    image: None,
+                    port: None,
+                    env: BTreeMap::new(),
+                    annotations: BTreeMap::new(),
+                    paths: Vec::new(),
+                },
+            ],
+            headers: BTreeMap::from([("X-Frame-Options".into(), "DENY".into())]),
+            quota: Some(Quantity("2Gi".into())),
+            retention_date: Some("2030-01-01".into()),
+            share: Some(Share {
+                administrator_users: Names::from(vec!["adm".to_string()]),
+                users: Names::from(vec!["u1".to_string(), "u\"2".to_string()]),
+                groups: Names::from(vec!["g".to_string()]),
+            }),
+            settings: Settings {
+                replicas: 3,
+                resource_limits: Some(ResourceLimits {
+                    cpu: Some(Quantity("500m".into())),
+                    memory: Some(Quantity("512Mi".into())),
+                }),
+                error_handling: Some("site".into()),
+                monitored: true,
+                routing: Some(object("settings")),
+            },
+            routing: Some(object("configuration")),
+        },
+    }
+}
+
+/// A reviewed spec with its text copied, field by field: every field is named, so a field added
+/// to the spec fails to compile here until it is compared.
+fn owned(spec: &crate::crd::SiteSpec<crate::crd::Text<'_>>) -> crate::crd::SiteSpec {
+    use crate::crd::{
+        Application, ApplicationPath, Settings, SiteConfiguration, SiteSpec, Str, Text,
+    };
+    fn s<T: Str>(t: &T) -> String {
+        t.to_string()
+    }
+    fn map(
+        m: &std::collections::BTreeMap<Text<'_>, Text<'_>>,
+    ) -> std::collections::BTreeMap<String, String> {
+        m.iter().map(|(k, v)| (s(k), s(v))).collect()
+    }
+    let SiteSpec {
+        name,
+        owner,
+        site_type,
+        description,
+        created_by,
+        updated_by,
+        created_at,
+        updated_at,
+        configuration,
+    } = spec;
+    let SiteConfiguration {
+        space,
+        enabled,
+        applications,
+        headers,
+        quota,
+        retention_date,
+        share,
+        settings,
+        routing,
+    } = configuration;
+    let Settings {
+        replicas,
+        resource_limits,
+        error_handling,
+        monitored,
+        routing: settings_routing,
+    } = settings;
+    SiteSpec {
+        name: s(name),
+        owner: s(owner),
+        site_type: s(site_type),
+        description: description.as_ref().map(s),
+        created_by: created_by.as_ref().map(s),
+        updated_by: updated_by.as_ref().map(s),
+        created_at: created_at.as_ref().map(s),
+        updated_at: updated_at.as_ref().map(s),
+        configuration: SiteConfiguration {
+            space: s(space),
+            enabled: *enabled,
+            applications: applications
+                .iter()
+                .map(|app| {
+                    let Application {
+                        name,
+                        image,
+                        port,
+                        env,
+                        annotations,
+                        paths,
+                    } = app;
+                    Application {
+                        name: s(name),
+                        image: image.as_ref().map(s),
+                        port: *port,
+                        env: map(env),
+                        annotations: map(annotations),
+                        paths: paths
+                            .iter()
+                            .map(|p| {
+                                let ApplicationPath { path, path_type } = p;
+                                ApplicationPath {
+                                    path: s(path),
+                                    path_type: s(path_type),
+                                }
+                            })
+                            .collect(),
+                    }
+                })
+                .collect(),
+            headers: map(headers),
+            quota: quota.clone(),
+            retention_date: retention_date.as_ref().map(s),
+            share: share.clone(),
+            settings: Settings {
+                replicas: *replicas,
+                resource_limits: resource_limits.clone(),
+                error_handling: error_handling.as_ref().map(s),
+                monitored: *monitored,
+                routing: settings_routing.clone(),
+            },
+            routing: routing.clone(),
+        },
+    }
+}
+
+#[test]
+fn a_full_spec_decodes_alike_stored_and_reviewed() {
+    let spec = full_spec();
+    let object = json!({
+        "apiVersion": "sites.ecmwf.int/v1", "kind": "Site",
+        "metadata": {"name": "docs-handbook", "namespace": "sites"},
+        "spec": spec,
+    });
+    // Every property the CRD's schema gives the spec is set.
+    let crd = serde_json::to_value(crate::crd::crd()).unwrap();
+    let schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+    fn each_property(schema: &Value, value: &Value, path: &str) {
+        for (name, property) in schema["properties"].as_object().into_iter().flatten() {
+            let path = format!("{path}.{name}");
+            let set = &value[name];
+            assert!(!set.is_null(), "{path} is not set in full_spec()");
+            match set {
+                Value::Array(items) => {
+                    for item in items.iter().take(1) {
+                        each_property(&property["items"], item, &format!("{path}[]"));
+                    }
+                }
+                _ => each_property(property, set, &path),
+            }
+        }
+    }
+    each_property(schema, &object["spec"], "spec");
+
+    // The stored decoding keeps every field.
+    let stored: Site = serde_json::from_value(object.clone()).unwrap();
+    assert_eq!(stored.spec, spec);
+
+    // The review decodings keep every field but what no rule reads: the share lists (checked,
+    // not kept) and what per-site routing holds (only that it is there).
+    let mut expected = spec.clone();
+    expected.configuration.share = Some(Default::default());
+    expected.configuration.routing = Some(Default::default());
+    expected.configuration.settings.routing = Some(Default::default());
+    let body = review_body("CREATE", Some(object), None);
+    let body = review::SiteBody::new(&body).unwrap();
+    let read = body.read().expect("the review reader reads it").unwrap();
+    let decoded = body.decode_with_serde_json().unwrap();
+    for (how, req) in [("reader", read), ("serde_json", decoded)] {
+        let reviewed = &req.object.as_ref().unwrap().spec;
+        assert_eq!(owned(reviewed), expected, "{how}");
+    }
+}

@@ -1,12 +1,9 @@
-//! [`Names`]: a list of names kept in one buffer.
+//! [`Names`]: a list of names kept in one buffer; [`UnkeptNames`]: one checked and not kept.
 
 use std::fmt;
 
 use serde::de::{DeserializeSeed, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
-
-/// Most applications a Site has (the schema's `maxItems`): one container each in one pod.
-pub const MAX_APPLICATIONS: usize = 64;
 
 /// A list of names (the users and groups a Site is shared with) stored in one buffer: a Site
 /// may be shared with thousands of users, whose names are only ever read together (joined into
@@ -51,20 +48,6 @@ impl Names {
         out
     }
 
-    /// What `decode` gives with every list of names it decodes checked as usual (an array of
-    /// strings, the same errors) but not kept: empty. For decoders whose readers never read the
-    /// names (the admission webhook's rules), which then cost no copy of each name.
-    pub fn skimmed<T>(decode: impl FnOnce() -> T) -> T {
-        struct Restore(bool);
-        impl Drop for Restore {
-            fn drop(&mut self) {
-                SKIM.set(self.0);
-            }
-        }
-        let _restore = Restore(SKIM.replace(true));
-        decode()
-    }
-
     pub fn push(&mut self, name: &str) {
         self.text.push_str(name);
         self.ends.push(self.text.len());
@@ -99,70 +82,6 @@ impl Serialize for Names {
     }
 }
 
-thread_local! {
-    /// Within [`Names::skimmed`]: names are checked, not kept. serde gives a visitor no context
-    /// of its own; a decoding runs on one thread from start to end.
-    static SKIM: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// A Site's applications; within [`Names::skimmed`] at most [`MAX_APPLICATIONS`] (the
-/// schema's `maxItems`): the webhook refuses a longer list before decoding it whole, where each
-/// entry costs several hundred bytes.
-pub(crate) fn applications<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
-where
-    D: Deserializer<'de>,
-    T: Deserialize<'de>,
-{
-    struct Capped<T>(std::marker::PhantomData<T>);
-    impl<'de, T: Deserialize<'de>> Visitor<'de> for Capped<T> {
-        type Value = Vec<T>;
-
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("a sequence")
-        }
-
-        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<T>, A::Error> {
-            let max = MAX_APPLICATIONS;
-            let cap = SKIM.get();
-            let mut out = Vec::new();
-            while let Some(app) = seq.next_element()? {
-                if cap && out.len() == max {
-                    return Err(serde::de::Error::invalid_length(
-                        max + 1,
-                        &format!("at most {max} applications").as_str(),
-                    ));
-                }
-                out.push(app);
-            }
-            Ok(out)
-        }
-    }
-    d.deserialize_seq(Capped(std::marker::PhantomData))
-}
-
-/// Per-site routing settings (refused whatever they hold); within [`Names::skimmed`] only
-/// whether they are there is kept: an object of any size costs nothing.
-pub(crate) fn routing<'de, D: Deserializer<'de>>(
-    d: D,
-) -> Result<Option<serde_json::Map<String, serde_json::Value>>, D::Error> {
-    if !SKIM.get() {
-        return Option::deserialize(d);
-    }
-    struct Present;
-    impl<'de> super::maps::Entries<'de> for Present {
-        type Value = serde_json::Map<String, serde_json::Value>;
-
-        fn read<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-            while map
-                .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
-                .is_some()
-            {}
-            Ok(serde_json::Map::new())
-        }
-    }
-    super::maps::optional_map(d, Present, "a map")
-}
-
 impl<'de> Deserialize<'de> for Names {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         deserializer.deserialize_seq(NamesVisitor)
@@ -179,16 +98,60 @@ impl<'de> Visitor<'de> for NamesVisitor {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Names, A::Error> {
-        if SKIM.get() {
-            while seq.next_element_seed(Skip)?.is_some() {}
-            return Ok(Names::default());
-        }
         let mut names = Names::default();
         if let Some(n) = seq.size_hint() {
             names.ends.reserve(n.min(4096));
         }
         while seq.next_element_seed(Append(&mut names))?.is_some() {}
         Ok(names)
+    }
+}
+
+/// A list of names checked as [`Names`] is (an array of strings, refused with the same errors)
+/// and not kept: the share lists of a Site under admission review, which no rule reads; a Site
+/// shared with thousands of users then costs no copy of each name.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UnkeptNames;
+
+impl Serialize for UnkeptNames {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(std::iter::empty::<&str>())
+    }
+}
+
+impl<'de> Deserialize<'de> for UnkeptNames {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Checked;
+        impl<'de> Visitor<'de> for Checked {
+            type Value = UnkeptNames;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a sequence")
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<UnkeptNames, A::Error> {
+                while seq.next_element_seed(Skip)?.is_some() {}
+                Ok(UnkeptNames)
+            }
+        }
+        deserializer.deserialize_seq(Checked)
+    }
+}
+
+/// A list of names of a [`Share`](super::Share): [`Names`], or [`UnkeptNames`].
+pub trait NameList: Default {
+    fn is_empty(&self) -> bool;
+}
+
+impl NameList for Names {
+    fn is_empty(&self) -> bool {
+        Names::is_empty(self)
+    }
+}
+
+impl NameList for UnkeptNames {
+    fn is_empty(&self) -> bool {
+        true
     }
 }
 
@@ -241,7 +204,7 @@ impl<'de> Visitor<'de> for Skip {
 
 #[cfg(test)]
 mod tests {
-    use super::Names;
+    use super::{Names, UnkeptNames};
     use serde_json::json;
 
     #[test]
@@ -272,30 +235,19 @@ mod tests {
                 .expect_err(bad)
                 .to_string();
             assert_eq!(names, strings, "{bad}");
-            let skimmed = Names::skimmed(|| serde_json::from_str::<Names>(bad))
+            let unkept = serde_json::from_str::<UnkeptNames>(bad)
                 .expect_err(bad)
                 .to_string();
-            assert_eq!(skimmed, strings, "skimmed {bad}");
+            assert_eq!(unkept, strings, "unkept {bad}");
         }
     }
 
     #[test]
-    fn skimmed_names_are_checked_and_not_kept_within_the_call_only() {
-        let text = r#"["jdoe", "a\"b", "é"]"#;
-        let skimmed: Names = Names::skimmed(|| serde_json::from_str(text)).expect("decodes");
-        assert!(skimmed.is_empty());
-        // Outside the call, and after a call that panicked, names are kept again.
-        let kept: Names = serde_json::from_str(text).expect("decodes");
-        assert_eq!(kept.len(), 3);
-        let panicked = std::panic::catch_unwind(|| Names::skimmed(|| panic!("decoder failed")));
-        assert!(panicked.is_err());
-        let kept: Names = serde_json::from_str(text).expect("decodes");
-        assert_eq!(kept.iter().collect::<Vec<_>>(), ["jdoe", "a\"b", "é"]);
-        // Nested calls restore the outer state.
-        Names::skimmed(|| {
-            Names::skimmed(|| ());
-            let inner: Names = serde_json::from_str(text).expect("decodes");
-            assert!(inner.is_empty());
-        });
+    fn unkept_names_are_checked_and_not_kept() {
+        for text in ["[]", r#"["jdoe", "a\"b", "é"]"#] {
+            let unkept: UnkeptNames = serde_json::from_str(text).expect("decodes");
+            assert_eq!(serde_json::to_value(unkept).expect("encodes"), json!([]));
+            assert!(super::NameList::is_empty(&unkept));
+        }
     }
 }

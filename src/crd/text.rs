@@ -58,12 +58,24 @@ impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
     }
 }
 
-/// The text type of a Site's configuration: `String` (a stored [`Site`]) or [`Text`] (a
-/// reviewed one).
-pub trait Str: std::ops::Deref<Target = str> + Ord + std::fmt::Debug {}
+/// The text type of a Site: `String` (a stored [`Site`](super::Site)) or [`Text`] (a Site
+/// under admission review). It also says how much of a Site is decoded ([`Str::REVIEW`]).
+pub trait Str: std::ops::Deref<Target = str> + Ord + std::fmt::Debug {
+    /// Whether a Site of this text is decoded for the admission rules, keeping only what they
+    /// read: its lists of names are checked (arrays of strings, the same errors) but not kept,
+    /// of a routing object only that it is there, and more applications than the schema's
+    /// `maxItems` are refused as soon as they are met (the `decode_*` functions of `crd.rs`).
+    /// A stored Site is decoded whole.
+    const REVIEW: bool;
+}
 
-impl Str for String {}
-impl Str for Text<'_> {}
+impl Str for String {
+    const REVIEW: bool = false;
+}
+
+impl Str for Text<'_> {
+    const REVIEW: bool = true;
+}
 
 #[cfg(test)]
 mod tests {

@@ -8,7 +8,7 @@ use serde::Deserialize;
 use std::borrow::Cow;
 
 use super::{applied, reader};
-use crate::crd::{Site, SiteConfiguration, SiteRef, SiteStatus, Str, Text};
+use crate::crd::{Site, SiteRef, SiteSpec, SiteStatus, Str, Text};
 use crate::validation::FieldError;
 
 /// A Site as an admission request carries it, decoded straight from the request body (no
@@ -16,7 +16,8 @@ use crate::validation::FieldError;
 /// ([`Text`]): reviewing a Site copies none of its strings. `apiVersion` and `kind` are kept so
 /// that an object of another kind is still refused. Only what the handlers read is kept: the
 /// metadata's names and this operator's annotations ([`admission_meta`]), the spec without its
-/// share lists ([`admission_spec`]); the rest is checked as the generic path checks it.
+/// share lists and routing contents (a [`SiteSpec`] of [`Text`]: [`Str::REVIEW`]); the rest is
+/// checked as the generic path checks it.
 /// Metadata and spec are boxed: a request holds two objects and is moved several times on its
 /// way to the handler.
 #[derive(Clone, Debug, Deserialize, serde::Serialize)]
@@ -28,33 +29,10 @@ pub struct SiteObject<'a> {
     pub kind: Option<Text<'a>>,
     #[serde(default, deserialize_with = "admission_meta")]
     pub metadata: Box<ObjectMeta>,
-    #[serde(borrow, deserialize_with = "admission_spec")]
-    pub spec: Box<ReviewedSpec<'a>>,
+    #[serde(borrow)]
+    pub spec: Box<SiteSpec<Text<'a>>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<SiteStatus>,
-}
-
-/// The spec of a reviewed Site: [`crate::crd::SiteSpec`]'s fields, its text borrowed.
-#[derive(Clone, Debug, Deserialize, serde::Serialize)]
-pub struct ReviewedSpec<'a> {
-    #[serde(borrow)]
-    pub name: Text<'a>,
-    #[serde(borrow)]
-    pub owner: Text<'a>,
-    #[serde(rename = "type", borrow)]
-    pub site_type: Text<'a>,
-    #[serde(default, borrow, skip_serializing_if = "Option::is_none")]
-    pub description: Option<Text<'a>>,
-    #[serde(default, borrow, skip_serializing_if = "Option::is_none")]
-    pub created_by: Option<Text<'a>>,
-    #[serde(default, borrow, skip_serializing_if = "Option::is_none")]
-    pub updated_by: Option<Text<'a>>,
-    #[serde(default, borrow, skip_serializing_if = "Option::is_none")]
-    pub created_at: Option<Text<'a>>,
-    #[serde(default, borrow, skip_serializing_if = "Option::is_none")]
-    pub updated_at: Option<Text<'a>>,
-    #[serde(borrow)]
-    pub configuration: SiteConfiguration<Text<'a>>,
 }
 
 /// A Site the rules can read: a stored [`Site`], or a reviewed [`SiteObject`].
@@ -114,15 +92,6 @@ fn admission_meta<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Box<ObjectMe
             ..ObjectMeta::default()
         }
     })))
-}
-
-/// The spec as the admission handlers read it: the share lists are checked (arrays of strings)
-/// but not kept, as no rule reads them; a Site shared with thousands of users then costs no
-/// copy of each name.
-fn admission_spec<'de, D: serde::Deserializer<'de>>(
-    d: D,
-) -> Result<Box<ReviewedSpec<'de>>, D::Error> {
-    crate::crd::Names::skimmed(|| ReviewedSpec::deserialize(d).map(Box::new))
 }
 
 /// A string value read without keeping it (anything else is an error, as for a kept one).
