@@ -22,6 +22,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn handlers(c: &mut Criterion) {
     let cfg = PlatformConfig::from_yaml(bodies::CONFIG, "config.yaml", &Installation::default())
         .expect("platform configuration");
+    let platform = admission::Platform::default();
     for (name, body) in [("typical", bodies::typical()), ("large", bodies::large())] {
         let mut group = c.benchmark_group(name);
         group.throughput(Throughput::Bytes(body.len() as u64));
@@ -29,7 +30,7 @@ fn handlers(c: &mut Criterion) {
             b.iter(|| {
                 let site_body = review::SiteBody::new(black_box(&body)).expect("text");
                 let req = site_body.decode().expect("decodes");
-                let resp = admission::validate_site_object(req, &cfg);
+                let resp = admission::validate_site(&req, &cfg, &platform);
                 assert!(resp.allowed, "{:?}", resp.result);
                 review::encode(&resp).expect("encodes")
             })
@@ -63,12 +64,12 @@ fn handlers(c: &mut Criterion) {
         );
         let req = site_body.decode().expect("decodes");
         group.bench_function("rules only", |b| {
-            b.iter(|| admission::validate_site_object(black_box(req.clone()), &cfg))
+            b.iter(|| admission::validate_site(black_box(&req), &cfg, &platform))
         });
         group.bench_function("generic path: decode+rules+encode", |b| {
             b.iter(|| {
                 let req = review::decode(black_box(&body)).expect("decodes");
-                let resp = admission::validate_site(&req, &cfg);
+                let resp = admission::validate_site(&req, &cfg, &platform);
                 assert!(resp.allowed, "{:?}", resp.result);
                 review::encode(&resp).expect("encodes")
             })

@@ -39,7 +39,7 @@ fuzz_target!(|data: &[u8]| {
         review::encode(&mutated).expect("the mutating answer encodes");
         let validated: Vec<_> = CONFIGS
             .iter()
-            .map(|cfg| admission::validate_site_object(req.clone(), cfg))
+            .map(|cfg| admission::validate_site(&req, cfg, &platform))
             .collect();
         for answer in &validated {
             review::encode(answer).expect("the validating answer encodes");
@@ -63,7 +63,7 @@ fuzz_target!(|data: &[u8]| {
 
     let validated: Vec<_> = CONFIGS
         .iter()
-        .map(|cfg| admission::validate_site(&req, cfg))
+        .map(|cfg| admission::validate_site(&req, cfg, &platform))
         .collect();
     for answer in &validated {
         review::encode(answer).expect("the validating answer encodes");

@@ -16,6 +16,7 @@ pub use review::object::{Reviewed, SiteObject};
 
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 use kube::core::response::{StatusCause, StatusDetails};
+use std::borrow::Cow;
 use std::sync::{Arc, OnceLock};
 
 use kube::Resource;
@@ -58,24 +59,54 @@ pub fn deny<K: Resource>(
     response
 }
 
-/// The object of the request as a Site, or the violation explaining why it is not one.
-fn typed_site(object: Option<&DynamicObject>, field: &str) -> Result<Option<Site>, FieldError> {
-    let Some(object) = object else {
-        return Ok(None);
-    };
-    if let Some(types) = &object.types {
-        check_site_type(&types.api_version, &types.kind, field)?;
+/// An object of a Site review as the Site handlers take it: generic ([`DynamicObject`], decoded
+/// as a [`Site`] when asked) or typed ([`SiteObject`], decoded as a Site by the server); the
+/// handlers answer the same for both.
+pub trait AsSite: Resource {
+    /// The Site the rules read.
+    type Site: Reviewed + Clone;
+
+    /// The object as a Site, or the violation (at `field`) explaining why it is not one: it
+    /// declares another kind, or does not decode.
+    fn as_site(&self, field: &str) -> Result<Cow<'_, Self::Site>, FieldError>;
+
+    /// The applications of the Site: (name, the image it records). None when the object is
+    /// not a Site.
+    fn site_applications(&self) -> Option<Vec<(String, Option<String>)>> {
+        let site = self.as_site("object").ok()?;
+        Some(applications(&site.parts().configuration.applications))
     }
-    let value = serde_json::to_value(object).map_err(|e| FieldError {
-        field: field.into(),
-        message: e.to_string(),
-    })?;
-    serde_json::from_value::<Site>(value)
-        .map(Some)
-        .map_err(|e| FieldError {
+}
+
+impl AsSite for DynamicObject {
+    type Site = Site;
+
+    fn as_site(&self, field: &str) -> Result<Cow<'_, Site>, FieldError> {
+        if let Some(types) = &self.types {
+            check_site_type(&types.api_version, &types.kind, field)?;
+        }
+        let value = serde_json::to_value(self).map_err(|e| FieldError {
             field: field.into(),
-            message: format!("not a valid Site: {e}"),
-        })
+            message: e.to_string(),
+        })?;
+        serde_json::from_value::<Site>(value)
+            .map(Cow::Owned)
+            .map_err(|e| FieldError {
+                field: field.into(),
+                message: format!("not a valid Site: {e}"),
+            })
+    }
+}
+
+impl<'a> AsSite for SiteObject<'a> {
+    type Site = SiteObject<'a>;
+
+    fn as_site(&self, field: &str) -> Result<Cow<'_, SiteObject<'a>>, FieldError> {
+        if let (Some(api_version), Some(kind)) = (&self.api_version, &self.kind) {
+            check_site_type(api_version, kind, field)?;
+        }
+        Ok(Cow::Borrowed(self))
+    }
 }
 
 fn upgrade_request<K: Resource>(object: Option<&K>) -> Option<&str> {
@@ -85,31 +116,6 @@ fn upgrade_request<K: Resource>(object: Option<&K>) -> Option<&str> {
         .as_ref()?
         .get(UPGRADE_REQUEST_ANNOTATION)
         .map(String::as_str)
-}
-
-/// The applications of a Site in an admission request: (name, the image it records). None when
-/// the object is not a Site.
-pub trait SiteApplications {
-    fn site_applications(&self) -> Option<Vec<(String, Option<String>)>>;
-}
-
-impl SiteApplications for SiteObject<'_> {
-    fn site_applications(&self) -> Option<Vec<(String, Option<String>)>> {
-        // The same test as the validating path's: an object declaring another kind is no Site.
-        if let (Some(api_version), Some(kind)) = (&self.api_version, &self.kind)
-            && check_site_type(api_version, kind, "object").is_err()
-        {
-            return None;
-        }
-        Some(applications(&self.spec.configuration.applications))
-    }
-}
-
-impl SiteApplications for DynamicObject {
-    fn site_applications(&self) -> Option<Vec<(String, Option<String>)>> {
-        let site = typed_site(Some(self), "object").ok()??;
-        Some(applications(&site.spec.configuration.applications))
-    }
 }
 
 fn applications<S: Str>(apps: &[Application<S>]) -> Vec<(String, Option<String>)> {
@@ -153,7 +159,7 @@ pub fn recorded_image(
 ///   diff` of the manifest a Site came from is empty.
 ///
 /// The response is a JSONPatch, absent when nothing changes.
-pub fn mutate_site<K: Resource + SiteApplications>(
+pub fn mutate_site<K: AsSite>(
     req: &AdmissionRequest<K>,
     cfg: &PlatformConfig,
     fresh: impl FnOnce() -> uuid::Uuid,
@@ -281,62 +287,42 @@ impl Platform {
     }
 }
 
-/// Site validation without platform context (no reserved names, no Site cache): every rule of
-/// [`crate::rules::violations`]; on UPDATE the rules comparing with the stored object, and
-/// ratcheting. Warnings for legal but suspicious input.
-pub fn validate_site(
-    req: &AdmissionRequest<DynamicObject>,
-    cfg: &PlatformConfig,
-) -> AdmissionResponse {
-    validate_site_in(req, cfg, &Platform::default())
-}
-
-/// [`validate_site`] with the platform's reserved names and Site directory.
-pub fn validate_site_in(
-    req: &AdmissionRequest<DynamicObject>,
+/// Site validation: every rule of [`crate::rules::violations`] and the rules of the `platform`
+/// (its reserved names, one path per Site; [`Platform::default`] has neither); on UPDATE the
+/// rules comparing with the stored object, and ratcheting. Warnings for legal but suspicious
+/// input. The same answers for generic objects ([`DynamicObject`]) as for typed ones
+/// ([`SiteObject`], the server's path).
+pub fn validate_site<K: AsSite>(
+    req: &AdmissionRequest<K>,
     cfg: &PlatformConfig,
     platform: &Platform,
 ) -> AdmissionResponse {
     if !matches!(req.operation, Operation::Create | Operation::Update) {
         return AdmissionResponse::from(req);
     }
-    let site = typed_site(req.object.as_ref(), "object");
+    let site = req.object.as_ref().map(|o| o.as_site("object")).transpose();
     // A stored object that no longer decodes (e.g. written before a schema change) only loses
     // the comparisons with it.
-    let old = typed_site(req.old_object.as_ref(), "oldObject")
-        .ok()
-        .flatten();
-    judge(req, site, old.as_ref(), cfg, platform)
+    let old = req
+        .old_object
+        .as_ref()
+        .and_then(|o| o.as_site("oldObject").ok());
+    judge(req, site, old.as_deref(), cfg, platform)
 }
 
-/// [`validate_site`] on a request decoded with typed objects (the same answers).
-pub fn validate_site_object(
-    req: AdmissionRequest<SiteObject<'_>>,
-    cfg: &PlatformConfig,
-) -> AdmissionResponse {
-    validate_site_object_in(req, cfg, &Platform::default())
-}
-
-/// [`validate_site_in`] on a request decoded with typed objects (the same answers).
+/// [`validate_site`] on a request the server decoded typed, taken by value: the call
+/// `server.rs` still makes, kept until it calls [`validate_site`] itself.
 pub fn validate_site_object_in(
-    mut req: AdmissionRequest<SiteObject<'_>>,
+    req: AdmissionRequest<SiteObject<'_>>,
     cfg: &PlatformConfig,
     platform: &Platform,
 ) -> AdmissionResponse {
-    if !matches!(req.operation, Operation::Create | Operation::Update) {
-        return AdmissionResponse::from(&req);
-    }
-    let site = req.object.take().map(|o| o.checked("object")).transpose();
-    let old = req
-        .old_object
-        .take()
-        .and_then(|o| o.checked("oldObject").ok());
-    judge(&req, site, old.as_ref(), cfg, platform)
+    validate_site(&req, cfg, platform)
 }
 
-fn judge<K: Resource, T: Reviewed>(
+fn judge<K: Resource, T: Reviewed + Clone>(
     req: &AdmissionRequest<K>,
-    site: Result<Option<T>, FieldError>,
+    site: Result<Option<Cow<'_, T>>, FieldError>,
     old: Option<&T>,
     cfg: &PlatformConfig,
     platform: &Platform,
@@ -361,7 +347,7 @@ fn judge<K: Resource, T: Reviewed>(
         // Ratcheting: a field the update leaves as it was is not denied for a rule the stored
         // object already broke (a rule that tightened after it was stored).
         let before = platform.violations(old.parts(), None, cfg);
-        violations = crate::rules::ratchet(violations, &before, old, &site);
+        violations = crate::rules::ratchet(violations, &before, old, &*site);
     }
     if !violations.is_empty() {
         return deny(req, &violations);

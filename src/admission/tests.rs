@@ -39,7 +39,7 @@ fn request(
 /// (`SiteObject`, the server's path whenever the object decodes as a Site); the answers must be
 /// the same.
 fn validate_site(req: &AdmissionRequest<DynamicObject>, cfg: &PlatformConfig) -> AdmissionResponse {
-    let generic = super::validate_site(req, cfg);
+    let generic = super::validate_site(req, cfg, &Platform::default());
     let body = serde_json::to_vec(&json!({
         "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": req
     }))
@@ -47,7 +47,7 @@ fn validate_site(req: &AdmissionRequest<DynamicObject>, cfg: &PlatformConfig) ->
     let typed_body = review::SiteBody::new(&body).unwrap();
     same_read_as_serde_json(&typed_body);
     if let Ok(typed_req) = typed_body.decode() {
-        let typed = validate_site_object(typed_req, cfg);
+        let typed = super::validate_site(&typed_req, cfg, &Platform::default());
         assert_eq!(
             serde_json::to_value(typed.into_review()).unwrap(),
             serde_json::to_value(generic.clone().into_review()).unwrap(),
@@ -1678,7 +1678,7 @@ fn the_typed_path_checks_share_lists_without_keeping_them() {
         .share
         .clone();
     assert_eq!(share, Some(Default::default()), "checked, not kept");
-    assert!(validate_site_object(typed, &cfg).allowed);
+    assert!(super::validate_site(&typed, &cfg, &Platform::default()).allowed);
     // The generic path keeps them; the answers agree (`validate_site` compares both paths).
     let req = request("CREATE", Some(shared.clone()), None);
     assert!(validate_site(&req, &cfg).allowed);
@@ -1698,7 +1698,7 @@ fn generic_denial(body: &[u8], cfg: &PlatformConfig) -> Vec<String> {
             .and_then(|b| b.decode().map(|_| ()))
             .is_err()
     );
-    let r = super::validate_site(&review::decode(body).unwrap(), cfg);
+    let r = super::validate_site(&review::decode(body).unwrap(), cfg, &Platform::default());
     assert!(!r.allowed);
     messages(&r)
 }
@@ -1738,7 +1738,7 @@ fn sites_take_the_typed_path_and_other_objects_the_generic_one() {
     let typed_body = review::SiteBody::new(&handbook_body).unwrap();
     let typed = typed_body.decode().expect("a Site decodes typed");
     assert_eq!(typed.types.kind, "AdmissionReview");
-    assert!(validate_site_object(typed, &cfg).allowed);
+    assert!(super::validate_site(&typed, &cfg, &Platform::default()).allowed);
     // A ConfigMap does not decode as a Site; the generic path names the problem.
     let cm = body(
         json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}, "data": {}}),
@@ -1751,7 +1751,7 @@ fn sites_take_the_typed_path_and_other_objects_the_generic_one() {
     let other_body = body(other);
     let typed_body = review::SiteBody::new(&other_body).unwrap();
     let typed = typed_body.decode().unwrap();
-    let r = validate_site_object(typed, &cfg);
+    let r = super::validate_site(&typed, &cfg, &Platform::default());
     assert_eq!(
         messages(&r),
         vec![
@@ -1854,13 +1854,13 @@ fn platform(stored: Vec<(&'static str, &'static str)>) -> Platform {
 
 /// Validates both ways (generic and typed) with `platform`; the answers must be the same.
 fn validate_in(req: &AdmissionRequest<DynamicObject>, platform: &Platform) -> AdmissionResponse {
-    let generic = validate_site_in(req, &config(), platform);
+    let generic = super::validate_site(req, &config(), platform);
     let body = serde_json::to_vec(&json!({
         "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": req
     }))
     .unwrap();
     let typed_body = review::SiteBody::new(&body).unwrap();
-    let typed = validate_site_object_in(typed_body.decode().unwrap(), &config(), platform);
+    let typed = super::validate_site(&typed_body.decode().unwrap(), &config(), platform);
     assert_eq!(
         serde_json::to_value(typed.into_review()).unwrap(),
         serde_json::to_value(generic.clone().into_review()).unwrap(),

@@ -205,16 +205,6 @@ impl Resource for SiteObject<'_> {
     }
 }
 
-impl SiteObject<'_> {
-    /// The object, unless it declares another kind than Site.
-    pub(crate) fn checked(self, field: &str) -> Result<Self, FieldError> {
-        if let (Some(api_version), Some(kind)) = (&self.api_version, &self.kind) {
-            check_site_type(api_version, kind, field)?;
-        }
-        Ok(self)
-    }
-}
-
 /// Refuses an object whose `apiVersion`/`kind` is not a Site's.
 pub(crate) fn check_site_type(
     api_version: &str,
