@@ -177,7 +177,7 @@ impl Uid {
 
 /// What decides who controls an object: its controller owner reference, whether it carries
 /// the operator's labels for a site, and who else manages its fields. Cached objects keep this
-/// much of their metadata ([`crate::controller::slim::Facts`]).
+/// much of their metadata ([`crate::controller::cache::kept::Facts`]).
 #[derive(Clone, Debug)]
 pub struct Ownership<'a> {
     pub controller: Option<ControllerRef<'a>>,

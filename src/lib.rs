@@ -20,6 +20,7 @@ pub mod certs;
 pub mod config;
 pub mod controller;
 pub mod crd;
+pub mod digest;
 pub mod error;
 #[cfg(test)]
 pub(crate) mod fixtures;

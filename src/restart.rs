@@ -152,9 +152,7 @@ pub fn qualifying_properties(site: &Site, cfg: &PlatformConfig) -> Value {
 /// Hex SHA-256 of the canonical qualifying properties (serde_json maps are ordered by key, so
 /// the serialisation is stable).
 pub fn spec_hash(site: &Site, cfg: &PlatformConfig) -> String {
-    let canonical = qualifying_properties(site, cfg).to_string();
-    let digest = ring::digest::digest(&ring::digest::SHA256, canonical.as_bytes());
-    digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+    crate::digest::json_sha256_hex(&qualifying_properties(site, cfg))
 }
 
 #[cfg(test)]

@@ -23,9 +23,9 @@ use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::controller::cache::kept::{self, Kept, Owned};
 use crate::controller::context::Context;
 use crate::controller::events::{self, Event, EventType, Recorder, Write};
-use crate::controller::slim::{self, Kept, Owned};
 use crate::crd::{Site, SiteStatus};
 use crate::watched::{Pod, Volume};
 use crate::{Error, Result, Target};
@@ -52,8 +52,7 @@ pub fn desired_hash<K: Serialize>(obj: &K) -> String {
             meta.remove("annotations");
         }
     }
-    let digest = ring::digest::digest(&ring::digest::SHA256, value.to_string().as_bytes());
-    digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+    crate::digest::json_sha256_hex(&value)
 }
 
 /// Puts the hash annotation on a rendered object.
@@ -116,8 +115,8 @@ where
         .map_err(failed)?;
     // Server-side apply keeps owner references other managers set; the Site must be the only
     // owner, so replace the list when it still differs.
-    let written = if slim::owners_print(written.owner_references())
-        == slim::owners_print(desired.owner_references())
+    let written = if kept::owners_print(written.owner_references())
+        == kept::owners_print(desired.owner_references())
     {
         written
     } else {
@@ -523,7 +522,7 @@ pub(crate) mod tests {
     #[test]
     fn up_to_date_needs_hash_owners_and_labels() {
         let up_to_date =
-            |stored: &ConfigMap, desired: &ConfigMap| slim::Facts::of(stored).up_to_date(desired);
+            |stored: &ConfigMap, desired: &ConfigMap| kept::Facts::of(stored).up_to_date(desired);
         let mut desired = cm("1", "u");
         stamp(&mut desired);
         // The stored copy has server-added fields and extra labels: still up to date.
@@ -564,7 +563,7 @@ pub(crate) mod tests {
             .insert("sites.ecmwf.int/id".into(), "b".into());
         assert!(!up_to_date(&relabelled, &desired));
         // A rendering with a label the caches do not keep is never up to date (the renderings
-        // carry only the operator's label keys: slim::tests).
+        // carry only the operator's label keys: kept::tests).
         let mut other_label = desired.clone();
         other_label
             .labels_mut()

@@ -15,11 +15,11 @@ use kube::api::Api;
 
 use crate::config::live::Live;
 use crate::config::{Routing, RoutingMode, SecretKeyRef};
+use crate::controller::cache::index::Index;
+use crate::controller::cache::kept::{Kept, Owned};
+use crate::controller::cache::table::{Records, Sites, Table, Volumes};
 use crate::controller::events::Recorder;
-use crate::controller::index::Index;
 use crate::controller::labeller::Labeller;
-use crate::controller::records::{Records, Sites, Table, Volumes};
-use crate::controller::slim::{Kept, Owned};
 use crate::controller::status::{FailedCreate, SitePod};
 use crate::crd::{Site, SiteStatus};
 use crate::watched::Volume;
@@ -47,11 +47,11 @@ pub struct Caches {
     pub failed_creates: Table<FailedCreate>,
     /// PersistentVolumes (cluster-scoped): retained-volume lookup and the label check.
     pub volumes: Volumes,
-    /// Site pods by site id ([`crate::controller::index::pod_keys`]).
+    /// Site pods by site id ([`crate::controller::cache::index::pod_keys`]).
     pub pods_by_site: Index<SitePod, Table<SitePod>>,
     /// Volumes by site label and claim reference ([`crate::controller::volumes::volume_keys`]).
     pub volumes_by_site: Index<Volume, Volumes>,
-    /// Sites by public path ([`crate::controller::index::path_key`]).
+    /// Sites by public path ([`crate::controller::cache::index::path_key`]).
     pub sites_by_path: Index<Site, Sites>,
 }
 
@@ -73,7 +73,7 @@ impl Caches {
         self.sites_by_path
             .get_except(
                 &self.sites,
-                &crate::controller::index::path_key_of(namespace, site_path),
+                &crate::controller::cache::index::path_key_of(namespace, site_path),
                 Some(&this),
             )
             .into_iter()

@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 
 use kube::{Resource, ResourceExt};
 
-use crate::controller::slim::{self, Keep, Kept, Managed};
+use crate::controller::cache::kept::{self, Keep, Kept, Managed};
 
-/// The fingerprints ([`slim::fingerprint`]) of the managed content of the owned objects as the
+/// The fingerprints ([`kept::fingerprint`]) of the managed content of the owned objects as the
 /// API server returned them after the operator's last write (or, after a restart, as first seen):
 /// a watch event showing another fingerprint is drift, repaired by the next apply. One short
 /// record per object (keyed by its kind and name, hashed), not the objects.
@@ -67,7 +67,7 @@ pub(crate) fn version(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Obj
 
 /// The desired hash an object carries (0: none).
 fn desired_of<K: Resource>(obj: &K) -> u64 {
-    slim::desired_of(obj.meta()).unwrap_or_default()
+    kept::desired_of(obj.meta()).unwrap_or_default()
 }
 
 impl Fingerprints {
@@ -177,7 +177,7 @@ impl Fingerprints {
         known.insert(
             key,
             Print {
-                fingerprint: slim::fingerprint(obj),
+                fingerprint: kept::fingerprint(obj),
                 wrote: desired_of(obj),
                 seen,
                 pending,

@@ -28,14 +28,14 @@ use kube::runtime::watcher::Event;
 use serde_json::json;
 
 use crate::controller::apply::record_event;
+use crate::controller::cache::index::{self, Index};
+use crate::controller::cache::kept::tests::{example_site, render_site, stored};
+use crate::controller::cache::kept::{self, Keep, Kept, Owned};
+use crate::controller::cache::table::{Records, Sites, Table, Volumes};
 use crate::controller::context::WrittenStatuses;
 use crate::controller::events::{EventType, Recorder, Reporter};
 use crate::controller::fingerprints::Fingerprints;
-use crate::controller::index::{self, Index};
 use crate::controller::queue::{Backoff, Queue};
-use crate::controller::records::{Records, Sites, Table, Volumes};
-use crate::controller::slim::tests::{example_site, render_site, stored};
-use crate::controller::slim::{self, Keep, Kept, Owned};
 use crate::controller::status::{self, SitePod};
 use crate::controller::volumes;
 use crate::crd::{Site, SiteStatus};
@@ -238,7 +238,7 @@ impl Delivered {
             _ => panic!("the example Site has an HTTPRoute in gateway mode"),
         }
         let pod = pod_of(&r.statefulset, &sts_uid, i);
-        let site_pod = slim::pod(&serde_json::from_slice::<Pod>(&pod).expect("a pod"));
+        let site_pod = kept::pod(&serde_json::from_slice::<Pod>(&pod).expect("a pod"));
         assert_eq!(
             index::pod_keys(&site_pod),
             [id.as_str()],
@@ -277,19 +277,19 @@ impl Delivered {
     /// Site `i` as the Site watch keeps it.
     fn site(&self, i: usize) -> Site {
         let mut site: Site = decode(&self.sites[i]);
-        slim::site(&mut site);
+        kept::site(&mut site);
         site
     }
 
     /// The pod of Site `i` as the pod watch keeps it.
     fn pod(&self, i: usize) -> SitePod {
-        slim::pod(&decode::<Pod>(&self.pods[i]))
+        kept::pod(&decode::<Pod>(&self.pods[i]))
     }
 
     /// The volume of Site `i` as the volume watch keeps it.
     fn volume(&self, i: usize) -> Volume {
         let mut volume: Volume = decode(&self.volumes[i]);
-        slim::volume(&mut volume);
+        kept::volume(&mut volume);
         volume
     }
 }

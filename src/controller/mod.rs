@@ -19,9 +19,8 @@
 //!   re-binds, when a bound volume gets its labels;
 //! - [`labeller`]: the schedule of delayed volume labels (one task, a heap of due labels);
 //! - [`fingerprints`]: what the operator last wrote of each owned object (drift detection);
-//! - [`index`]: secondary indexes over the caches and their key functions;
-//! - [`records`]: the caches (tables of records filled by the watches);
-//! - [`slim`]: what the caches keep of each object;
+//! - [`cache`]: the caches the watches fill and the reconciler reads (tables of what is kept of
+//!   each object, indexes); its module doc is the glossary of their words;
 //! - [`status`]: the Site status as a pure function;
 //! - [`events`]: the Event recorder's memory (repeats counted as a series) and Event bodies;
 //! - [`queue`]: the work queue (client-go semantics);
@@ -29,13 +28,14 @@
 //! - [`accounting`]: `sites_api_requests_total`, a tower layer on the client;
 //! - [`changes`]: what a Site edit changed (logs) and which changes matter.
 //!
-//! The path of an event: a watch (`watches.rs`) updates its cache ([`records`]) and index
-//! ([`index`]), and queues the key of the Site the object belongs to (its id label) in the
+//! The path of an event: a watch (`watches.rs`) updates its cache ([`cache::table`]) and index
+//! ([`cache::index`]), and queues the key of the Site the object belongs to (its id label) in the
 //! [`queue::Queue`]; a worker (`workers.rs`) takes the key and runs [`reconcile::reconcile`],
 //! which reads the caches and writes through [`apply`].
 
 pub mod accounting;
 pub mod apply;
+pub mod cache;
 pub mod changes;
 pub mod configuration;
 pub mod context;
@@ -43,13 +43,10 @@ pub mod events;
 pub mod fingerprints;
 #[cfg(test)]
 mod footprint;
-pub mod index;
 pub mod labeller;
 pub mod leader;
 pub mod queue;
 pub mod reconcile;
-pub mod records;
-pub mod slim;
 pub mod status;
 pub mod volumes;
 mod watches;

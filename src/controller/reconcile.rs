@@ -26,9 +26,9 @@ use kube::{Resource, ResourceExt};
 
 use crate::config::{PlatformConfig, RoutingMode};
 use crate::controller::apply::{self, Written};
+use crate::controller::cache::kept::{Keep, Kept, Owned, Pairs};
+use crate::controller::cache::table::Records;
 use crate::controller::context::Context;
-use crate::controller::records::Records;
-use crate::controller::slim::{Keep, Kept, Owned, Pairs};
 use crate::controller::status::SitePod;
 use crate::controller::{status, volumes};
 use crate::crd::{Site, SiteStatus};
@@ -396,9 +396,9 @@ async fn apply_in_order(
     }
     // LIFE-15: a new pod template rolls the pods; a pod that never becomes ready would stop the
     // rollout. (A repaired replica count rolls nothing: its pods are left to the controller.)
-    let template_changed = sts
-        .as_ref()
-        .is_some_and(|w| stored_template != Some(crate::controller::slim::template_fingerprint(w)));
+    let template_changed = sts.as_ref().is_some_and(|w| {
+        stored_template != Some(crate::controller::cache::kept::template_fingerprint(w))
+    });
     if sts_written == Written::Updated && template_changed && site.spec.configuration.enabled {
         apply::delete_not_ready_pods(ctx, &id).await;
     }
@@ -702,7 +702,7 @@ fn random_token() -> String {
         // which come from the same source through another path.
         return uuid::Uuid::new_v4().simple().to_string();
     }
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    crate::digest::hex(&bytes)
 }
 
 #[cfg(test)]

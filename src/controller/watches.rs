@@ -20,12 +20,12 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use prometheus::IntCounterVec;
 
+use crate::controller::cache::index::{self, Index};
+use crate::controller::cache::kept::{self, Keep, Kept, Owned};
+use crate::controller::cache::table::{Cache, Records, Sites, Table, Volumes};
 use crate::controller::context::{self, Caches, HttpRoutes, WrittenStatuses};
 use crate::controller::fingerprints::{self, Fingerprints};
-use crate::controller::index::{self, Index};
 use crate::controller::queue::Queue;
-use crate::controller::records::{Cache, Records, Sites, Table, Volumes};
-use crate::controller::slim::{self, Keep, Kept, Owned};
 use crate::controller::status::{self, FailedCreate, SitePod};
 use crate::controller::{changes, volumes};
 use crate::crd::{ID_LABEL, Site};
@@ -325,7 +325,7 @@ fn watch_sites(
         list_config(),
         feed,
         |mut s: Site| {
-            slim::site(&mut s);
+            kept::site(&mut s);
             s
         },
         sites.clone(),
@@ -461,7 +461,7 @@ fn watch_site_pods(
         Api::<Pod>::namespaced(client.clone(), ns),
         list_config().labels(ID_LABEL),
         feed,
-        |p: Pod| slim::pod(&p),
+        |p: Pod| kept::pod(&p),
         pods.clone(),
         move |event| writer.apply(event),
         |p: &SitePod| index::pod_keys(p).pop(),
@@ -503,7 +503,7 @@ fn watch_volumes(client: &kube::Client, feed: &Feed) -> (Volumes, Index<Volume, 
         list_config(),
         feed,
         |mut v: Volume| {
-            slim::volume(&mut v);
+            kept::volume(&mut v);
             v
         },
         volumes.clone(),

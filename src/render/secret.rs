@@ -94,10 +94,7 @@ pub fn cookie_secret(session_key: &[u8], id: &str) -> Result<String, Error> {
     }
     let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, session_key);
     let tag = ring::hmac::sign(&key, format!("oauth2-cookie-secret:{id}").as_bytes());
-    Ok(tag.as_ref()[..16]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect())
+    Ok(crate::digest::hex(&tag.as_ref()[..16]))
 }
 
 /// Secret `<id>-oauth2` holding the derived cookie secret.

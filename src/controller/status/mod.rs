@@ -40,7 +40,7 @@ pub struct SitePod {
     /// The pod's uid (a UUID's bytes): deletes are conditional on it.
     pub uid: Option<[u8; 16]>,
     /// The site id label (the cache keeps it only for the site's own pods: the operator's,
-    /// controlled by the site's StatefulSet, [`crate::controller::slim::pod`]).
+    /// controlled by the site's StatefulSet, [`crate::controller::cache::kept::pod`]).
     pub site: Option<Box<str>>,
     /// Being deleted.
     pub terminating: bool,

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 
 use kube::runtime::watcher;
 
-use crate::controller::records::Cache;
+use crate::controller::cache::table::Cache;
 use crate::controller::status::SitePod;
 use crate::crd::Site;
 use crate::render::apps::site_path;
@@ -42,7 +42,7 @@ pub fn site_path_keys(site: &Site) -> Vec<String> {
 }
 
 /// Index key of a cached site pod: its site id, which the cache keeps only for pods the
-/// operator created (operator_bound annotation, [`crate::controller::slim::pod`]); other pods
+/// operator created (operator_bound annotation, [`crate::controller::cache::kept::pod`]); other pods
 /// are not indexed.
 pub fn pod_keys(p: &SitePod) -> Vec<String> {
     p.site.iter().map(|id| id.to_string()).collect()

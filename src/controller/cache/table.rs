@@ -16,7 +16,7 @@ use kube::Resource;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 
-use crate::controller::slim::{Keep, Kept};
+use crate::controller::cache::kept::{Keep, Kept};
 use crate::controller::status::{FailedCreate, SitePod};
 use crate::crd::Site;
 

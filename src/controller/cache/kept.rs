@@ -97,10 +97,7 @@ pub fn template_fingerprint(sts: &StatefulSet) -> u64 {
 }
 
 fn short_hash(content: &serde_json::Value) -> u64 {
-    let digest = ring::digest::digest(&ring::digest::SHA256, content.to_string().as_bytes());
-    let mut first = [0u8; 8];
-    first.copy_from_slice(&digest.as_ref()[..8]);
-    u64::from_be_bytes(first)
+    crate::digest::json_sha256_u64(content)
 }
 
 /// The values of the operator's labels ([`LABEL_KEYS`]) on an object, absent ones included, as
@@ -121,14 +118,14 @@ pub fn owners_print(owners: &[OwnerReference]) -> u64 {
     hashed(&each)
 }
 
-/// The kind of a Site, as [`Controller`] leaves it out.
+/// The kind of a Site, as [`ControlledBy`] leaves it out.
 const SITE_KIND: &str = "Site";
 
 /// The controller owner reference as [`Facts`] keep it. The usual controller, the Site the
 /// object is labelled for, costs no string: its kind and name are those of the site id label
 /// (another kind or name is kept in [`Rare`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Controller {
+pub struct ControlledBy {
     uid: labels::Uid,
     site: bool,
 }
@@ -158,7 +155,7 @@ pub struct Facts {
     /// The object's own uid (a UUID's bytes: deletes are conditional on it).
     uid: Option<[u8; 16]>,
     managed: bool,
-    controller: Option<Controller>,
+    controller: Option<ControlledBy>,
     site_id: SiteId,
     rare: Option<Box<Rare>>,
     /// The owner references ([`owners_print`]).
@@ -216,7 +213,7 @@ impl Facts {
                 .and_then(|u| uuid::Uuid::try_parse(u).ok())
                 .map(uuid::Uuid::into_bytes),
             managed: ownership.managed,
-            controller: ownership.controller.map(|c| Controller {
+            controller: ownership.controller.map(|c| ControlledBy {
                 uid: c.uid,
                 site: c.site,
             }),
@@ -498,7 +495,7 @@ impl Keep for StatefulSet {
     }
 }
 
-/// An object of an owned kind in the caches ([`crate::controller::records::Records`]): its
+/// An object of an owned kind in the caches ([`crate::controller::cache::table::Records`]): its
 /// [`Facts`] (with its name: owned objects all live in the operator's namespace) and its
 /// [`Keep::Body`].
 pub struct Kept<K: Keep> {
@@ -588,7 +585,7 @@ pub fn site(s: &mut Site) {
 /// Pods (decoded with only what the status mapping reads, [`crate::watched`]) are kept as
 /// [`SitePod`]s, with their site id label only for the site's own pods: the operator's
 /// (operator_bound annotation) and controlled by the site's StatefulSet (named by the site id).
-/// That is what [`crate::controller::index::pod_keys`] reads, so a pod someone else made with
+/// That is what [`crate::controller::cache::index::pod_keys`] reads, so a pod someone else made with
 /// a site's label and annotation counts in no status and is never deleted for the site (LIFE-15).
 pub fn pod(p: &Pod) -> SitePod {
     let bound = p
@@ -631,7 +628,7 @@ pub(crate) mod tests {
     /// The example Site (manifests/examples/site.yaml) in namespace `sites`.
     pub(crate) fn example_site() -> Site {
         let mut site: Site =
-            serde_yaml_ng::from_str(include_str!("../../manifests/examples/site.yaml")).unwrap();
+            serde_yaml_ng::from_str(include_str!("../../../manifests/examples/site.yaml")).unwrap();
         site.metadata.namespace = Some("sites".into());
         site.metadata.uid = Some("uid-1".into());
         site
@@ -947,7 +944,7 @@ pub(crate) mod tests {
             assert_eq!(kept.ready, crate::controller::status::pod_ready(&p));
             assert_eq!(&*kept.name, "s-0");
             assert!(!kept.terminating);
-            assert_eq!(crate::controller::index::pod_keys(&kept), ["s"]);
+            assert_eq!(crate::controller::cache::index::pod_keys(&kept), ["s"]);
             // A pod not controlled by the site's StatefulSet, or that the operator did not
             // create (no operator_bound annotation), is not indexed.
             for (case, edit) in [
@@ -973,7 +970,7 @@ pub(crate) mod tests {
                 json_patch::merge(&mut other, &edit);
                 let other: Pod = serde_json::from_value(other).unwrap();
                 assert!(
-                    crate::controller::index::pod_keys(&pod(&other)).is_empty(),
+                    crate::controller::cache::index::pod_keys(&pod(&other)).is_empty(),
                     "{case}"
                 );
             }
