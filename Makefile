@@ -14,7 +14,7 @@ KUBERNETES_VALIDATE_VERSION := 1.37.0
 # Kubernetes version the manifests are validated against (the emulator's and kubectl's).
 KUBERNETES_VERSION := 1.32.0
 
-.PHONY: control-plane real-apiserver-test merge-table merge-table-check rbac-mutation-check bench bench-full prometheus-tools all build run test lint fmt fmt-check clippy unit crd crd-check validate-manifests promtool-test kind-e2e-check image kind-e2e fuzz tools clean
+.PHONY: control-plane real-apiserver-test merge-table merge-table-check rbac-mutation-check bench bench-ab bench-full prometheus-tools all build run test lint fmt fmt-check clippy unit crd crd-check validate-manifests promtool-test kind-e2e-check image kind-e2e fuzz tools clean
 
 all: build
 
@@ -143,7 +143,16 @@ bench:
 	SCALE_SITES=1000 $(CARGO) bench --locked --bench scale
 	WEBHOOK_QUICK=1 WEBHOOK_SECONDS=5 $(CARGO) bench --locked --bench webhook
 
-## bench-full: every benchmark at the sizes BENCHMARKS.md records (about 12 minutes after the build).
+## bench-ab: the webhook of this tree against the webhook of commit OLD (built into target/ab/),
+## alternated, CREATE then UPDATE reviews; wrk comes from Debian.
+OLD ?= 35e41b3
+bench-ab:
+	@command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
+	$(CARGO) build --release --locked -p sites-operator -p sites-emulator --bins
+	python3 benches/webhook_ab.py --old $(OLD) --seconds 6 --rounds 5
+	python3 benches/webhook_ab.py --old $(OLD) --seconds 6 --rounds 3 --update
+
+## bench-full: every benchmark at the sizes BENCHMARKS.md records (about 15 minutes after the build).
 bench-full:
 	$(CARGO) bench --locked --bench admission
 	$(CARGO) bench --locked --bench webhook
