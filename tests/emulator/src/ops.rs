@@ -47,6 +47,31 @@ pub struct WriteOptions {
 }
 
 impl WriteOptions {
+    /// The options of a write request: `dryRun`, `fieldManager`, `fieldValidation`, the
+    /// User-Agent.
+    pub fn of(
+        query: &crate::request::Query,
+        headers: &axum::http::HeaderMap,
+    ) -> Result<WriteOptions, ApiError> {
+        let dry_run = match query.get("dryRun").map(String::as_str) {
+            None | Some("") => false,
+            Some("All") => true,
+            Some(other) => {
+                return Err(ApiError::bad_request(format!(
+                    "dryRun: Unsupported value: \"{other}\": supported values: \"All\""
+                )));
+            }
+        };
+        Ok(WriteOptions {
+            dry_run,
+            field_manager: query.get("fieldManager").cloned().filter(|m| !m.is_empty()),
+            field_validation: FieldValidation::parse(
+                query.get("fieldValidation").map(String::as_str),
+            )?,
+            user_agent: Some(crate::request::user_agent(headers)),
+        })
+    }
+
     /// The field manager a write other than an apply is recorded under, as the API server
     /// names it: `fieldManager`, else the User-Agent up to its first `/`
     /// (`kubectl-client-side-apply/v1.32.0 (linux/amd64) kubernetes/...` is

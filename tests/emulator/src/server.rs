@@ -10,11 +10,12 @@ use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 
 use crate::list::{list, watch};
+use crate::ops::WriteOptions;
 use crate::registry::ResourceInfo;
 use crate::request::{Query, Target, decode_body, error_response, json_response};
 use crate::state::App;
 use crate::status::ApiError;
-use crate::write::{as_stored, create, delete, delete_collection, patch, update, write_options};
+use crate::write::{as_stored, create, delete, delete_collection, patch, update};
 use crate::{discovery, negotiate};
 
 /// Request body limit, as the API server's.
@@ -338,17 +339,17 @@ async fn respond(
             Ok(json_response(StatusCode::OK, &obj))
         }
         ("POST", None) => {
-            let opts = write_options(query, headers)?;
+            let opts = WriteOptions::of(query, headers)?;
             let obj = as_stored(t, decode_body(headers, &body)?)?;
             create(app, t, obj, &opts).await
         }
         ("PUT", Some(name)) => {
-            let opts = write_options(query, headers)?;
+            let opts = WriteOptions::of(query, headers)?;
             let obj = as_stored(t, decode_body(headers, &body)?)?;
             update(app, t, name, obj, status_path, &opts).await
         }
         ("PATCH", Some(name)) => {
-            let opts = write_options(query, headers)?;
+            let opts = WriteOptions::of(query, headers)?;
             patch(app, t, name, headers, &body, query, status_path, &opts).await
         }
         ("DELETE", Some(name)) => delete(app, t, name, query, &body).await,

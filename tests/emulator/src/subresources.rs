@@ -91,7 +91,7 @@ async fn answer(
     }
     let sub = t.sub.as_deref()?;
     let name = t.name.as_deref()?;
-    let opts = match write_options(query, headers) {
+    let opts = match WriteOptions::of(query, headers) {
         Ok(o) => o,
         Err(e) => return Some(Err(e)),
     };
@@ -156,29 +156,6 @@ fn is_core(r: &ResourceInfo, kind: &str) -> bool {
 
 fn is_csr(r: &ResourceInfo) -> bool {
     r.is_builtin() && r.group == "certificates.k8s.io" && r.kind == "CertificateSigningRequest"
-}
-
-fn write_options(
-    query: &std::collections::HashMap<String, String>,
-    headers: &HeaderMap,
-) -> Result<WriteOptions, ApiError> {
-    let dry_run = match query.get("dryRun").map(String::as_str) {
-        None | Some("") => false,
-        Some("All") => true,
-        Some(other) => {
-            return Err(ApiError::bad_request(format!(
-                "dryRun: Unsupported value: \"{other}\": supported values: \"All\""
-            )));
-        }
-    };
-    Ok(WriteOptions {
-        dry_run,
-        field_manager: query.get("fieldManager").cloned().filter(|m| !m.is_empty()),
-        field_validation: ops::FieldValidation::parse(
-            query.get("fieldValidation").map(String::as_str),
-        )?,
-        user_agent: Some(crate::request::user_agent(headers)),
-    })
 }
 
 fn content_type(headers: &HeaderMap) -> String {

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use crate::admission::{self, Attempt, Operation};
 use crate::deletion::{delete_one, delete_options};
 use crate::meta::{self, meta_str, rv_of};
-use crate::ops::{self, FieldValidation, WriteOptions};
+use crate::ops::{self, WriteOptions};
 use crate::registry::ResourceInfo;
 use crate::request::{Query, Target, from_yaml, json_response};
 use crate::selectable::Selection;
@@ -33,25 +33,6 @@ fn with_warnings(mut resp: Response, warnings: &[String]) -> Response {
         }
     }
     resp
-}
-
-/// The options of a write: `dryRun`, `fieldManager`, `fieldValidation`, the User-Agent.
-pub fn write_options(query: &Query, headers: &HeaderMap) -> Result<WriteOptions, ApiError> {
-    let dry_run = match query.get("dryRun").map(String::as_str) {
-        None | Some("") => false,
-        Some("All") => true,
-        Some(other) => {
-            return Err(ApiError::bad_request(format!(
-                "dryRun: Unsupported value: \"{other}\": supported values: \"All\""
-            )));
-        }
-    };
-    Ok(WriteOptions {
-        dry_run,
-        field_manager: query.get("fieldManager").cloned().filter(|m| !m.is_empty()),
-        field_validation: FieldValidation::parse(query.get("fieldValidation").map(String::as_str))?,
-        user_agent: Some(crate::request::user_agent(headers)),
-    })
 }
 
 /// A request body addressed to a view (events.k8s.io Events) in the stored form.
