@@ -56,9 +56,55 @@ pub struct Index<K, C: Cache<K>> {
     relist: Arc<Mutex<Entries<K, C>>>,
 }
 
-/// Index key → identities. A key names one object or a few (a site's pods, a volume's site), so
-/// a list, not a hash set (which allocates room for several at once).
-type Entries<K, C> = HashMap<String, Vec<<C as Cache<K>>::Id>>;
+/// Index key → identities. A key names one object or a few (a site's pods, a volume's site).
+type Entries<K, C> = HashMap<Box<str>, Ids<<C as Cache<K>>::Id>>;
+
+/// The identities of one key: most keys name one object, held in the entry itself; a list
+/// (with room for what it holds only) when there are more.
+enum Ids<I> {
+    One(I),
+    Many(Vec<I>),
+}
+
+impl<I: PartialEq> Ids<I> {
+    fn contains(&self, id: &I) -> bool {
+        match self {
+            Ids::One(one) => one == id,
+            Ids::Many(many) => many.contains(id),
+        }
+    }
+
+    fn push(&mut self, id: I) {
+        let many = match std::mem::replace(self, Ids::Many(Vec::new())) {
+            Ids::One(one) => vec![one, id],
+            Ids::Many(mut many) => {
+                // Room for this one only: a push would make room for twice as many.
+                many.reserve_exact(1);
+                many.push(id);
+                many
+            }
+        };
+        *self = Ids::Many(many);
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Ids::One(_) => 1,
+            Ids::Many(many) => many.len(),
+        }
+    }
+
+    /// Keeps the identities `keep` says to keep; false when none is left.
+    fn retain(&mut self, mut keep: impl FnMut(&I) -> bool) -> bool {
+        match self {
+            Ids::One(one) => keep(one),
+            Ids::Many(many) => {
+                many.retain(|id| keep(id));
+                !many.is_empty()
+            }
+        }
+    }
+}
 
 fn insert<K, C: Cache<K>>(entries: &mut Entries<K, C>, keys: Vec<String>, obj: &K) {
     if keys.is_empty() {
@@ -66,12 +112,12 @@ fn insert<K, C: Cache<K>>(entries: &mut Entries<K, C>, keys: Vec<String>, obj: &
     }
     let id = C::id(obj);
     for key in keys {
-        let ids = entries.entry(key).or_default();
-        if !ids.contains(&id) {
-            // Room for this one only: a first push would make room for four (a volume's
-            // reference is about a hundred bytes, and most keys name one object).
-            ids.reserve_exact(1);
-            ids.push(id.clone());
+        match entries.get_mut(key.as_str()) {
+            Some(ids) if ids.contains(&id) => {}
+            Some(ids) => ids.push(id.clone()),
+            None => {
+                entries.insert(key.into_boxed_str(), Ids::One(id.clone()));
+            }
         }
     }
 }
@@ -122,11 +168,10 @@ impl<K, C: Cache<K>> Index<K, C> {
                 let id = C::id(obj);
                 let mut entries = self.lock();
                 for key in (self.keys)(obj) {
-                    if let Some(ids) = entries.get_mut(&key) {
-                        ids.retain(|i| *i != id);
-                        if ids.is_empty() {
-                            entries.remove(&key);
-                        }
+                    if let Some(ids) = entries.get_mut(key.as_str())
+                        && !ids.retain(|i| *i != id)
+                    {
+                        entries.remove(key.as_str());
                     }
                 }
             }
@@ -146,7 +191,7 @@ impl<K, C: Cache<K>> Index<K, C> {
             return Vec::new();
         };
         let mut found = Vec::with_capacity(ids.len());
-        ids.retain(|id| {
+        let left = ids.retain(|id| {
             if except == Some(id) {
                 return true;
             }
@@ -158,7 +203,7 @@ impl<K, C: Cache<K>> Index<K, C> {
                 _ => false,
             }
         });
-        if ids.is_empty() {
+        if !left {
             entries.remove(key);
         }
         found.sort_by(|a, b| C::name(a).cmp(C::name(b)));

@@ -123,22 +123,28 @@ const SITE_KIND: &str = "Site";
 
 /// The controller owner reference as [`Facts`] keep it. The usual controller, the Site the
 /// object is labelled for, costs no string: its kind and name are those of the site id label
-/// (another kind or name is kept in [`Rare`]).
+/// and its uid a UUID's bytes (another kind or name, or a uid that is not a UUID, is kept in
+/// [`Rare`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ControlledBy {
-    uid: labels::Uid,
+    /// The UUID's bytes (zero when the uid is [`Rare::controller_uid`]).
+    uid: [u8; 16],
     site: bool,
 }
 
 /// What [`Facts`] keep of an object only when it is unusual, in one allocation: a controller
-/// of another kind than `Site` or named otherwise than the site id label, another field
-/// manager.
+/// of another kind than `Site`, named otherwise than the site id label or with a uid that is
+/// not a UUID, a site id label that does not begin the object's name, another field manager.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct Rare {
     /// None: `Site`.
     controller_kind: Option<Box<str>>,
     /// None: the site id label.
     controller_name: Option<Box<str>>,
+    /// None: [`ControlledBy::uid`].
+    controller_uid: Option<Box<str>>,
+    /// [`SiteId::Rare`].
+    site_id: Option<Box<str>>,
     /// [`labels::Ownership::other_manager`].
     other_manager: Option<Box<str>>,
 }
@@ -170,12 +176,13 @@ pub struct Facts {
 
 /// The site id label of an object, as [`Facts`] keep it: the objects of a site are named by
 /// its id (`<id>`, `<id>-env`, ...), so the label usually costs no string of its own.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum SiteId {
     None,
     /// The first this many bytes of the object's name.
     NamePrefix(u16),
-    Own(Box<str>),
+    /// In [`Rare::site_id`].
+    Rare,
 }
 
 impl SiteId {
@@ -185,7 +192,7 @@ impl SiteId {
             Some(id) if name.starts_with(id) && id.len() <= usize::from(u16::MAX) => {
                 SiteId::NamePrefix(id.len() as u16)
             }
-            Some(id) => SiteId::Own(id.into()),
+            Some(_) => SiteId::Rare,
         }
     }
 }
@@ -202,9 +209,21 @@ impl Facts {
             controller_name: controller
                 .filter(|c| Some(c.name) != ownership.site_id)
                 .map(|c| c.name.into()),
+            controller_uid: controller.and_then(|c| match &c.uid {
+                labels::Uid::Uuid(_) => None,
+                labels::Uid::Text(text) => Some(text.clone()),
+            }),
+            site_id: None,
             other_manager: ownership.other_manager.map(Into::into),
         };
         let name: &str = meta.name.as_deref().unwrap_or_default();
+        let site_id = SiteId::of(ownership.site_id, name);
+        let rare = Rare {
+            site_id: (site_id == SiteId::Rare)
+                .then(|| ownership.site_id.map(Into::into))
+                .flatten(),
+            ..rare
+        };
         Facts {
             name: name.into(),
             uid: meta
@@ -214,10 +233,13 @@ impl Facts {
                 .map(uuid::Uuid::into_bytes),
             managed: ownership.managed,
             controller: ownership.controller.map(|c| ControlledBy {
-                uid: c.uid,
+                uid: match c.uid {
+                    labels::Uid::Uuid(bytes) => bytes,
+                    labels::Uid::Text(_) => [0; 16],
+                },
                 site: c.site,
             }),
-            site_id: SiteId::of(ownership.site_id, name),
+            site_id,
             rare: (rare != Rare::default()).then(|| Box::new(rare)),
             owners: owners_print(meta.owner_references.as_deref().unwrap_or_default()),
             labels: labels_print(meta),
@@ -239,7 +261,10 @@ impl Facts {
                     .and_then(|r| r.controller_name.as_deref())
                     .or(self.site_id())
                     .unwrap_or_default(),
-                uid: c.uid.clone(),
+                uid: match rare.and_then(|r| r.controller_uid.as_deref()) {
+                    Some(text) => labels::Uid::Text(text.into()),
+                    None => labels::Uid::Uuid(c.uid),
+                },
             }),
             managed: self.managed,
             site_id: self.site_id(),
@@ -263,7 +288,7 @@ impl Facts {
         match &self.site_id {
             SiteId::None => None,
             SiteId::NamePrefix(len) => self.name.get(..usize::from(*len)),
-            SiteId::Own(id) => Some(id),
+            SiteId::Rare => self.rare.as_deref().and_then(|r| r.site_id.as_deref()),
         }
     }
 
