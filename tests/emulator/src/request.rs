@@ -89,6 +89,19 @@ pub fn error_response(e: &ApiError) -> Response {
     )
 }
 
+/// The media type of a request's `Content-Type` (parameters left out; empty when absent).
+pub fn content_type(headers: &HeaderMap) -> String {
+    headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|c| c.to_str().ok())
+        .unwrap_or("")
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_string()
+}
+
 /// The request's `User-Agent` ("" without one).
 pub fn user_agent(headers: &HeaderMap) -> String {
     headers

@@ -111,7 +111,7 @@ async fn answer(
                     Err(e) => Err(e),
                 },
                 "PATCH" => {
-                    let ct = content_type(headers);
+                    let ct = crate::request::content_type(headers);
                     write_scale(app, t, name, &paths, &opts, |current| {
                         patch_value(current, &ct, body)
                     })
@@ -127,7 +127,7 @@ async fn answer(
                 Err(e) => Err(e),
             },
             "PATCH" => {
-                let ct = content_type(headers);
+                let ct = crate::request::content_type(headers);
                 approve(app, t, name, &opts, |current| {
                     patch_value(current, &ct, body)
                 })
@@ -156,18 +156,6 @@ fn is_core(r: &ResourceInfo, kind: &str) -> bool {
 
 fn is_csr(r: &ResourceInfo) -> bool {
     r.is_builtin() && r.group == "certificates.k8s.io" && r.kind == "CertificateSigningRequest"
-}
-
-fn content_type(headers: &HeaderMap) -> String {
-    headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|c| c.to_str().ok())
-        .unwrap_or("")
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_string()
 }
 
 /// Decodes a JSON, YAML or protobuf request body into an object.

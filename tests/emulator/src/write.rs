@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
 use serde_json::{Value, json};
 
@@ -335,15 +335,7 @@ pub async fn patch(
     status_path: bool,
     opts: &WriteOptions,
 ) -> Result<Response, ApiError> {
-    let ct = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|c| c.to_str().ok())
-        .unwrap_or("")
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_string();
+    let ct = crate::request::content_type(headers);
     let custom = !t.r.is_builtin();
     match ct.as_str() {
         "application/apply-patch+yaml" | "application/apply-patch+json" => {
