@@ -24,7 +24,7 @@ use kube::CustomResource;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
 
-pub use names::{NameList, Names, UnkeptNames};
+pub use names::{NameList, Names, UNKEPT_STRINGS, UnkeptNames};
 pub use text::{Str, Text};
 
 /// API group of the Site resource.
@@ -609,7 +609,7 @@ impl<S> Copy for SiteRef<'_, S> {}
 impl<S: Str> SiteRef<'_, S> {
     /// The site path: `/<space>/<name>`.
     pub fn path(&self) -> String {
-        format!("/{}/{}", &*self.configuration.space, self.name)
+        ["/", &*self.configuration.space, "/", self.name].concat()
     }
 }
 

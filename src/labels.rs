@@ -15,12 +15,12 @@ pub const MANAGED_BY: &str = "sites-operator";
 
 /// Name of the Secret holding the OAuth2 proxy cookie secret.
 pub fn oauth2_secret_name(id: &str) -> String {
-    format!("{id}-oauth2")
+    [id, "-oauth2"].concat()
 }
 
 /// Name of the ConfigMap holding the nginx configuration and error pages.
 pub fn files_configmap_name(id: &str) -> String {
-    format!("{id}-files")
+    [id, "-files"].concat()
 }
 
 /// The keys of [`labels`], the only labels the operator puts on the objects it owns (the caches

@@ -119,6 +119,12 @@ impl Serialize for UnkeptNames {
     }
 }
 
+/// The name of the newtype struct [`UnkeptNames`] deserializes as: a deserializer that knows it
+/// (the admission review reader) checks the array of strings in one pass, as a `Vec<String>`
+/// would be checked, and calls `visit_unit`; any other sees an ordinary newtype struct and is
+/// asked for a sequence.
+pub const UNKEPT_STRINGS: &str = "sites_operator::crd::UnkeptStrings";
+
 impl<'de> Deserialize<'de> for UnkeptNames {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         struct Checked;
@@ -133,8 +139,20 @@ impl<'de> Deserialize<'de> for UnkeptNames {
                 while seq.next_element_seed(Skip)?.is_some() {}
                 Ok(UnkeptNames)
             }
+
+            /// A deserializer that reads [`UNKEPT_STRINGS`] itself: the array was checked.
+            fn visit_unit<E>(self) -> Result<UnkeptNames, E> {
+                Ok(UnkeptNames)
+            }
+
+            fn visit_newtype_struct<D: Deserializer<'de>>(
+                self,
+                deserializer: D,
+            ) -> Result<UnkeptNames, D::Error> {
+                deserializer.deserialize_seq(self)
+            }
         }
-        deserializer.deserialize_seq(Checked)
+        deserializer.deserialize_newtype_struct(UNKEPT_STRINGS, Checked)
     }
 }
 

@@ -149,7 +149,10 @@ pub fn image_reference(value: &str) -> Result<ImageReference<'_>, String> {
     if value.len() > 255 + 128 + 80 {
         return Err(invalid("too long"));
     }
-    if value.chars().any(|c| c.is_whitespace() || c.is_control()) {
+    // Printable ASCII, the common case, has neither (no character-by-character decoding).
+    if !value.bytes().all(|b| b.is_ascii_graphic())
+        && value.chars().any(|c| c.is_whitespace() || c.is_control())
+    {
         return Err(invalid("contains whitespace or control characters"));
     }
     let (rest, digest) = match value.split_once('@') {

@@ -22,6 +22,8 @@ use std::fmt;
 use serde::de::value::{BorrowedStrDeserializer, StringDeserializer};
 use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 
+use crate::crd::UNKEPT_STRINGS;
+
 /// The deepest nesting of arrays and objects the reader follows (serde_json's limit is 128).
 pub const MAX_DEPTH: usize = 64;
 
@@ -120,8 +122,32 @@ impl<'de> Reader<'de> {
         self.text.get(from..to).ok_or(Refused)
     }
 
+    /// Where the string whose opening quote is at `self.at` ends (past its closing quote) when
+    /// it has no escape and no control character, the common case, which the callers take
+    /// inline; `None` for any other string, read by the full walk.
+    #[inline]
+    fn plain_string_end(&self) -> Option<usize> {
+        let from = self.at + 1;
+        let end = from + special(self.bytes().get(from..)?)?;
+        (self.bytes()[end] == b'"').then_some(end + 1)
+    }
+
     /// The string whose opening quote is at `self.at`: borrowed when it has no escape.
+    #[inline]
     fn string(&mut self) -> Result<Cow<'de, str>, Refused> {
+        match self.plain_string_end() {
+            Some(end) => {
+                let text = self.slice(self.at + 1, end - 1)?;
+                self.at = end;
+                Ok(Cow::Borrowed(text))
+            }
+            None => self.escaped_string(),
+        }
+    }
+
+    /// [`Reader::string`] past its common case.
+    #[inline(never)]
+    fn escaped_string(&mut self) -> Result<Cow<'de, str>, Refused> {
         let start = self.at + 1;
         let mut from = start;
         let mut decoded: Option<String> = None;
@@ -203,7 +229,20 @@ impl<'de> Reader<'de> {
     /// Skips the string whose opening quote is at `self.at`, checked as serde_json checks a
     /// string it skips (a `\u` escape needs four hex digits, nothing more); whether it has a
     /// `\u` escape.
+    #[inline]
     fn skip_string(&mut self) -> Result<bool, Refused> {
+        match self.plain_string_end() {
+            Some(end) => {
+                self.at = end;
+                Ok(false)
+            }
+            None => self.skip_escaped_string(),
+        }
+    }
+
+    /// [`Reader::skip_string`] past its common case.
+    #[inline(never)]
+    fn skip_escaped_string(&mut self) -> Result<bool, Refused> {
         let mut from = self.at + 1;
         let mut unicode = false;
         let mut scanned = false;
@@ -233,6 +272,41 @@ impl<'de> Reader<'de> {
                         }
                         _ => return Err(Refused),
                     };
+                }
+                _ => return Err(Refused),
+            }
+        }
+    }
+
+    /// Skips the array of strings at `self.at`, each checked as a decoded string is (the array
+    /// of a [`UNKEPT_STRINGS`] newtype), in one loop with no visitor call per string: a Site
+    /// may be shared with thousands of users.
+    fn skip_strings(&mut self) -> Result<(), Refused> {
+        if self.peek()? != b'[' {
+            return Err(Refused);
+        }
+        self.enter()?;
+        if self.peek()? == b']' {
+            self.at += 1;
+            self.depth -= 1;
+            return Ok(());
+        }
+        loop {
+            if self.peek()? != b'"' {
+                return Err(Refused);
+            }
+            let start = self.at;
+            if self.skip_string()? {
+                // A `\u` escape: decoded, so that a lone surrogate is refused.
+                self.at = start;
+                self.string()?;
+            }
+            match self.peek()? {
+                b',' => self.at += 1,
+                b']' => {
+                    self.at += 1;
+                    self.depth -= 1;
+                    return Ok(());
                 }
                 _ => return Err(Refused),
             }
@@ -508,6 +582,10 @@ impl<'de> de::Deserializer<'de> for &mut Reader<'de> {
         name: &'static str,
         visitor: V,
     ) -> Result<V::Value, Refused> {
+        if name == UNKEPT_STRINGS {
+            self.skip_strings()?;
+            return visitor.visit_unit();
+        }
         if name != RAW_STRING {
             return visitor.visit_newtype_struct(self);
         }
@@ -787,6 +865,47 @@ mod tests {
         assert!(serde_json::from_str::<IgnoredAny>(&with_unicode).is_ok());
         let unclosed = &document[..document.len() - 1];
         assert!(from_str::<IgnoredAny>(unclosed).is_err());
+    }
+
+    #[test]
+    fn unkept_string_lists_are_checked_as_serde_json_checks_them() {
+        #[derive(Debug, Deserialize)]
+        struct Lists {
+            #[serde(default)]
+            #[allow(dead_code)]
+            users: crate::crd::UnkeptNames,
+            #[serde(default)]
+            after: u8,
+        }
+        for (text, ok) in [
+            (r#"{"users":[],"after":1}"#, true),
+            (r#"{"users":[ ] ,"after":1}"#, true),
+            (r#"{"users":["a"],"after":1}"#, true),
+            (r#"{"users":[ "a" , "b\"c" ,"\u00e9", "é" ] ,"after":1}"#, true),
+            (r#"{"users":["\ud83d\ude00"],"after":1}"#, true),
+            (r#"{"users":["\ud800"],"after":1}"#, false),
+            (r#"{"users":["a\x"],"after":1}"#, false),
+            ("{\"users\":[\"a\u{1}\"],\"after\":1}", false),
+            (r#"{"users":[1],"after":1}"#, false),
+            (r#"{"users":[null],"after":1}"#, false),
+            (r#"{"users":[["a"]],"after":1}"#, false),
+            (r#"{"users":null,"after":1}"#, false),
+            (r#"{"users":"a","after":1}"#, false),
+            (r#"{"users":{},"after":1}"#, false),
+            (r#"{"users":["a",],"after":1}"#, false),
+            (r#"{"users":[,"a"],"after":1}"#, false),
+            (r#"{"users":["a" "b"],"after":1}"#, false),
+            (r#"{"users":["a""#, false),
+            (r#"{"users":["a"#, false),
+            (r#"{"users":["a",""#, false),
+            (r#"{"users":[ ,],"after":1}"#, false),
+        ] {
+            assert_eq!(serde_json::from_str::<Lists>(text).is_ok(), ok, "{text}");
+            match from_str::<Lists>(text) {
+                Ok(lists) => assert!(ok && lists.after == 1, "{text}"),
+                Err(Refused) => assert!(!ok, "{text}"),
+            }
+        }
     }
 
     #[derive(Debug, Deserialize)]

@@ -33,7 +33,7 @@ pub fn path_key(site: &Site) -> String {
 
 /// [`path_key`] of the site path `site_path` (`/<space>/<name>`) in `namespace`.
 pub fn path_key_of(namespace: &str, site_path: &str) -> String {
-    format!("{namespace}:{site_path}/")
+    [namespace, ":", site_path, "/"].concat()
 }
 
 /// [`path_key`] as the index key function.
