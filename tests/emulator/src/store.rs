@@ -690,3 +690,53 @@ impl State {
             .collect())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The stored text, the list-item form and the parsed object are what the wire writer and
+    /// the parser give for the object itself, whatever the members.
+    #[test]
+    fn stored_text_is_the_wire_form() {
+        for v in [
+            json!({"kind": "Pod", "apiVersion": "v1", "metadata": {"name": "a", "labels": {"x": "1"}},
+                   "spec": {"z": 1.5, "a": [{"b": {}, "a": null}]}, "status": {}}),
+            json!({"kind": "Thing", "apiVersion": "g/v1", "metadata": {"name": "e"},
+                   "type": "t", "object": {"kind": "K", "apiVersion": "v1", "a": 1}}),
+            json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": {},
+                   "rows": [{"object": {"metadata": {}, "kind": "K"}}]}),
+            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "code": 404,
+                   "status": "Failure"}),
+            json!({"kind": "Only", "apiVersion": "v1"}),
+            json!({"apiVersion": "v1", "metadata": {"name": "n\"q"}, "items": [{"b": 1, "kind": "K"}]}),
+        ] {
+            let s = Stored::new(&v);
+            assert_eq!(s.json(), crate::wire::object_to_string(&v));
+            assert_eq!(s.value(), v);
+            let mut item = v.clone();
+            if let Some(m) = item.as_object_mut() {
+                m.remove("kind");
+                m.remove("apiVersion");
+            }
+            assert_eq!(s.item_json(), crate::wire::object_to_string(&item), "{v}");
+        }
+    }
+
+    #[test]
+    fn the_head_is_read_from_the_object() {
+        let v = json!({"kind": "Pod", "apiVersion": "v1", "metadata": {
+            "name": "a", "uid": "u", "resourceVersion": "42", "labels": {"a": "b", "n": 1},
+            "deletionTimestamp": "2024-01-01T00:00:00Z", "finalizers": ["foregroundDeletion"],
+            "ownerReferences": [{"uid": "o1"}, {"uid": "o2"}, {"name": "no uid"}]}});
+        let s = Stored::new(&v);
+        assert_eq!(s.rv(), 42);
+        assert_eq!(s.uid(), Some("u"));
+        assert!(s.deleting() && s.foreground);
+        assert_eq!(s.owners(), [Box::from("o1"), Box::from("o2")]);
+        assert_eq!(
+            s.labels(),
+            BTreeMap::from([("a".to_string(), "b".to_string())])
+        );
+    }
+}
