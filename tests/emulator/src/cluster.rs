@@ -290,18 +290,11 @@ pub fn unschedulable_status(pod: &Value, message: &str) -> Value {
 }
 
 /// Pods waiting for a node.
-pub fn unscheduled_pods(app: &App) -> Vec<(String, String)> {
-    app.store
-        .lock()
-        .objects_of("pods", None)
-        .iter()
-        .filter(|p| p["spec"]["nodeName"].is_null())
-        .map(|p| {
-            (
-                meta_str(p, "namespace").unwrap_or_default().to_string(),
-                meta_str(p, "name").unwrap_or_default().to_string(),
-            )
-        })
+pub fn unscheduled_pods(st: &crate::store::State) -> HashSet<(String, String)> {
+    st.stored_of("pods", None)
+        .into_iter()
+        .filter(|(_, p)| p.value()["spec"]["nodeName"].is_null())
+        .map(|(key, _)| key)
         .collect()
 }
 
@@ -720,7 +713,7 @@ pub async fn run(app: Arc<App>) {
         tokio::select! {
             ev = rx.recv() => match ev {
                 Ok(ev) => {
-                    let name = || meta_str(&ev.object, "name").unwrap_or_default().to_string();
+                    let name = || ev.name.clone();
                     match ev.resource.as_str() {
                         "namespaces" if ev.kind == EventType::Added => { dirty.namespaces.insert(name()); }
                         "configmaps" if ev.kind != EventType::Added && name() == "kube-root-ca.crt" => {

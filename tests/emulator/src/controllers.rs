@@ -70,36 +70,45 @@ pub async fn run(app: Arc<App>) {
     // Claims not Bound yet: a volume or storage class event may let them bind (bound claims
     // do not care, and looking at every claim on every volume event is quadratic at scale).
     let mut unbound = HashSet::new();
-    mark_all(&app, &mut dirty, &mut unbound);
+    // Pods without a node, for a node event (kept from the pod events: looking at every pod
+    // on each node status report is quadratic at scale).
+    let mut unscheduled = HashSet::new();
+    mark_all(&app, &mut dirty, &mut unbound, &mut unscheduled);
     let mut retries: HashMap<(String, String), Retry> = HashMap::new();
     let mut tick = tokio::time::interval(Duration::from_millis(25));
     loop {
         tokio::select! {
             ev = rx.recv() => match ev {
                 Ok(ev) => {
-                    let key = (ev.namespace.clone(), meta_str(&ev.object, "name").unwrap_or_default().to_string());
+                    let key = (ev.namespace.clone(), ev.name.clone());
                     if !ev.namespace.is_empty() && !matches!(ev.resource.as_str(), "events" | "leases.coordination.k8s.io") {
                         dirty.quotas.insert(ev.namespace.clone());
                     }
                     match ev.resource.as_str() {
                         "statefulsets.apps" => { dirty.statefulsets.insert(key); }
                         "pods" => {
-                            if let Some(owner) = sts_owner(&ev.object) {
+                            let pod = ev.object.value();
+                            if let Some(owner) = sts_owner(&pod) {
                                 dirty.statefulsets.insert((ev.namespace.clone(), owner));
                             }
                             if ev.kind != EventType::Deleted {
                                 dirty.pods.insert(key.clone());
                             }
-                            for claim in pod_claims(&ev.object) {
+                            if ev.kind != EventType::Deleted && pod["spec"]["nodeName"].is_null() {
+                                unscheduled.insert(key.clone());
+                            } else {
+                                unscheduled.remove(&key);
+                            }
+                            for claim in pod_claims(&pod) {
                                 dirty.claims.insert((ev.namespace.clone(), claim));
                             }
                         }
                         "persistentvolumeclaims" => {
                             if ev.kind == EventType::Deleted {
                                 unbound.remove(&key);
-                                dirty.released_claims.push(ev.object.clone());
+                                dirty.released_claims.push(Arc::new(ev.object.value()));
                             } else {
-                                if ev.object["status"]["phase"] == "Bound" {
+                                if ev.object.value()["status"]["phase"] == "Bound" {
                                     unbound.remove(&key);
                                 } else {
                                     unbound.insert(key.clone());
@@ -107,7 +116,7 @@ pub async fn run(app: Arc<App>) {
                                 dirty.claims.insert(key);
                             }
                         }
-                        "nodes" => dirty.pods.extend(crate::cluster::unscheduled_pods(&app)),
+                        "nodes" => dirty.pods.extend(unscheduled.iter().cloned()),
                         "persistentvolumes" | "storageclasses.storage.k8s.io" => {
                             dirty.claims.extend(unbound.iter().cloned());
                         }
@@ -117,13 +126,13 @@ pub async fn run(app: Arc<App>) {
                         _ => {}
                     }
                 }
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => mark_all(&app, &mut dirty, &mut unbound),
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => mark_all(&app, &mut dirty, &mut unbound, &mut unscheduled),
                 Err(_) => return,
             },
             _ = tick.tick() => {
                 let touched: Vec<_> = app.kubelet.touched.lock().unwrap_or_else(|p| p.into_inner()).drain().collect();
                 if touched.iter().any(|(n, _)| n == "*") {
-                    mark_all(&app, &mut dirty, &mut unbound);
+                    mark_all(&app, &mut dirty, &mut unbound, &mut unscheduled);
                 } else {
                     dirty.pods.extend(touched);
                 }
@@ -208,13 +217,19 @@ fn resource(app: &App, group: &str, plural: &str) -> Option<Arc<ResourceInfo>> {
     app.store.lock().registry.get(group, "v1", plural)
 }
 
-fn mark_all(app: &App, dirty: &mut Dirty, unbound: &mut HashSet<(String, String)>) {
+fn mark_all(
+    app: &App,
+    dirty: &mut Dirty,
+    unbound: &mut HashSet<(String, String)>,
+    unscheduled: &mut HashSet<(String, String)>,
+) {
     let st = app.store.lock();
-    for o in st.objects_of("statefulsets.apps", None) {
-        dirty.statefulsets.insert(key_of(&o));
+    for (key, _) in st.stored_of("statefulsets.apps", None) {
+        dirty.statefulsets.insert(key);
     }
-    for o in st.objects_of("pods", None) {
-        dirty.pods.insert(key_of(&o));
+    *unscheduled = crate::cluster::unscheduled_pods(&st);
+    for (key, _) in st.stored_of("pods", None) {
+        dirty.pods.insert(key);
     }
     unbound.clear();
     for o in st.objects_of("persistentvolumeclaims", None) {
@@ -257,6 +272,21 @@ pub fn pod_claims(pod: &Value) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// Whether a pod of namespace `ns` mounts the claim `name`. Only the pods whose text names
+/// it as a `claimName` are parsed.
+fn claim_in_use(app: &App, ns: &str, name: &str) -> bool {
+    let needle = format!(
+        "\"claimName\":{}",
+        serde_json::to_string(name).unwrap_or_default()
+    );
+    app.store
+        .lock()
+        .stored_of("pods", Some(ns))
+        .iter()
+        .filter(|(_, p)| p.json().contains(&needle))
+        .any(|(_, p)| pod_claims(&p.value()).iter().any(|c| c == name))
 }
 
 /// Writes `new` over `old` unless equal; ignores conflicts (the next event retries).
@@ -839,12 +869,7 @@ fn bind_claim(app: &App, ns: &str, name: &str) {
     };
     if claim["metadata"]["deletionTimestamp"].is_string() {
         // pvc-protection: the finalizer goes once no pod uses the claim.
-        let in_use = app
-            .store
-            .lock()
-            .objects_of("pods", Some(ns))
-            .iter()
-            .any(|p| pod_claims(p).iter().any(|c| c == name));
+        let in_use = claim_in_use(app, ns, name);
         if !in_use {
             let mut new = (*claim).clone();
             if let Some(f) = new["metadata"]["finalizers"].as_array_mut() {
@@ -915,12 +940,7 @@ fn bind_claim(app: &App, ns: &str, name: &str) {
                 .as_ref()
                 .is_some_and(|c| c["volumeBindingMode"] == "WaitForFirstConsumer")
             {
-                let used = app
-                    .store
-                    .lock()
-                    .objects_of("pods", Some(ns))
-                    .iter()
-                    .any(|p| pod_claims(p).iter().any(|c| c == name));
+                let used = claim_in_use(app, ns, name);
                 if !used {
                     return;
                 }

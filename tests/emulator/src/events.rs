@@ -91,8 +91,8 @@ pub fn to_core(view: &ResourceInfo, mut v: Value) -> Result<Value, ApiError> {
 /// Records an Event about `object` (of resource `r`) as a controller's event recorder does
 /// (client-go `tools/record`): a new core v1 Event named `<object>.<nanoseconds in hex>` in the
 /// object's namespace (`default` for cluster-scoped objects), `source.component` the
-/// controller, count 1; an Event already recorded with the same source, involved object, type,
-/// reason and message is updated instead (count + 1, lastTimestamp), as the recorder's
+/// controller, count 1; an Event already recorded so (named after the object) with the same
+/// source, involved object, type, reason and message is updated instead (count + 1, lastTimestamp), as the recorder's
 /// correlator patches it. Errors are dropped, as the recorder drops them.
 pub fn record(
     app: &App,
@@ -128,10 +128,13 @@ pub fn record(
                 .iter()
                 .all(|k| i[*k] == involved[*k])
     };
+    // The recorder names its Events `<object name>.<nanoseconds>` and only ever updates its
+    // own: the candidates are a range of the store, not every Event of the namespace.
+    let name = m["name"].as_str().unwrap_or_default();
     let existing = app
         .store
         .lock()
-        .objects_of(&events.key(), Some(namespace))
+        .objects_with_prefix(&events.key(), namespace, &format!("{name}."))
         .into_iter()
         .find(|e| same(e));
     if let Some(e) = existing {
@@ -147,7 +150,6 @@ pub fn record(
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
         .unwrap_or_default();
-    let name = m["name"].as_str().unwrap_or_default();
     let event = json!({
         "apiVersion": "v1", "kind": "Event",
         "metadata": {"name": format!("{name}.{nanos:x}"), "namespace": namespace},

@@ -20,19 +20,10 @@ pub async fn run(app: Arc<App>) {
     }
 }
 
-fn owner_uids(o: &Value) -> Vec<String> {
-    o["metadata"]["ownerReferences"]
-        .as_array()
-        .map(|refs| {
-            refs.iter()
-                .filter_map(|r| r["uid"].as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// One pass: deletes dependents whose owners are all gone, drops dangling references when some
-/// owners remain, and completes foreground deletions whose blocking dependents are gone.
+/// owners remain, and completes foreground deletions whose blocking dependents are gone. The
+/// dependents looked at are those of the owners deleted (or found absent) since the last pass
+/// and of owners some dependent does not see alive ([`crate::store::State::gc_candidates`]).
 pub fn collect(app: &Arc<App>) {
     let (orphans, dangling, foreground) = {
         let mut st = app.store.lock();
@@ -42,35 +33,29 @@ pub fn collect(app: &Arc<App>) {
         let pending = std::mem::take(&mut st.gc_pending);
         let mut orphans = Vec::new();
         let mut dangling = Vec::new();
-        let mut foreground = Vec::new();
-        for (key, o) in st.all_objects() {
-            let uids = owner_uids(o);
-            let is_foreground = o["metadata"]["deletionTimestamp"].is_string()
-                && o["metadata"]["finalizers"]
-                    .as_array()
-                    .is_some_and(|f| f.contains(&json!("foregroundDeletion")));
-            if is_foreground {
-                foreground.push((key.clone(), o.clone()));
-            }
+        for (key, o) in st.gc_candidates(&pending) {
+            let uids = o.owners();
             if uids.is_empty() {
                 continue;
             }
-            let namespace = meta_str(o, "namespace").unwrap_or_default();
-            let alive = |uid: &String| {
+            let value = o.value();
+            let namespace = meta_str(&value, "namespace").unwrap_or_default();
+            let alive = |uid: &str| {
                 st.by_uid(uid)
                     .is_some_and(|(_, (owner_ns, _))| owner_ns.is_empty() || owner_ns == namespace)
             };
-            let live: Vec<&String> = uids.iter().filter(|u| alive(u)).collect();
-            let touched = uids.iter().any(|u| pending.contains(u)) || live.len() < uids.len();
+            let live = uids.iter().filter(|u| alive(&u[..])).count();
+            let touched = uids.iter().any(|u| pending.contains(&**u)) || live < uids.len();
             if !touched {
                 continue;
             }
-            if live.is_empty() {
-                orphans.push((key.clone(), o.clone()));
-            } else if live.len() < uids.len() {
-                dangling.push((key.clone(), o.clone()));
+            if live == 0 {
+                orphans.push((key, Arc::new(value)));
+            } else if live < uids.len() {
+                dangling.push((key, Arc::new(value)));
             }
         }
+        let foreground = st.in_foreground_deletion();
         st.foreground_active = !foreground.is_empty();
         (orphans, dangling, foreground)
     };
@@ -91,13 +76,7 @@ pub fn collect(app: &Arc<App>) {
     }
     for (key, owner) in foreground {
         let uid = meta_str(&owner, "uid").unwrap_or_default().to_string();
-        let dependents: Vec<(String, Arc<Value>)> = {
-            let st = app.store.lock();
-            st.all_objects()
-                .filter(|(_, o)| owner_uids(o).contains(&uid))
-                .map(|(k, o)| (k.clone(), o.clone()))
-                .collect()
-        };
+        let dependents = app.store.lock().dependents_of(&uid);
         let mut blocking = false;
         for (dkey, d) in &dependents {
             if d["metadata"]["deletionTimestamp"].is_null() {
@@ -154,13 +133,7 @@ fn delete_object(app: &Arc<App>, key: &str, o: &Arc<Value>) {
 
 /// Orphan propagation: removes references to `owner_uid` from its dependents.
 pub fn orphan_dependents(app: &Arc<App>, owner_uid: &str) {
-    let dependents: Vec<(String, Arc<Value>)> = {
-        let st = app.store.lock();
-        st.all_objects()
-            .filter(|(_, o)| owner_uids(o).iter().any(|u| u == owner_uid))
-            .map(|(k, o)| (k.clone(), o.clone()))
-            .collect()
-    };
+    let dependents = app.store.lock().dependents_of(owner_uid);
     for (key, d) in dependents {
         let Some(r) = app.store.lock().registry.by_key(&key) else {
             continue;
@@ -191,9 +164,8 @@ pub fn purge_namespace(app: &Arc<App>, ns: &str) {
             if !seen.insert(r.key()) {
                 continue;
             }
-            let objects = app.store.lock().objects_of(&r.key(), Some(&ns));
-            for o in objects {
-                let name = meta_str(&o, "name").unwrap_or_default().to_string();
+            let objects = app.store.lock().stored_of(&r.key(), Some(&ns));
+            for ((_, name), _) in objects {
                 let _ = app.store.commit_remove(&r, &ns, &name, None, None);
             }
         }

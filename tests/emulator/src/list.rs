@@ -12,11 +12,11 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 
 use crate::negotiate;
-use crate::request::{Event, Query, Target, error_response, json_response};
+use crate::request::{Query, Target, error_response, raw_json_response};
 use crate::selectable::Selection;
 use crate::state::App;
 use crate::status::ApiError;
-use crate::store::{EventType, ObjKey, WatchEvent};
+use crate::store::{EventType, ObjKey, Stored, WatchEvent};
 
 /// Lists a collection (GET without a name), a page at a time when `limit` is set.
 pub fn list(app: &Arc<App>, t: &Target, query: &Query) -> Result<Response, ApiError> {
@@ -37,32 +37,36 @@ pub fn list(app: &Arc<App>, t: &Target, query: &Query) -> Result<Response, ApiEr
     let st = app.store.lock();
     let rv = snapshot_rv.unwrap_or_else(|| st.resource_version());
     let ns = (t.namespaced_url && t.r.namespaced).then_some(t.namespace.as_str());
-    let keep = |o: &Value| selection.matches(o);
+    let keep = |o: &Stored| selection.matches_stored(o);
     let (items, last) = st.list_page(&t.r, ns, after.as_ref(), limit, &keep);
     drop(st);
-    let builtin = t.r.is_builtin();
-    let items: Vec<Value> = items
-        .iter()
-        .map(|o| {
-            let mut o = (**o).clone();
-            if builtin && let Some(m) = o.as_object_mut() {
-                m.remove("apiVersion");
-                m.remove("kind");
-            }
-            o
-        })
-        .collect();
     let mut metadata = json!({"resourceVersion": rv.to_string()});
     if let Some(last) = last {
         metadata["continue"] = json!(encode_continue(rv, &last));
     }
-    let list = json!({
-        "kind": format!("{}List", t.r.kind),
-        "apiVersion": t.r.api_version(),
-        "metadata": metadata,
-        "items": items,
-    });
-    Ok(json_response(StatusCode::OK, &list))
+    // The list as `wire::to_vec` writes it (kind, apiVersion, metadata, items), the items'
+    // stored text spliced in: built-in items without their kind and apiVersion.
+    let builtin = t.r.is_builtin();
+    let text = |v: &Value| serde_json::to_string(v).unwrap_or_default();
+    let mut body = format!(
+        "{{\"kind\":{},\"apiVersion\":{},\"metadata\":{},\"items\":[",
+        text(&json!(format!("{}List", t.r.kind))),
+        text(&json!(t.r.api_version())),
+        text(&metadata),
+    );
+    body.reserve(items.iter().map(|o| o.json().len() + 1).sum());
+    for (i, o) in items.iter().enumerate() {
+        if i > 0 {
+            body.push(',');
+        }
+        if builtin {
+            body.push_str(&o.item_json());
+        } else {
+            body.push_str(o.json());
+        }
+    }
+    body.push_str("]}\n");
+    Ok(raw_json_response(StatusCode::OK, body.into_bytes()))
 }
 
 /// The continue token of a page that ended at `key`, read at the resource version `rv`: the
@@ -130,12 +134,12 @@ pub fn watch(
         let st = app.store.lock();
         let rx = app.store.subscribe();
         let current = st.resource_version();
-        let initial: Vec<Event> = match &start_rv {
+        let initial: Vec<(&'static str, Payload)> = match &start_rv {
             None => {
-                let objs = st.objects_of(&key, ns.as_deref());
+                let objs = st.stored_of(&key, ns.as_deref());
                 objs.into_iter()
-                    .filter(|o| selection.matches(o))
-                    .map(|o| ("ADDED", o))
+                    .filter(|(_, o)| selection.matches_stored(o))
+                    .map(|(_, o)| ("ADDED", Payload::Stored(o)))
                     .collect()
             }
             Some(rv) => {
@@ -157,7 +161,7 @@ pub fn watch(
                         let status =
                             ApiError::gone(format!("too old resource version: {rv} ({oldest})"))
                                 .to_status();
-                        vec![("ERROR", Arc::new(status))]
+                        vec![("ERROR", Payload::Value(Arc::new(status)))]
                     }
                 }
             }
@@ -181,10 +185,10 @@ pub fn watch(
             tokio::select! {
                 _ = tokio::time::sleep_until(deadline) => return,
                 _ = bookmark_tick.tick(), if bookmarks => {
-                    let bm = ("BOOKMARK", Arc::new(json!({
+                    let bm = ("BOOKMARK", Payload::Value(Arc::new(json!({
                         "kind": r.kind, "apiVersion": r.api_version(),
                         "metadata": {"resourceVersion": last_rv.to_string()}
-                    })));
+                    }))));
                     if tx.send(bm).await.is_err() { return; }
                 }
                 ev = rx.recv() => match ev {
@@ -211,12 +215,21 @@ pub fn watch(
     let mut first = true;
     let body = Body::from_stream(
         stream
-            .map(move |(kind, object)| presentation.watch_event(kind, object, &mut first))
+            .map(move |(kind, object)| match object {
+                // A stored object in its stored form: its text, as it is.
+                Payload::Stored(o) if presentation.is_identity() => {
+                    Some(stored_event_line(kind, &o))
+                }
+                Payload::Stored(o) => presentation
+                    .watch_event(kind, Arc::new(o.value()), &mut first)
+                    .map(|(kind, object)| crate::wire::event_to_vec(kind, &object)),
+                Payload::Value(v) => presentation
+                    .watch_event(kind, v, &mut first)
+                    .map(|(kind, object)| crate::wire::event_to_vec(kind, &object)),
+            })
             .take_while(|v| futures::future::ready(v.is_some()))
             .map(|v| {
-                let mut line = v
-                    .map(|(kind, object)| crate::wire::event_to_vec(kind, &object))
-                    .unwrap_or_default();
+                let mut line = v.unwrap_or_default();
                 line.push(b'\n');
                 Ok::<_, std::convert::Infallible>(Bytes::from(line))
             }),
@@ -229,10 +242,27 @@ pub fn watch(
         .unwrap_or_else(|_| error_response(&ApiError::internal("watch response"))))
 }
 
+/// What a watch sends: a stored object (written as stored) or a value (status, bookmark).
+enum Payload {
+    Stored(Arc<Stored>),
+    Value(Arc<Value>),
+}
+
+/// A watch event line of a stored object, as [`crate::wire::event_to_vec`] writes it.
+fn stored_event_line(kind: &str, o: &Stored) -> Vec<u8> {
+    let mut line = Vec::with_capacity(o.json().len() + 32);
+    line.extend_from_slice(b"{\"type\":");
+    line.extend_from_slice(serde_json::to_string(kind).unwrap_or_default().as_bytes());
+    line.extend_from_slice(b",\"object\":");
+    line.extend_from_slice(o.json().as_bytes());
+    line.push(b'}');
+    line
+}
+
 /// A watch event for a selector-filtered watcher: objects moving into the selection are ADDED,
 /// moving out are DELETED (as the API server's watch cache does).
-fn selected_event(e: &WatchEvent, selection: &Selection) -> Option<Event> {
-    let matches = |o: &Value| selection.matches(o);
+fn selected_event(e: &WatchEvent, selection: &Selection) -> Option<(&'static str, Payload)> {
+    let matches = |o: &Stored| selection.matches_stored(o);
     let now = matches(&e.object);
     let before = e.old.as_deref().is_some_and(matches);
     let kind = match e.kind {
@@ -243,7 +273,7 @@ fn selected_event(e: &WatchEvent, selection: &Selection) -> Option<Event> {
         EventType::Deleted if before || now => "DELETED",
         _ => return None,
     };
-    Some((kind, e.object.clone()))
+    Some((kind, Payload::Stored(e.object.clone())))
 }
 
 /// A stream fed by a spawned task through a channel.

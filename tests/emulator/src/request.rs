@@ -71,13 +71,19 @@ pub fn decode_body(headers: &HeaderMap, body: &Bytes) -> Result<Value, ApiError>
     })
 }
 
-/// A watch event on the wire: its type and object (shared with the store and the other watchers:
-/// it is encoded once per watcher, never copied).
+/// A watch event as negotiated: its type and object (a status, a bookmark, or a stored object
+/// transformed for the watcher's presentation).
 pub(crate) type Event = (&'static str, Arc<Value>);
 
 /// A JSON answer, its members in the API server's order ([`crate::wire`]).
 pub fn json_response(code: StatusCode, v: &Value) -> Response {
     let body = crate::wire::to_vec(v);
+    (code, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+/// A JSON answer already written in the API server's form (a stored object's text, a list of
+/// them), ended by a newline.
+pub fn raw_json_response(code: StatusCode, body: Vec<u8>) -> Response {
     (code, [(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 

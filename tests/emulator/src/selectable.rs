@@ -9,6 +9,7 @@ use crate::registry::ResourceInfo;
 use crate::request::{Query, Target};
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::status::ApiError;
+use crate::store::Stored;
 
 /// The label and field selectors of a list, watch or deletecollection request.
 pub struct Selection {
@@ -41,9 +42,22 @@ impl Selection {
         Ok(Selection { labels, fields })
     }
 
-    /// Whether the stored object `o` is selected.
+    /// Whether the object `o` is selected.
     pub fn matches(&self, o: &Value) -> bool {
         self.labels.matches_object(o) && self.fields.matches(&|f| field_value(o, f))
+    }
+
+    /// Whether the stored object `o` is selected: labels from what the store keeps beside the
+    /// text, the object parsed only for a field selector.
+    pub fn matches_stored(&self, o: &Stored) -> bool {
+        if !self.labels.is_empty() && !self.labels.matches(&o.labels()) {
+            return false;
+        }
+        if self.fields.is_empty() {
+            return true;
+        }
+        let v = o.value();
+        self.fields.matches(&|f| field_value(&v, f))
     }
 }
 

@@ -334,9 +334,13 @@ async fn respond(
             let obj = app
                 .store
                 .lock()
-                .get(&t.r, &t.namespace, name)
+                .get_stored(&t.r, &t.namespace, name)
                 .ok_or_else(|| ApiError::not_found(&t.r, name))?;
-            Ok(json_response(StatusCode::OK, &obj))
+            // The object's text as stored, as `json_response` would write it.
+            let mut body = Vec::with_capacity(obj.json().len() + 1);
+            body.extend_from_slice(obj.json().as_bytes());
+            body.push(b'\n');
+            Ok(crate::request::raw_json_response(StatusCode::OK, body))
         }
         ("POST", None) => {
             let opts = WriteOptions::of(query, headers)?;

@@ -1,12 +1,23 @@
 //! Object storage: one map per resource, a global resourceVersion counter, a bounded event
 //! history for watches, and the commit operations every write ends in.
 //!
+//! Objects are kept as their compact JSON ([`Stored`]: the text [`crate::wire`] writes for an
+//! object), not as parsed trees: a parsed `serde_json` object is a B-tree whose every map
+//! (however small) takes a node of room for eleven members, and managed fields are deep nests
+//! of small maps, so a tree costs several times its text. GET, list and watch write the text
+//! out as it is; readers that need the tree parse it ([`Stored::value`]). Beside the text,
+//! each [`Stored`] keeps what the indexes and the selectors read without parsing: uid,
+//! resourceVersion, labels, owner uids, deletion state. The garbage collector's questions
+//! (dependents of an owner, objects in foreground deletion) are answered from indexes kept at
+//! each commit, not by scanning the store.
+//!
 //! All state sits behind one mutex with short critical sections: a write computes its new
 //! object outside the lock (admission webhooks may run meanwhile) and commits it with the
 //! resourceVersion it started from; a stale commit is retried by the caller, as the API server's
 //! GuaranteedUpdate loop does.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::{Value, json};
@@ -34,6 +45,152 @@ impl EventType {
     }
 }
 
+/// A stored object: its compact JSON as the API server writes it (kind, apiVersion and
+/// metadata first, the other members in sorted order: [`crate::wire::object_to_string`]), and
+/// the facts the store's indexes and the selectors read without parsing it.
+#[derive(Debug)]
+pub struct Stored {
+    json: Box<str>,
+    /// Length of the `"kind":..,"apiVersion":..,` members right after the opening brace, when
+    /// dropping them gives the object's list-item form (built-in list items carry no type);
+    /// 0 when that form has to be written from the parsed object.
+    type_meta: u32,
+    rv: u64,
+    /// Whether `metadata.deletionTimestamp` is set.
+    deleting: bool,
+    /// Deleting, with the `foregroundDeletion` finalizer.
+    foreground: bool,
+    uid: Option<Box<str>>,
+    /// `metadata.labels` as JSON, when it is a non-empty object.
+    labels: Option<Box<str>>,
+    /// The uids of `metadata.ownerReferences`.
+    owners: Box<[Box<str>]>,
+}
+
+impl Stored {
+    /// Keeps `obj` (a complete object).
+    pub fn new(obj: &Value) -> Stored {
+        let json = crate::wire::object_to_string(obj);
+        let meta = &obj["metadata"];
+        let rv = rv_of(obj);
+        let deleting = meta["deletionTimestamp"].is_string();
+        let foreground = deleting
+            && meta["finalizers"]
+                .as_array()
+                .is_some_and(|f| f.iter().any(|f| f == "foregroundDeletion"));
+        let labels = meta["labels"]
+            .as_object()
+            .filter(|l| !l.is_empty())
+            .map(|l| {
+                serde_json::to_string(l)
+                    .unwrap_or_default()
+                    .into_boxed_str()
+            });
+        let owners = meta["ownerReferences"]
+            .as_array()
+            .map(|refs| {
+                refs.iter()
+                    .filter_map(|r| r["uid"].as_str().map(Box::from))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Stored {
+            type_meta: type_meta_len(obj, &json),
+            json: json.into_boxed_str(),
+            rv,
+            deleting,
+            foreground,
+            uid: meta_str(obj, "uid").map(Box::from),
+            labels,
+            owners,
+        }
+    }
+
+    /// The object, parsed.
+    pub fn value(&self) -> Value {
+        serde_json::from_str(&self.json).unwrap_or(Value::Null)
+    }
+
+    /// The object as the API server writes it (no trailing newline).
+    pub fn json(&self) -> &str {
+        &self.json
+    }
+
+    /// The object without `kind` and `apiVersion`, as a built-in list writes its items.
+    pub fn item_json(&self) -> Cow<'_, str> {
+        if self.type_meta > 0 {
+            let rest = &self.json[1 + self.type_meta as usize..];
+            return Cow::Owned(format!("{{{rest}"));
+        }
+        let mut v = self.value();
+        if let Some(m) = v.as_object_mut() {
+            m.remove("apiVersion");
+            m.remove("kind");
+        }
+        Cow::Owned(crate::wire::object_to_string(&v))
+    }
+
+    /// The resourceVersion.
+    pub fn rv(&self) -> u64 {
+        self.rv
+    }
+
+    pub fn uid(&self) -> Option<&str> {
+        self.uid.as_deref()
+    }
+
+    /// Whether a deletionTimestamp is set.
+    pub fn deleting(&self) -> bool {
+        self.deleting
+    }
+
+    /// The uids its ownerReferences name.
+    pub fn owners(&self) -> &[Box<str>] {
+        &self.owners
+    }
+
+    /// The string-valued labels (as [`crate::selector::LabelSelector::matches_object`] reads
+    /// them).
+    pub fn labels(&self) -> BTreeMap<String, String> {
+        let Some(text) = &self.labels else {
+            return BTreeMap::new();
+        };
+        serde_json::from_str::<BTreeMap<String, Value>>(text)
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|(k, v)| match v {
+                Value::String(s) => Some((k, s)),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// The length of the leading `"kind":K,"apiVersion":A,` members of `json` (the object form of
+/// `obj`) when writing the rest after `{` is exactly how [`crate::wire`] writes `obj` without
+/// them; 0 otherwise (no such members, nothing after them, or a member set the writer orders
+/// differently without a kind: an event's `type` and `object`, a Table's or Status's members).
+fn type_meta_len(obj: &Value, json: &str) -> u32 {
+    let Some(m) = obj.as_object() else {
+        return 0;
+    };
+    let (Some(kind), Some(av)) = (m.get("kind"), m.get("apiVersion")) else {
+        return 0;
+    };
+    if m.len() < 3
+        || matches!(kind.as_str(), Some("Table" | "Status"))
+        || (m.contains_key("type") && m.contains_key("object"))
+    {
+        return 0;
+    }
+    let prefix = format!("\"kind\":{kind},\"apiVersion\":{av},");
+    if json[1..].starts_with(&prefix) {
+        prefix.len() as u32
+    } else {
+        0
+    }
+}
+
 /// One change, as watchers see it.
 #[derive(Clone, Debug)]
 pub struct WatchEvent {
@@ -41,10 +198,11 @@ pub struct WatchEvent {
     /// Storage key of the resource.
     pub resource: String,
     pub namespace: String,
+    pub name: String,
     pub kind: EventType,
-    pub object: Arc<Value>,
+    pub object: Arc<Stored>,
     /// The state before the change, for selector transitions.
-    pub old: Option<Arc<Value>>,
+    pub old: Option<Arc<Stored>>,
 }
 
 /// Key of an object within its resource: (namespace, name); cluster-scoped objects use "".
@@ -67,7 +225,7 @@ impl From<ApiError> for CommitError {
 /// The mutable state.
 pub struct State {
     pub registry: Registry,
-    objects: HashMap<String, BTreeMap<ObjKey, Arc<Value>>>,
+    objects: HashMap<String, BTreeMap<ObjKey, Arc<Stored>>>,
     rv: u64,
     history: VecDeque<Arc<WatchEvent>>,
     history_cap: usize,
@@ -75,6 +233,13 @@ pub struct State {
     compacted_rv: u64,
     /// uid -> (resource key, object key) of every stored object.
     uids: HashMap<String, (String, ObjKey)>,
+    /// Owner uid -> its dependents (resource key, object key), from their ownerReferences.
+    dependents: HashMap<Box<str>, BTreeSet<(String, ObjKey)>>,
+    /// Owner uids some dependent may not see alive (absent, or in another namespace): the
+    /// collector looks at their dependents on each pass until none is left.
+    suspects: HashSet<Box<str>>,
+    /// Objects in foreground deletion (resource key, object key).
+    foreground: BTreeSet<(String, ObjKey)>,
     /// Owner uids whose dependents the garbage collector should look at.
     pub gc_pending: HashSet<String>,
     /// Set while an owner waits in foreground deletion: the collector then keeps looking.
@@ -101,6 +266,9 @@ impl Store {
                 history_cap,
                 compacted_rv: 1,
                 uids: HashMap::new(),
+                dependents: HashMap::new(),
+                suspects: HashSet::new(),
+                foreground: BTreeSet::new(),
                 gc_pending: HashSet::new(),
                 foreground_active: false,
             }),
@@ -166,35 +334,37 @@ impl Store {
         r: &ResourceInfo,
         key: ObjKey,
         mut obj: Value,
-        old: Option<Arc<Value>>,
+        old: Option<Arc<Stored>>,
     ) -> Arc<Value> {
         st.rv += 1;
         let rv = st.rv;
         meta::meta_mut(&mut obj).insert("resourceVersion".into(), json!(rv.to_string()));
-        let obj = Arc::new(obj);
+        let stored = Arc::new(Stored::new(&obj));
         if let Some(uid) = meta_str(&obj, "uid") {
             st.uids.insert(uid.to_string(), (r.key(), key.clone()));
         }
-        let namespace = key.0.clone();
+        let (namespace, name) = key.clone();
+        st.reindex(&r.key(), &key, old.as_deref(), Some(stored.as_ref()));
         st.objects
             .entry(r.key())
             .or_default()
-            .insert(key, obj.clone());
+            .insert(key, stored.clone());
         st.note_missing_owners(&obj);
         let ev = WatchEvent {
             rv,
             resource: r.key(),
             namespace,
+            name,
             kind: if old.is_some() {
                 EventType::Modified
             } else {
                 EventType::Added
             },
-            object: obj.clone(),
+            object: stored,
             old,
         };
         self.publish(st, ev);
-        obj
+        Arc::new(obj)
     }
 
     /// Replaces a stored object read at `expected_rv`. An object with a deletionTimestamp and
@@ -215,7 +385,7 @@ impl Store {
             .and_then(|m| m.get(&key))
             .cloned()
             .ok_or_else(|| ApiError::not_found(r, &name))?;
-        if rv_of(&current) != expected_rv {
+        if current.rv() != expected_rv {
             return Err(CommitError::Stale);
         }
         let finalizers_left = obj["metadata"]["finalizers"]
@@ -248,27 +418,33 @@ impl Store {
             .and_then(|m| m.get(&key))
             .cloned()
             .ok_or_else(|| ApiError::not_found(r, name))?;
-        if expected_rv.is_some_and(|rv| rv != rv_of(&current)) {
+        if expected_rv.is_some_and(|rv| rv != current.rv()) {
             return Err(ApiError::modified(r, name));
         }
         st.rv += 1;
         let rv = st.rv;
-        let mut last = last.unwrap_or_else(|| (*current).clone());
+        let mut last = last.unwrap_or_else(|| current.value());
         meta::meta_mut(&mut last).insert("resourceVersion".into(), json!(rv.to_string()));
+        let stored = Arc::new(Stored::new(&last));
         let last = Arc::new(last);
         if let Some(m) = st.objects.get_mut(&r.key()) {
             m.remove(&key);
         }
-        if let Some(uid) = meta_str(&current, "uid") {
+        st.reindex(&r.key(), &key, Some(&current), None);
+        if let Some(uid) = current.uid() {
             st.uids.remove(uid);
             st.gc_pending.insert(uid.to_string());
+            if st.dependents.contains_key(uid) {
+                st.suspects.insert(uid.into());
+            }
         }
         let ev = WatchEvent {
             rv,
             resource: r.key(),
             namespace: ns.to_string(),
+            name: name.to_string(),
             kind: EventType::Deleted,
-            object: last.clone(),
+            object: stored,
             old: Some(current),
         };
         self.publish(&mut st, ev);
@@ -278,24 +454,103 @@ impl Store {
     }
 }
 
-/// One page of a list.
-pub struct ListPage {
-    pub items: Vec<Arc<Value>>,
-    pub resource_version: u64,
-    pub continue_token: Option<String>,
-}
-
 impl State {
-    /// Queues owner references to absent owners for the garbage collector.
+    /// Queues owner references to absent owners for the garbage collector; owners absent or
+    /// in another namespace stay suspects until their dependents are gone.
     fn note_missing_owners(&mut self, obj: &Value) {
         let Some(refs) = obj["metadata"]["ownerReferences"].as_array() else {
             return;
         };
+        let namespace = meta_str(obj, "namespace").unwrap_or_default();
         for uid in refs.iter().filter_map(|r| r["uid"].as_str()) {
-            if !self.uids.contains_key(uid) {
-                self.gc_pending.insert(uid.to_string());
+            match self.uids.get(uid) {
+                None => {
+                    self.gc_pending.insert(uid.to_string());
+                    self.suspects.insert(uid.into());
+                }
+                Some((_, (owner_ns, _))) if !owner_ns.is_empty() && owner_ns != namespace => {
+                    self.suspects.insert(uid.into());
+                }
+                Some(_) => {}
             }
         }
+    }
+
+    /// Keeps the dependents and foreground indexes up to date as the object at `key` of
+    /// resource `resource` goes from `old` to `new` (None: absent).
+    fn reindex(
+        &mut self,
+        resource: &str,
+        key: &ObjKey,
+        old: Option<&Stored>,
+        new: Option<&Stored>,
+    ) {
+        let entry = || (resource.to_string(), key.clone());
+        let owners = |o: Option<&Stored>| o.map(Stored::owners).unwrap_or_default().to_vec();
+        let (before, after) = (owners(old), owners(new));
+        if before != after {
+            for uid in &before {
+                if let Some(set) = self.dependents.get_mut(uid) {
+                    set.remove(&entry());
+                    if set.is_empty() {
+                        self.dependents.remove(uid);
+                        self.suspects.remove(uid);
+                    }
+                }
+            }
+            for uid in after {
+                self.dependents.entry(uid).or_default().insert(entry());
+            }
+        }
+        match (
+            old.is_some_and(|o| o.foreground),
+            new.is_some_and(|o| o.foreground),
+        ) {
+            (false, true) => {
+                self.foreground.insert(entry());
+            }
+            (true, false) => {
+                self.foreground.remove(&entry());
+            }
+            _ => {}
+        }
+    }
+
+    /// The objects the garbage collector looks at on a pass: the dependents of the owners in
+    /// `pending` and of the suspect owners, with their resource keys, in key order.
+    pub fn gc_candidates(&self, pending: &HashSet<String>) -> Vec<(String, Arc<Stored>)> {
+        let mut keys: BTreeSet<&(String, ObjKey)> = BTreeSet::new();
+        for uid in pending
+            .iter()
+            .map(String::as_str)
+            .chain(self.suspects.iter().map(|u| &**u))
+        {
+            if let Some(set) = self.dependents.get(uid) {
+                keys.extend(set);
+            }
+        }
+        keys.into_iter()
+            .filter_map(|(r, k)| Some((r.clone(), self.objects.get(r)?.get(k)?.clone())))
+            .collect()
+    }
+
+    /// The objects in foreground deletion, with their resource keys.
+    pub fn in_foreground_deletion(&self) -> Vec<(String, Arc<Value>)> {
+        self.foreground
+            .iter()
+            .filter_map(|(r, k)| Some((r.clone(), Arc::new(self.objects.get(r)?.get(k)?.value()))))
+            .collect()
+    }
+
+    /// The dependents of the owner `uid` (the objects whose ownerReferences name it), with
+    /// their resource keys.
+    pub fn dependents_of(&self, uid: &str) -> Vec<(String, Arc<Value>)> {
+        let Some(set) = self.dependents.get(uid) else {
+            return Vec::new();
+        };
+        set.iter()
+            .filter_map(|(r, k)| Some((r.clone(), Arc::new(self.objects.get(r)?.get(k)?.value()))))
+            .collect()
     }
 
     /// The current resourceVersion.
@@ -314,7 +569,13 @@ impl State {
         self.compacted_rv = self.rv;
     }
 
+    /// An object, parsed.
     pub fn get(&self, r: &ResourceInfo, ns: &str, name: &str) -> Option<Arc<Value>> {
+        self.get_stored(r, ns, name).map(|o| Arc::new(o.value()))
+    }
+
+    /// An object as stored.
+    pub fn get_stored(&self, r: &ResourceInfo, ns: &str, name: &str) -> Option<Arc<Stored>> {
         self.objects
             .get(&r.key())?
             .get(&(ns.to_string(), name.to_string()))
@@ -336,11 +597,11 @@ impl State {
         self.objects
             .get("namespaces")
             .and_then(|m| m.get(&(String::new(), ns.to_string())))
-            .is_some_and(|o| o["metadata"]["deletionTimestamp"].is_string())
+            .is_some_and(|o| o.deleting())
     }
 
-    /// All objects of a resource (optionally in one namespace), in key order.
-    pub fn objects_of(&self, key: &str, ns: Option<&str>) -> Vec<Arc<Value>> {
+    /// All objects of a resource (optionally in one namespace), in key order, as stored.
+    pub fn stored_of(&self, key: &str, ns: Option<&str>) -> Vec<(ObjKey, Arc<Stored>)> {
         let Some(map) = self.objects.get(key) else {
             return Vec::new();
         };
@@ -348,10 +609,18 @@ impl State {
             Some(ns) => map
                 .range((ns.to_string(), String::new())..)
                 .take_while(|((n, _), _)| n == ns)
-                .map(|(_, v)| v.clone())
+                .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
-            None => map.values().cloned().collect(),
+            None => map.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         }
+    }
+
+    /// All objects of a resource (optionally in one namespace), in key order, parsed.
+    pub fn objects_of(&self, key: &str, ns: Option<&str>) -> Vec<Arc<Value>> {
+        self.stored_of(key, ns)
+            .into_iter()
+            .map(|(_, o)| Arc::new(o.value()))
+            .collect()
     }
 
     /// Objects of a resource in one namespace whose names start with `prefix`, in key order
@@ -362,15 +631,8 @@ impl State {
         };
         map.range((ns.to_string(), prefix.to_string())..)
             .take_while(|((n, name), _)| n == ns && name.starts_with(prefix))
-            .map(|(_, v)| v.clone())
+            .map(|(_, v)| Arc::new(v.value()))
             .collect()
-    }
-
-    /// Every stored object with its resource key.
-    pub fn all_objects(&self) -> impl Iterator<Item = (&String, &Arc<Value>)> {
-        self.objects
-            .iter()
-            .flat_map(|(k, m)| m.values().map(move |v| (k, v)))
     }
 
     /// Number of stored objects.
@@ -385,8 +647,8 @@ impl State {
         ns: Option<&str>,
         after: Option<&ObjKey>,
         limit: Option<usize>,
-        keep: &dyn Fn(&Value) -> bool,
-    ) -> (Vec<Arc<Value>>, Option<ObjKey>) {
+        keep: &dyn Fn(&Stored) -> bool,
+    ) -> (Vec<Arc<Stored>>, Option<ObjKey>) {
         let Some(map) = self.objects.get(&r.key()) else {
             return (Vec::new(), None);
         };
@@ -426,5 +688,55 @@ impl State {
             .filter(|e| e.rv > rv && e.resource == key)
             .cloned()
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The stored text, the list-item form and the parsed object are what the wire writer and
+    /// the parser give for the object itself, whatever the members.
+    #[test]
+    fn stored_text_is_the_wire_form() {
+        for v in [
+            json!({"kind": "Pod", "apiVersion": "v1", "metadata": {"name": "a", "labels": {"x": "1"}},
+                   "spec": {"z": 1.5, "a": [{"b": {}, "a": null}]}, "status": {}}),
+            json!({"kind": "Thing", "apiVersion": "g/v1", "metadata": {"name": "e"},
+                   "type": "t", "object": {"kind": "K", "apiVersion": "v1", "a": 1}}),
+            json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": {},
+                   "rows": [{"object": {"metadata": {}, "kind": "K"}}]}),
+            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "code": 404,
+                   "status": "Failure"}),
+            json!({"kind": "Only", "apiVersion": "v1"}),
+            json!({"apiVersion": "v1", "metadata": {"name": "n\"q"}, "items": [{"b": 1, "kind": "K"}]}),
+        ] {
+            let s = Stored::new(&v);
+            assert_eq!(s.json(), crate::wire::object_to_string(&v));
+            assert_eq!(s.value(), v);
+            let mut item = v.clone();
+            if let Some(m) = item.as_object_mut() {
+                m.remove("kind");
+                m.remove("apiVersion");
+            }
+            assert_eq!(s.item_json(), crate::wire::object_to_string(&item), "{v}");
+        }
+    }
+
+    #[test]
+    fn the_head_is_read_from_the_object() {
+        let v = json!({"kind": "Pod", "apiVersion": "v1", "metadata": {
+            "name": "a", "uid": "u", "resourceVersion": "42", "labels": {"a": "b", "n": 1},
+            "deletionTimestamp": "2024-01-01T00:00:00Z", "finalizers": ["foregroundDeletion"],
+            "ownerReferences": [{"uid": "o1"}, {"uid": "o2"}, {"name": "no uid"}]}});
+        let s = Stored::new(&v);
+        assert_eq!(s.rv(), 42);
+        assert_eq!(s.uid(), Some("u"));
+        assert!(s.deleting() && s.foreground);
+        assert_eq!(s.owners(), [Box::from("o1"), Box::from("o2")]);
+        assert_eq!(
+            s.labels(),
+            BTreeMap::from([("a".to_string(), "b".to_string())])
+        );
     }
 }

@@ -1,8 +1,10 @@
 //! JSON as the API server writes it: Go encodes structs in field order, so every object starts
 //! with `kind`, `apiVersion`, `metadata` (TypeMeta, ObjectMeta), and a watch event with `type`
-//! then `object`. The emulator stores objects as `serde_json` maps (sorted keys); this writer
+//! then `object`. The emulator handles objects as `serde_json` maps (sorted keys); this writer
 //! puts those members first at the object positions (the response itself, list `items`, a watch
-//! event's `object`, a Table row's `object`) and keeps the stored order for the rest.
+//! event's `object`, a Table row's `object`) and keeps the sorted order for the rest. The store
+//! keeps each object as this writer's text ([`object_to_string`]), which GET, list and watch
+//! answers splice in unchanged.
 
 use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
 use serde_json::Value;
@@ -14,6 +16,12 @@ pub fn to_vec(v: &Value) -> Vec<u8> {
     let mut out = serde_json::to_vec(&Object(v)).unwrap_or_default();
     out.push(b'\n');
     out
+}
+
+/// The compact JSON of an object at an object position (as [`to_vec`] writes a response object,
+/// without the newline): the form the store keeps ([`crate::store::Stored`]).
+pub fn object_to_string(v: &Value) -> String {
+    serde_json::to_string(&Object(v)).unwrap_or_default()
 }
 
 /// A watch event line: `{"type": .., "object": ..}`, the object's fields in object order (as

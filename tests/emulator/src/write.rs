@@ -485,18 +485,19 @@ pub async fn delete_collection(
     let ns = (t.namespaced_url && t.r.namespaced).then_some(t.namespace.as_str());
     let items = {
         let st = app.store.lock();
-        let keep = |o: &Value| selection.matches(o);
+        let keep = |o: &crate::store::Stored| selection.matches_stored(o);
         st.list_page(&t.r, ns, None, None, &keep).0
     };
     let mut deleted = Vec::new();
     for item in items {
+        let item = item.value();
         let name = meta_str(&item, "name").unwrap_or_default().to_string();
         let item_ns = meta_str(&item, "namespace").unwrap_or_default().to_string();
         if delete_one(app, &t.r, &item_ns, &name, &opts, None, None)
             .await
             .is_ok()
         {
-            deleted.push((*item).clone());
+            deleted.push(item);
         }
     }
     let rv = app.store.lock().resource_version();
