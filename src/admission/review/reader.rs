@@ -881,7 +881,10 @@ mod tests {
             (r#"{"users":[],"after":1}"#, true),
             (r#"{"users":[ ] ,"after":1}"#, true),
             (r#"{"users":["a"],"after":1}"#, true),
-            (r#"{"users":[ "a" , "b\"c" ,"\u00e9", "é" ] ,"after":1}"#, true),
+            (
+                r#"{"users":[ "a" , "b\"c" ,"\u00e9", "é" ] ,"after":1}"#,
+                true,
+            ),
             (r#"{"users":["\ud83d\ude00"],"after":1}"#, true),
             (r#"{"users":["\ud800"],"after":1}"#, false),
             (r#"{"users":["a\x"],"after":1}"#, false),
