@@ -14,9 +14,16 @@ use crate::controller::cache::kept::{self, Keep, Kept, Managed};
 /// The fingerprints ([`kept::fingerprint`]) of the managed content of the owned objects as the
 /// API server returned them after the operator's last write (or, after a restart, as first seen):
 /// a watch event showing another fingerprint is drift, repaired by the next apply. One short
-/// record per object (keyed by its kind and name, hashed), not the objects.
+/// record per object (keyed by its kind and name, hashed), not the objects. The records are
+/// spread over [`SHARDS`] tables by key: a table that outgrows its room is copied into one twice
+/// its size, old and new held at once, and with 800,000 records (100,000 Sites) one table's copy
+/// would be a 25 MiB peak; a shard's is a sixteenth of it (and the workers rarely wait on the
+/// same lock).
 #[derive(Default)]
-pub struct Fingerprints(Mutex<HashMap<u64, Print>>);
+pub struct Fingerprints([Mutex<HashMap<u64, Print>>; SHARDS]);
+
+/// How many tables the records are spread over.
+const SHARDS: usize = 16;
 
 /// What the operator last wrote of one object, and which version the watch showed last (40
 /// bytes: one is kept for every owned object).
@@ -78,15 +85,18 @@ impl Fingerprints {
         crate::labels::hashed(&(K::kind(&K::DynamicType::default()), name))
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Print>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    /// The table holding the record of `key`. Keys are hashes: their low bits pick the shard.
+    fn lock(&self, key: u64) -> std::sync::MutexGuard<'_, HashMap<u64, Print>> {
+        self.0[key as usize % SHARDS]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
     }
 
     /// Whether the observed content of the cached copy `stored` differs from what the operator
     /// wrote (asked once the cache has caught up with that write: [`Fingerprints::pending`]).
     pub(crate) fn drifted<K: Keep>(&self, stored: &Kept<K>) -> bool {
         let key = Self::key::<K>(stored.name());
-        self.lock()
+        self.lock(key)
             .get(&key)
             .is_some_and(|print| print.fingerprint != stored.facts.fingerprint)
     }
@@ -96,7 +106,8 @@ impl Fingerprints {
     where
         K::DynamicType: Default,
     {
-        self.lock().contains_key(&Self::key::<K>(name))
+        let key = Self::key::<K>(name);
+        self.lock(key).contains_key(&key)
     }
 
     /// While the cache has not shown the operator's last write of `desired`'s object (at most
@@ -108,7 +119,7 @@ impl Fingerprints {
         K::DynamicType: Default,
     {
         let key = Self::key::<K>(&desired.name_any());
-        let mut known = self.lock();
+        let mut known = self.lock(key);
         let print = known.get_mut(&key)?;
         let (_, at) = print.pending?;
         if tick().get().saturating_sub(at.get()) >= PENDING_TICKS {
@@ -129,7 +140,7 @@ impl Fingerprints {
             return;
         }
         let key = Self::key::<K>(obj.name());
-        let mut known = self.lock();
+        let mut known = self.lock(key);
         match known.get_mut(&key) {
             Some(print) => {
                 // Another rendering, carried by its desired hash, from another replica of the
@@ -170,7 +181,7 @@ impl Fingerprints {
     {
         let key = Self::key::<K>(&obj.name_any());
         let returned = short(version(obj.meta()));
-        let mut known = self.lock();
+        let mut known = self.lock(key);
         let seen = known.get(&key).map(|p| p.seen).unwrap_or_default();
         // The watch may deliver the write (and events after it) before its response is read.
         let pending = (!seen.contains(&returned)).then(|| (returned, tick()));
@@ -190,7 +201,8 @@ impl Fingerprints {
     where
         K::DynamicType: Default,
     {
-        self.lock().remove(&Self::key::<K>(name));
+        let key = Self::key::<K>(name);
+        self.lock(key).remove(&key);
     }
 }
 
@@ -312,12 +324,8 @@ mod tests {
         foreign.metadata.name = Some("foreign".into());
         let foreign = Kept::new(foreign);
         prints.observe(&foreign, 1);
-        assert!(
-            prints
-                .lock()
-                .get(&Fingerprints::key::<ConfigMap>("foreign"))
-                .is_none()
-        );
+        let foreign = Fingerprints::key::<ConfigMap>("foreign");
+        assert!(prints.lock(foreign).get(&foreign).is_none());
         // The watch may show the write and other writers' events after it (the StatefulSet
         // controller's status) before the write's response is read.
         event("5", "61");
