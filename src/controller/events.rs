@@ -72,6 +72,10 @@ impl Recent {
         if now.saturating_duration_since(self.swept) >= SWEEP_EVERY {
             self.by_key
                 .retain(|_, r| now.saturating_duration_since(r.last) < SERIES_WINDOW);
+            // The room of a burst (an Event per new Site) is given back once it is swept.
+            if self.by_key.len() < self.by_key.capacity() / 4 {
+                self.by_key.shrink_to(self.by_key.len() * 2);
+            }
             self.swept = now;
         }
         match self.by_key.get(&key) {

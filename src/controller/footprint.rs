@@ -621,7 +621,7 @@ fn cache_bytes_per_kind() {
         ("Fingerprint", 8, fingerprints(&d), 115, "a Print per owned object, by (kind, name) hashed"),
         ("Written status", 1, written_statuses(&d), 95, "Site name -> its last two status digests"),
         ("Event memory", 1, events(&d, &runtime), 165, "the Created Event: key hashed -> name, count, time"),
-        ("Queue", 1, queue(&d, &runtime), 185, "capacity left after every Site was queued at once"),
+        ("Queue", 1, queue(&d, &runtime), 10, "capacity kept once every Site queued at once was taken (given back)"),
     ];
     // In gateway mode, instead of the Ingress.
     #[rustfmt::skip]
