@@ -278,6 +278,21 @@ impl<'de> Reader<'de> {
         }
     }
 
+    /// Skips the string that comes next, checked as a decoded string is (a `\u` escape is
+    /// decoded, so that a lone surrogate is refused, as serde_json's caller refuses it); where
+    /// it starts (its opening quote).
+    fn checked_string(&mut self) -> Result<usize, Refused> {
+        if self.peek()? != b'"' {
+            return Err(Refused);
+        }
+        let start = self.at;
+        if self.skip_string()? {
+            self.at = start;
+            self.string()?;
+        }
+        Ok(start)
+    }
+
     /// Skips the array of strings at `self.at`, each checked as a decoded string is (the array
     /// of a [`UNKEPT_STRINGS`] newtype), in one loop with no visitor call per string: a Site
     /// may be shared with thousands of users.
@@ -292,15 +307,7 @@ impl<'de> Reader<'de> {
             return Ok(());
         }
         loop {
-            if self.peek()? != b'"' {
-                return Err(Refused);
-            }
-            let start = self.at;
-            if self.skip_string()? {
-                // A `\u` escape: decoded, so that a lone surrogate is refused.
-                self.at = start;
-                self.string()?;
-            }
+            self.checked_string()?;
             match self.peek()? {
                 b',' => self.at += 1,
                 b']' => {
@@ -589,15 +596,7 @@ impl<'de> de::Deserializer<'de> for &mut Reader<'de> {
         if name != RAW_STRING {
             return visitor.visit_newtype_struct(self);
         }
-        if self.peek()? != b'"' {
-            return Err(Refused);
-        }
-        let start = self.at;
-        if self.skip_string()? {
-            // Checked as a decoded string is (no lone surrogate), as serde_json's caller does.
-            self.at = start;
-            self.string()?;
-        }
+        let start = self.checked_string()?;
         visitor.visit_borrowed_str(self.slice(start, self.at)?)
     }
 
