@@ -17,6 +17,7 @@
 
 use std::collections::BTreeMap;
 use std::ops::Range;
+use std::sync::Arc;
 
 use gateway_api::apis::standard::httproutes::HttpRoute;
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -575,11 +576,11 @@ fn events(d: &Delivered, runtime: &tokio::runtime::Runtime) -> usize {
 fn queue(d: &Delivered, runtime: &tokio::runtime::Runtime) -> usize {
     per_object(
         1,
-        || Queue::<String>::new(Backoff::default(), None),
+        || Queue::<Arc<str>>::new(Backoff::default(), None),
         |queue, range| {
             runtime.block_on(async {
                 for i in range.clone() {
-                    queue.add(d.names[i].clone());
+                    queue.add(d.names[i].as_str().into());
                 }
                 for _ in range {
                     let key = queue.get().await.expect("a key");

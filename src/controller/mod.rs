@@ -86,7 +86,7 @@ pub struct Options {
 /// The running controller.
 pub struct Controller {
     pub context: Arc<Context>,
-    pub queue: Queue<String>,
+    pub queue: Queue<Arc<str>>,
     workers: Arc<workers::Workers>,
     background: Vec<tokio::task::JoinHandle<()>>,
     drain: Duration,
@@ -103,7 +103,7 @@ impl Controller {
         leading: watch::Receiver<bool>,
     ) -> Result<Controller, prometheus::Error> {
         let ns = options.namespace.clone();
-        let queue: Queue<String> = Queue::new(
+        let queue: Queue<Arc<str>> = Queue::new(
             Backoff::default(),
             Some(QueueMetrics::register(registry, RECONCILER)?),
         );

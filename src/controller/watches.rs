@@ -37,7 +37,7 @@ use crate::watched::{Pod, Volume};
 pub(super) async fn start(
     client: &kube::Client,
     ns: &str,
-    queue: &Queue<String>,
+    queue: &Queue<Arc<str>>,
     triggers: IntCounterVec,
     statuses: Arc<WrittenStatuses>,
     prints: &Arc<Fingerprints>,
@@ -98,7 +98,7 @@ fn list_config() -> watcher::Config {
 /// Where watch events go: the queue, and the count of keys queued per kind of object.
 #[derive(Clone)]
 struct Feed {
-    queue: Queue<String>,
+    queue: Queue<Arc<str>>,
     triggers: IntCounterVec,
     /// Turns to list: a watch takes one for its first list (see [`LISTS_AT_ONCE`]).
     lists: Arc<tokio::sync::Semaphore>,
@@ -290,7 +290,7 @@ fn watch_kind_observed<S, K, C>(
             after(&event);
             for k in keys {
                 triggered.inc();
-                queue.add(k);
+                queue.add(k.into());
             }
         }
     });
@@ -346,7 +346,7 @@ fn site_event_matters(
     before: &Sites,
     event: &watcher::Event<Site>,
     written: &WrittenStatuses,
-    (index, queue): &(Index<Site, Sites>, Queue<String>),
+    (index, queue): &(Index<Site, Sites>, Queue<Arc<str>>),
 ) -> bool {
     // A re-list (after a watch gap) delivers every Site again as InitApply while the store
     // still holds the previous copies: judged like an update, so only what changed in the gap
@@ -388,7 +388,7 @@ fn site_event_matters(
         if left {
             for other in index.get(before, &index::path_key(&old)) {
                 if other.metadata.name != old.metadata.name {
-                    queue.add(other.name_any());
+                    queue.add(other.name_any().into());
                 }
             }
         }

@@ -29,7 +29,7 @@ pub(super) fn worker_limit(
 /// `leading` is true.
 pub(super) fn start(
     context: &Arc<Context>,
-    queue: &Queue<String>,
+    queue: &Queue<Arc<str>>,
     metrics: &ReconcileMetrics,
     leading: &watch::Receiver<bool>,
     fixed: Option<usize>,
@@ -52,7 +52,7 @@ pub(super) struct Workers {
     /// Worker `i` runs in slot `i` (None or finished: not running).
     slots: std::sync::Mutex<Vec<Option<tokio::task::JoinHandle<()>>>>,
     ctx: Arc<Context>,
-    queue: Queue<String>,
+    queue: Queue<Arc<str>>,
     metrics: ReconcileMetrics,
     leading: watch::Receiver<bool>,
     limit: watch::Sender<usize>,
@@ -98,7 +98,7 @@ impl Workers {
 /// template changed), at the workers' pace.
 pub(super) async fn on_config_change(
     ctx: Arc<Context>,
-    queue: Queue<String>,
+    queue: Queue<Arc<str>>,
     workers: Arc<Workers>,
     limit: impl Fn(&PlatformConfig) -> usize,
 ) {
@@ -108,7 +108,7 @@ pub(super) async fn on_config_change(
         let config = changes.borrow_and_update().clone();
         workers.staff(limit(&config));
         for site in ctx.caches.sites.names() {
-            queue.add(site);
+            queue.add(site.into());
         }
     }
 }
@@ -117,7 +117,7 @@ async fn worker(
     id: usize,
     limit: watch::Receiver<usize>,
     ctx: Arc<Context>,
-    queue: Queue<String>,
+    queue: Queue<Arc<str>>,
     metrics: ReconcileMetrics,
     mut leading: watch::Receiver<bool>,
 ) {
@@ -248,7 +248,7 @@ pub(super) async fn retention_loop(
 const RETENTION_PAGE: usize = 100;
 
 /// Periodic gauges: in-progress work and Sites by phase.
-pub(super) async fn observe(ctx: Arc<Context>, queue: Queue<String>, metrics: ReconcileMetrics) {
+pub(super) async fn observe(ctx: Arc<Context>, queue: Queue<Arc<str>>, metrics: ReconcileMetrics) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tick.tick().await;
