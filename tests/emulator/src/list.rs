@@ -44,15 +44,32 @@ pub fn list(app: &Arc<App>, t: &Target, query: &Query) -> Result<Response, ApiEr
     if let Some(last) = last {
         metadata["continue"] = json!(encode_continue(rv, &last));
     }
-    // The list as `wire::to_vec` writes it (kind, apiVersion, metadata, items), the items'
-    // stored text spliced in: built-in items without their kind and apiVersion.
-    let builtin = t.r.is_builtin();
+    let kind = format!("{}List", t.r.kind);
+    let body = list_body(
+        &kind,
+        &t.r.api_version(),
+        &metadata,
+        &items,
+        t.r.is_builtin(),
+    );
+    Ok(raw_json_response(StatusCode::OK, body.into_bytes()))
+}
+
+/// A list as `wire::to_vec` writes it (kind, apiVersion, metadata, items), the items' stored
+/// text spliced in: built-in items without their kind and apiVersion.
+fn list_body(
+    kind: &str,
+    api_version: &str,
+    metadata: &Value,
+    items: &[Arc<Stored>],
+    builtin: bool,
+) -> String {
     let text = |v: &Value| serde_json::to_string(v).unwrap_or_default();
     let mut body = format!(
         "{{\"kind\":{},\"apiVersion\":{},\"metadata\":{},\"items\":[",
-        text(&json!(format!("{}List", t.r.kind))),
-        text(&json!(t.r.api_version())),
-        text(&metadata),
+        text(&json!(kind)),
+        text(&json!(api_version)),
+        text(metadata),
     );
     body.reserve(items.iter().map(|o| o.json().len() + 1).sum());
     for (i, o) in items.iter().enumerate() {
@@ -66,7 +83,7 @@ pub fn list(app: &Arc<App>, t: &Target, query: &Query) -> Result<Response, ApiEr
         }
     }
     body.push_str("]}\n");
-    Ok(raw_json_response(StatusCode::OK, body.into_bytes()))
+    body
 }
 
 /// The continue token of a page that ended at `key`, read at the resource version `rv`: the
@@ -296,6 +313,47 @@ fn tokio_stream_from<T>(mut rx: tokio::sync::mpsc::Receiver<T>) -> impl futures:
 mod tests {
     use super::*;
     use base64::Engine;
+
+    /// The list and watch answers splice stored text: what they write is what the wire writer
+    /// writes for the same values.
+    #[test]
+    fn spliced_lists_and_events_are_the_wire_form() {
+        let objects = [
+            json!({"kind": "Pod", "apiVersion": "v1", "metadata": {"name": "a", "namespace": "n"},
+                   "spec": {"containers": [{"name": "c"}]}, "status": {"phase": "Running"}}),
+            json!({"kind": "Site", "apiVersion": "sites.ecmwf.int/v1",
+                   "metadata": {"name": "q\"uote"}, "spec": {"z": 1, "a": {"b": null}}}),
+        ];
+        let stored: Vec<Arc<Stored>> = objects.iter().map(|o| Arc::new(Stored::new(o))).collect();
+        let metadata = json!({"resourceVersion": "7", "continue": "x"});
+        for builtin in [true, false] {
+            let items: Vec<Value> = objects
+                .iter()
+                .map(|o| {
+                    let mut o = o.clone();
+                    if builtin && let Some(m) = o.as_object_mut() {
+                        m.remove("kind");
+                        m.remove("apiVersion");
+                    }
+                    o
+                })
+                .collect();
+            let list = json!({"kind": "PodList", "apiVersion": "v1", "metadata": metadata,
+                              "items": items});
+            assert_eq!(
+                list_body("PodList", "v1", &metadata, &stored, builtin).into_bytes(),
+                crate::wire::to_vec(&list)
+            );
+        }
+        for (o, s) in objects.iter().zip(&stored) {
+            for kind in ["ADDED", "MODIFIED", "DELETED"] {
+                assert_eq!(
+                    stored_event_line(kind, s),
+                    crate::wire::event_to_vec(kind, o)
+                );
+            }
+        }
+    }
 
     fn token(raw: &str) -> String {
         base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw)
