@@ -306,6 +306,17 @@ impl<'de> Reader<'de> {
             self.depth -= 1;
             return Ok(());
         }
+        if let Some(end) = plain_strings_end(&self.bytes()[self.at..]) {
+            self.at += end + 1;
+            self.depth -= 1;
+            return Ok(());
+        }
+        self.skip_strings_one_by_one()
+    }
+
+    /// The rest of [`Reader::skip_strings`]'s list, whose first element is next, a string at a
+    /// time.
+    fn skip_strings_one_by_one(&mut self) -> Result<(), Refused> {
         loop {
             self.checked_string()?;
             match self.peek()? {
@@ -490,6 +501,132 @@ fn special(text: &[u8]) -> Option<usize> {
     }
     #[cfg(not(target_arch = "x86_64"))]
     text.iter().position(is_special)
+}
+
+/// Where the list whose first element starts at `text[0]` ends (the index of its `]`), when it
+/// is a list of strings as the API server writes one: compact, the strings without escapes or
+/// control characters. `None` for anything else, valid or not, which the caller reads a string
+/// at a time. A list of thousands of user names is read 64 bytes at a time, with no stop per
+/// string.
+///
+/// Each block gives masks of its quotes, commas, `]` and forbidden bytes (backslashes, control
+/// characters); the bytes inside strings follow from the quotes (a running parity, carried from
+/// block to block). Outside the strings, up to the first `]`, there must be only commas, each
+/// right after a string and right before the next, so the list is `"…","…",…,"…"]`.
+fn plain_strings_end(text: &[u8]) -> Option<usize> {
+    if text.first() != Some(&b'"') {
+        return None;
+    }
+    /// Each bit set to the parity of the bits up to it: inside a string from its opening quote
+    /// to just before its closing quote.
+    fn running_parity(mut x: u64) -> u64 {
+        for shift in [1, 2, 4, 8, 16, 32] {
+            x ^= x << shift;
+        }
+        x
+    }
+    // What the previous block ended with, as a mask for this one: inside a string (every bit),
+    // a closing quote or a comma (the bit of the byte after it). The first string comes as if
+    // after a comma.
+    let (mut inside_before, mut after_close_before, mut after_comma_before) = (0u64, 0u64, 1u64);
+    let mut at = 0;
+    while at < text.len() {
+        let rest = &text[at..];
+        let m = match rest.first_chunk::<64>() {
+            Some(block) => ListMasks::of(block),
+            None => {
+                // Padding that is forbidden: a list not ended within the text is not taken.
+                let mut block = [0u8; 64];
+                block[..rest.len()].copy_from_slice(rest);
+                ListMasks::of(&block)
+            }
+        };
+        let inside = running_parity(m.quotes) ^ inside_before;
+        let opening = m.quotes & inside;
+        let closing = m.quotes & !inside;
+        let outside = !inside & !m.quotes;
+        let end = m.brackets & outside;
+        // The bytes before the list's `]` (the whole block when it does not end here).
+        let (list, end) = match end {
+            0 => (u64::MAX, 0),
+            _ => {
+                let end = end & end.wrapping_neg();
+                (end - 1, end)
+            }
+        };
+        let commas = m.commas & outside & list;
+        let after_close = closing << 1 | after_close_before;
+        let after_comma = commas << 1 | after_comma_before;
+        // After each closing quote a comma, or the end; after each comma an opening quote. From
+        // the first string on, that leaves no room for anything else outside the strings.
+        let taken = m.forbidden & list == 0
+            && after_close & list & !commas == 0
+            && after_comma & (list | end) & !opening == 0;
+        if !taken {
+            return None;
+        }
+        if end != 0 {
+            return Some(at + end.trailing_zeros() as usize);
+        }
+        inside_before = (inside >> 63).wrapping_neg();
+        after_close_before = closing >> 63;
+        after_comma_before = commas >> 63;
+        at += 64;
+    }
+    None
+}
+
+/// The bytes of a 64-byte block that [`plain_strings_end`] looks at, one bit per byte.
+#[derive(Debug, Default)]
+struct ListMasks {
+    quotes: u64,
+    commas: u64,
+    brackets: u64,
+    /// Backslashes and control characters.
+    forbidden: u64,
+}
+
+impl ListMasks {
+    #[inline]
+    fn of(block: &[u8; 64]) -> ListMasks {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::x86_64::*;
+            let mut m = ListMasks::default();
+            // SAFETY: SSE2 is in the x86_64 baseline; each load reads 16 bytes of `block`,
+            // unaligned loads being allowed.
+            unsafe {
+                let eq = |v: __m128i, c: u8| _mm_cmpeq_epi8(v, _mm_set1_epi8(c as i8));
+                let bits = |v: __m128i| u64::from(_mm_movemask_epi8(v) as u16);
+                let limit = _mm_set1_epi8(0x1f);
+                for k in 0..4 {
+                    let v = _mm_loadu_si128(block.as_ptr().add(16 * k).cast());
+                    let control = _mm_cmpeq_epi8(_mm_max_epu8(v, limit), limit);
+                    let shift = 16 * k;
+                    m.quotes |= bits(eq(v, b'"')) << shift;
+                    m.commas |= bits(eq(v, b',')) << shift;
+                    m.brackets |= bits(eq(v, b']')) << shift;
+                    m.forbidden |= bits(_mm_or_si128(eq(v, b'\\'), control)) << shift;
+                }
+            }
+            m
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let mut m = ListMasks::default();
+            for (i, &b) in block.iter().enumerate() {
+                let bit = 1u64 << i;
+                match b {
+                    b'"' => m.quotes |= bit,
+                    b',' => m.commas |= bit,
+                    b']' => m.brackets |= bit,
+                    b'\\' | 0..=0x1f => m.forbidden |= bit,
+                    _ => {}
+                }
+            }
+            m
+        }
+    }
 }
 
 /// `deserialize_*` methods that read a number as [`Reader`]'s `deserialize_u64` does.
@@ -910,6 +1047,86 @@ mod tests {
         }
     }
 
+    /// What the one-by-one loop makes of `list` (the text after a list's `[`): the index of
+    /// its `]`, as [`plain_strings_end`] gives it.
+    fn one_by_one(list: &str) -> Option<usize> {
+        let text = format!("[{list}");
+        let mut reader = Reader {
+            text: &text,
+            at: 1,
+            depth: 1,
+        };
+        reader
+            .skip_strings_one_by_one()
+            .ok()
+            .map(|()| reader.at - 2)
+    }
+
+    /// `n` strings of `len` characters and more, made of `fill`: `"…","…",…`.
+    fn strings(n: usize, len: usize, fill: &str) -> String {
+        (0..n)
+            .map(|i| format!("\"{}\"", fill.repeat(len + i % 3)))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    #[test]
+    fn compact_plain_string_lists_are_read_by_blocks_as_one_by_one() {
+        // Quotes, commas and the end at every place in and across 64-byte blocks, with
+        // characters of one to four bytes and list syntax inside the strings.
+        for fill in ["a", "é", "],[", "\u{1f600}", "\u{7f}"] {
+            for n in 1..12 {
+                for len in 0..70 {
+                    let list = format!("{}]", strings(n, len, fill));
+                    let end = Some(list.len() - 1);
+                    assert_eq!(plain_strings_end(list.as_bytes()), end, "{list}");
+                    assert_eq!(one_by_one(&list), end, "{list}");
+                    assert!(serde_json::from_str::<Vec<String>>(&format!("[{list}")).is_ok());
+                    let followed = format!("{list},\"next\":[1]}}");
+                    assert_eq!(plain_strings_end(followed.as_bytes()), end, "{followed}");
+                }
+            }
+        }
+        // Valid lists that are not compact or have escapes, and invalid ones: never taken by
+        // blocks (the loop reads or refuses them), wherever they are in a block.
+        for defect in [
+            r#" "a"]"#,
+            r#""a" ]"#,
+            r#""a", "b"]"#,
+            r#""a"
+]"#,
+            r#""a\"b"]"#,
+            r#""\u00e9"]"#,
+            "\"a\u{1}\"]",
+            "\"a\tb\"]",
+            r#""a",]"#,
+            r#""a",,"b"]"#,
+            r#""a""b"]"#,
+            r#""a"1]"#,
+            r#""a",1]"#,
+            r#""a",["b"]]"#,
+            r#""a",null]"#,
+            r#""a"}"#,
+            r#""a","b"#,
+            r#""a","b""#,
+            r#""a","#,
+        ] {
+            for before in 0..20 {
+                let list = match before {
+                    0 => defect.to_string(),
+                    _ => format!("{},{defect}", strings(before, 1, "a")),
+                };
+                assert_eq!(plain_strings_end(list.as_bytes()), None, "{list}");
+                for len in [59, 60, 61, 62, 63] {
+                    let list = format!("{},{defect}", strings(1, len, "a"));
+                    assert_eq!(plain_strings_end(list.as_bytes()), None, "{list}");
+                }
+            }
+        }
+        assert_eq!(plain_strings_end(b"]"), None);
+        assert_eq!(plain_strings_end(b""), None);
+    }
+
     #[derive(Debug, Deserialize)]
     #[serde(rename_all = "camelCase")]
     struct Typed<'a> {
@@ -1077,7 +1294,58 @@ mod tests {
         })
     }
 
+    /// The inside of a list, valid or not, with pieces long enough to cross blocks.
+    fn list_pieces() -> impl Strategy<Value = String> {
+        let piece = prop_oneof![
+            Just(",".to_string()),
+            Just("]".to_string()),
+            Just(" ".to_string()),
+            Just("\"".to_string()),
+            Just("\\".to_string()),
+            Just("\"a\"".to_string()),
+            Just("\"a\tb\"".to_string()),
+            Just("\"\\u00e9\"".to_string()),
+            Just("\"é]\"".to_string()),
+            Just("1".to_string()),
+            Just("[".to_string()),
+            "\"[a-z,\\]]{0,70}\"",
+        ];
+        proptest::collection::vec(piece, 0..40).prop_map(|p| p.concat())
+    }
+
+    /// A compact list of plain strings (the inside, up to its `]`), and the same list with one
+    /// of [`list_pieces`] put in at some byte.
+    fn lists_and_changed_lists() -> impl Strategy<Value = (String, String)> {
+        let names = proptest::collection::vec("[a-zé,\\]\\[]{0,40}", 1..16);
+        (names, list_pieces(), any::<proptest::sample::Index>()).prop_map(|(names, piece, at)| {
+            let list = format!("\"{}\"]", names.join("\",\""));
+            let mut at = at.index(list.len() + 1);
+            while !list.is_char_boundary(at) {
+                at -= 1;
+            }
+            let changed = format!("{}{piece}{}", &list[..at], &list[at..]);
+            (list, changed)
+        })
+    }
+
     proptest! {
+        #[test]
+        fn lists_read_by_blocks_are_lists_read_one_by_one(list in list_pieces()) {
+            if let Some(end) = plain_strings_end(list.as_bytes()) {
+                prop_assert_eq!(one_by_one(&list), Some(end), "{}", list);
+            }
+        }
+
+        #[test]
+        fn lists_changed_anywhere_are_read_by_blocks_as_one_by_one(
+            (list, changed) in lists_and_changed_lists()
+        ) {
+            prop_assert_eq!(plain_strings_end(list.as_bytes()), Some(list.len() - 1), "{}", list);
+            if let Some(end) = plain_strings_end(changed.as_bytes()) {
+                prop_assert_eq!(one_by_one(&changed), Some(end), "{}", changed);
+            }
+        }
+
         #[test]
         fn what_it_reads_serde_json_reads_alike(text in pieces()) {
             let _ = read(&text);
