@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Secret};
@@ -33,12 +33,11 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 use sites_emulator::controllers::Behaviour;
 use sites_emulator::{Emulator, Options};
-use sites_operator::crd::{Site, SiteStatus};
+use sites_operator::crd::Site;
 
 // The emulator runs in this process: with the system allocator, malloc and free took a quarter
 // of its CPU, which the operator shares the two cores with.
@@ -267,12 +266,79 @@ async fn wait_for(what: &str, timeout: Duration, mut check: impl AsyncFnMut() ->
     start.elapsed()
 }
 
-/// Every one of the `n` Sites in the bench's watch cache is Available at its generation (a
-/// watch, not a list every poll: listing 10,000 Sites four times a second would load the
-/// emulator more than the operator does).
-fn available(sites: &Store<Site>, n: usize) -> bool {
-    let list = sites.state();
-    list.len() == n && list.iter().all(|s| is_available(s))
+/// The bench's view of the Sites, from its own watch (not a list every poll: listing 10,000
+/// Sites four times a second would load the emulator more than the operator does), kept as
+/// counts: a poll that went over every Site would cost, at 100,000 Sites, more than the polls
+/// it waits for.
+#[derive(Default)]
+struct Seen {
+    /// Distinct Sites seen.
+    sites: AtomicUsize,
+    /// Of those, the ones Available at their generation.
+    available: AtomicUsize,
+    /// Status changes seen: a status different from the Site's previous one.
+    status_changes: AtomicU64,
+}
+
+impl Seen {
+    /// Watches `sites`, counting, until the runtime ends.
+    fn watch(sites: Api<Site>) -> Arc<Seen> {
+        let seen = Arc::new(Seen::default());
+        // Per Site: a hash of its last status, and whether it was Available.
+        let mut last: HashMap<String, (u64, bool)> = HashMap::new();
+        let counts = seen.clone();
+        tokio::spawn(
+            watcher(sites, watcher::Config::default())
+                .default_backoff()
+                .applied_objects()
+                .for_each(move |s| {
+                    if let Ok(s) = s {
+                        let status = std::hash::BuildHasher::hash_one(
+                            &std::hash::BuildHasherDefault::<std::hash::DefaultHasher>::default(),
+                            serde_json::to_string(&s.status).unwrap_or_default(),
+                        );
+                        let now = (status, is_available(&s));
+                        match last.insert(s.name_any(), now) {
+                            None => {
+                                counts.sites.fetch_add(1, Ordering::Relaxed);
+                                if now.1 {
+                                    counts.available.fetch_add(1, Ordering::Relaxed);
+                                }
+                            }
+                            Some(before) => {
+                                if before.0 != now.0 {
+                                    counts.status_changes.fetch_add(1, Ordering::Relaxed);
+                                }
+                                match (before.1, now.1) {
+                                    (false, true) => {
+                                        counts.available.fetch_add(1, Ordering::Relaxed)
+                                    }
+                                    (true, false) => {
+                                        counts.available.fetch_sub(1, Ordering::Relaxed)
+                                    }
+                                    _ => 0,
+                                };
+                            }
+                        }
+                    }
+                    async {}
+                }),
+        );
+        seen
+    }
+
+    /// Every one of the `n` Sites is Available at its generation.
+    fn all_available(&self, n: usize) -> bool {
+        self.sites.load(Ordering::Relaxed) == n && self.available.load(Ordering::Relaxed) == n
+    }
+
+    fn none_available(&self) -> bool {
+        self.available.load(Ordering::Relaxed) == 0
+    }
+
+    fn status_changes(&self) -> u64 {
+        self.status_changes.load(Ordering::Relaxed)
+    }
 }
 
 fn is_available(s: &Site) -> bool {
@@ -378,6 +444,44 @@ fn print_operator_writes(op: &Operator, n: usize) {
             println!("  {verb} {resource}: {:.2} per Site", count / n as f64);
         }
     }
+}
+
+/// What the operator did so far, per Site: reconciles by result, requests by verb, and the
+/// watch events that queued a Site, by kind (the operator's own counters).
+fn print_operator_work(op: &Operator, n: usize) {
+    let metrics = op.scrape();
+    let sum_by = |metric: &str, label: &str| {
+        let mut rows: std::collections::BTreeMap<String, f64> = Default::default();
+        for line in metrics
+            .lines()
+            .filter(|l| l.starts_with(&format!("{metric}{{")))
+        {
+            let Some(start) = line.find(&format!("{label}=\"")) else {
+                continue;
+            };
+            let value = line[start + label.len() + 2..]
+                .split('"')
+                .next()
+                .unwrap_or_default();
+            let count: f64 = line
+                .rsplit(' ')
+                .next()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0.0);
+            *rows.entry(value.to_string()).or_default() += count;
+        }
+        rows.iter()
+            .filter(|(_, c)| **c > 0.0)
+            .map(|(k, c)| format!("{k} {:.2}", c / n as f64))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    println!(
+        "  per Site: reconciles {}; requests {}; queued by {}",
+        sum_by("controller_runtime_reconcile_total", "result"),
+        sum_by("sites_api_requests_total", "verb"),
+        sum_by("sites_reconcile_triggers_total", "kind"),
+    );
 }
 
 /// A real control plane in `dir` with the emulator's kubelet as its node; its kubeconfig copied
@@ -488,27 +592,7 @@ async fn main() {
     ))
     .unwrap();
     let template: Site = serde_yaml_ng::from_str(&text).unwrap();
-    // The bench's own view of the Sites, and a count of the distinct status changes it sees
-    // (a status different from the Site's previous one).
-    let (cache, writer) = reflector::store();
-    let status_changes = Arc::new(AtomicU64::new(0));
-    let counter = status_changes.clone();
-    let mut last: HashMap<String, Option<SiteStatus>> = HashMap::new();
-    tokio::spawn(
-        watcher(sites.clone(), watcher::Config::default())
-            .default_backoff()
-            .reflect(writer)
-            .applied_objects()
-            .for_each(move |s| {
-                if let Ok(s) = s {
-                    let previous = last.insert(s.name_any(), s.status.clone());
-                    if previous.is_some_and(|p| p != s.status) {
-                        counter.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-                async {}
-            }),
-    );
+    let seen = Seen::watch(sites.clone());
 
     println!(
         "reconcile scale: {n} Sites, operator binary {} (release), against {}",
@@ -547,7 +631,7 @@ async fn main() {
     }
     let created_in = start.elapsed();
     wait_for("all available", Duration::from_secs(3600), async || {
-        available(&cache, n)
+        seen.all_available(n)
     })
     .await;
     let converged = start.elapsed();
@@ -562,6 +646,7 @@ async fn main() {
         Some(emulator) => print_writes(&emulator.stats().to_json(), n),
         None => print_operator_writes(&op, n),
     }
+    print_operator_work(&op, n);
     // The wall time also measures the emulator (both share the machine): the operator's own CPU.
     let cpu = op.metric("process_cpu_seconds_total");
     println!(
@@ -629,7 +714,7 @@ async fn main() {
         let before = op.metric("controller_runtime_reconcile_total");
         let triggers_before = op.triggers();
         emulator.stats().reset();
-        let changes_before = status_changes.load(Ordering::Relaxed);
+        let changes_before = seen.status_changes();
         let start = Instant::now();
         for round in 0..5 {
             let patch = json!({"metadata": {"annotations": {"bench/storm": round.to_string()}}});
@@ -664,7 +749,7 @@ async fn main() {
             kubelet.set_pod(NS, &format!("site-{i}-0"), Behaviour::NeverReady);
         }
         wait_for("all not ready", Duration::from_secs(3600), async || {
-            cache.state().iter().all(|s| !is_available(s))
+            seen.none_available()
         })
         .await;
         for i in 0..n {
@@ -673,12 +758,12 @@ async fn main() {
         wait_for(
             "all available after the storm",
             Duration::from_secs(3600),
-            async || available(&cache, n),
+            async || seen.all_available(n),
         )
         .await;
         op.settled(0.0).await;
         let writes = emulator.stats().count("patch", "sites.sites.ecmwf.int");
-        let distinct = status_changes.load(Ordering::Relaxed) - changes_before;
+        let distinct = seen.status_changes() - changes_before;
         println!(
             "pod-event storm: {} pod annotation changes, then every pod not ready and ready again: \
              {noise_writes} status writes and {noise_reconciles:.0} reconciles for the annotations \
@@ -746,7 +831,7 @@ async fn main() {
     wait_for(
         "all available again",
         Duration::from_secs(3600),
-        async || available(&cache, n),
+        async || seen.all_available(n),
     )
     .await;
     println!(
