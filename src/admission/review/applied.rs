@@ -215,36 +215,28 @@ impl Masks {
     #[inline(always)]
     fn of(block: &[u8; 64]) -> Masks {
         use std::arch::x86_64::*;
-        let mut m = Masks::default();
-        // SAFETY: SSE2 is in the x86_64 baseline; each load reads 16 bytes of `block`, unaligned
-        // loads being allowed.
-        unsafe {
-            let eq = |v: __m128i, c: u8| _mm_cmpeq_epi8(v, _mm_set1_epi8(c as i8));
-            let bits = |v: __m128i| u64::from(_mm_movemask_epi8(v) as u16);
-            let below_space = _mm_set1_epi8(0x1f);
-            for k in 0..4 {
-                let v = _mm_loadu_si128(block.as_ptr().add(16 * k).cast());
-                let backslash = eq(v, b'\\');
-                let quote = eq(v, b'"');
-                let control = _mm_cmpeq_epi8(_mm_max_epu8(v, below_space), below_space);
-                let known = _mm_or_si128(
-                    _mm_or_si128(
-                        _mm_or_si128(quote, backslash),
-                        _mm_or_si128(eq(v, b'/'), eq(v, b'b')),
-                    ),
-                    _mm_or_si128(
-                        _mm_or_si128(eq(v, b'f'), eq(v, b'n')),
-                        _mm_or_si128(eq(v, b'r'), eq(v, b't')),
-                    ),
-                );
-                let shift = 16 * k;
-                m.backslashes |= bits(backslash) << shift;
-                m.quotes |= bits(quote) << shift;
-                m.control |= bits(control) << shift;
-                m.known_escapes |= bits(known) << shift;
-            }
+        // SAFETY: SSE2 is in the x86_64 baseline.
+        let [backslashes, quotes, control, known_escapes] = sse2_masks(block, |v| unsafe {
+            let backslash = sse2_eq(v, b'\\');
+            let quote = sse2_eq(v, b'"');
+            let known = _mm_or_si128(
+                _mm_or_si128(
+                    _mm_or_si128(quote, backslash),
+                    _mm_or_si128(sse2_eq(v, b'/'), sse2_eq(v, b'b')),
+                ),
+                _mm_or_si128(
+                    _mm_or_si128(sse2_eq(v, b'f'), sse2_eq(v, b'n')),
+                    _mm_or_si128(sse2_eq(v, b'r'), sse2_eq(v, b't')),
+                ),
+            );
+            [backslash, quote, sse2_control(v), known]
+        });
+        Masks {
+            backslashes,
+            quotes,
+            control,
+            known_escapes,
         }
-        m
     }
 
     /// With AVX2: 32 bytes per comparison, and the escape letters found by table lookups of
@@ -318,6 +310,49 @@ impl Masks {
             }
         }
         m
+    }
+}
+
+/// `N` masks of a 64-byte block, one bit per byte: `classify` gives, for 16 bytes at a time,
+/// `N` byte masks (a byte of ones where the mask holds the byte).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(super) fn sse2_masks<const N: usize>(
+    block: &[u8; 64],
+    classify: impl Fn(std::arch::x86_64::__m128i) -> [std::arch::x86_64::__m128i; N],
+) -> [u64; N] {
+    use std::arch::x86_64::*;
+    let mut masks = [0u64; N];
+    for k in 0..4 {
+        // SAFETY: SSE2 is in the x86_64 baseline; the load reads 16 bytes of `block`, unaligned
+        // loads being allowed.
+        let bytes = classify(unsafe { _mm_loadu_si128(block.as_ptr().add(16 * k).cast()) });
+        for (mask, bytes) in masks.iter_mut().zip(bytes) {
+            // SAFETY: as above.
+            *mask |= u64::from(unsafe { _mm_movemask_epi8(bytes) } as u16) << (16 * k);
+        }
+    }
+    masks
+}
+
+/// The bytes of `v` equal to `c`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(super) fn sse2_eq(v: std::arch::x86_64::__m128i, c: u8) -> std::arch::x86_64::__m128i {
+    use std::arch::x86_64::*;
+    // SAFETY: SSE2 is in the x86_64 baseline.
+    unsafe { _mm_cmpeq_epi8(v, _mm_set1_epi8(c as i8)) }
+}
+
+/// The bytes of `v` below U+0020 (unsigned `b <= 0x1f`: the larger of `b` and 0x1f is 0x1f).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(super) fn sse2_control(v: std::arch::x86_64::__m128i) -> std::arch::x86_64::__m128i {
+    use std::arch::x86_64::*;
+    // SAFETY: SSE2 is in the x86_64 baseline.
+    unsafe {
+        let limit = _mm_set1_epi8(0x1f);
+        _mm_cmpeq_epi8(_mm_max_epu8(v, limit), limit)
     }
 }
 

@@ -591,25 +591,23 @@ impl ListMasks {
     fn of(block: &[u8; 64]) -> ListMasks {
         #[cfg(target_arch = "x86_64")]
         {
-            use std::arch::x86_64::*;
-            let mut m = ListMasks::default();
-            // SAFETY: SSE2 is in the x86_64 baseline; each load reads 16 bytes of `block`,
-            // unaligned loads being allowed.
-            unsafe {
-                let eq = |v: __m128i, c: u8| _mm_cmpeq_epi8(v, _mm_set1_epi8(c as i8));
-                let bits = |v: __m128i| u64::from(_mm_movemask_epi8(v) as u16);
-                let limit = _mm_set1_epi8(0x1f);
-                for k in 0..4 {
-                    let v = _mm_loadu_si128(block.as_ptr().add(16 * k).cast());
-                    let control = _mm_cmpeq_epi8(_mm_max_epu8(v, limit), limit);
-                    let shift = 16 * k;
-                    m.quotes |= bits(eq(v, b'"')) << shift;
-                    m.commas |= bits(eq(v, b',')) << shift;
-                    m.brackets |= bits(eq(v, b']')) << shift;
-                    m.forbidden |= bits(_mm_or_si128(eq(v, b'\\'), control)) << shift;
-                }
+            use super::applied::{sse2_control, sse2_eq, sse2_masks};
+            let [quotes, commas, brackets, forbidden] = sse2_masks(block, |v| {
+                let backslash = sse2_eq(v, b'\\');
+                [
+                    sse2_eq(v, b'"'),
+                    sse2_eq(v, b','),
+                    sse2_eq(v, b']'),
+                    // SAFETY: SSE2 is in the x86_64 baseline.
+                    unsafe { std::arch::x86_64::_mm_or_si128(backslash, sse2_control(v)) },
+                ]
+            });
+            ListMasks {
+                quotes,
+                commas,
+                brackets,
+                forbidden,
             }
-            m
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
