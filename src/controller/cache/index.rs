@@ -18,6 +18,7 @@
 //! retention's (`volumes.rs`).
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::{Arc, Mutex};
 
@@ -155,11 +156,11 @@ impl<K, C: Cache<K>, S: BuildHasher> Index<K, C, S> {
         }
         let id = C::id(obj);
         for key in keys {
-            match entries.get_mut(&self.hash(&key)) {
-                Some(ids) if ids.contains(&id) => {}
-                Some(ids) => ids.push(id.clone()),
-                None => {
-                    entries.insert(self.hash(&key), Ids::One(id.clone()));
+            match entries.entry(self.hash(&key)) {
+                Entry::Occupied(ids) if ids.get().contains(&id) => {}
+                Entry::Occupied(mut ids) => ids.get_mut().push(id.clone()),
+                Entry::Vacant(entry) => {
+                    entry.insert(Ids::One(id.clone()));
                 }
             }
         }
