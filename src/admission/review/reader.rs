@@ -577,7 +577,7 @@ fn plain_strings_end(text: &[u8]) -> Option<usize> {
 }
 
 /// The bytes of a 64-byte block that [`plain_strings_end`] looks at, one bit per byte.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, PartialEq, Eq)]
 struct ListMasks {
     quotes: u64,
     commas: u64,
@@ -610,20 +610,24 @@ impl ListMasks {
             }
         }
         #[cfg(not(target_arch = "x86_64"))]
-        {
-            let mut m = ListMasks::default();
-            for (i, &b) in block.iter().enumerate() {
-                let bit = 1u64 << i;
-                match b {
-                    b'"' => m.quotes |= bit,
-                    b',' => m.commas |= bit,
-                    b']' => m.brackets |= bit,
-                    b'\\' | 0..=0x1f => m.forbidden |= bit,
-                    _ => {}
-                }
+        ListMasks::portable(block)
+    }
+
+    /// A byte at a time: other processors, and the reference of the tests.
+    #[cfg_attr(target_arch = "x86_64", allow(dead_code))]
+    fn portable(block: &[u8; 64]) -> ListMasks {
+        let mut m = ListMasks::default();
+        for (i, &b) in block.iter().enumerate() {
+            let bit = 1u64 << i;
+            match b {
+                b'"' => m.quotes |= bit,
+                b',' => m.commas |= bit,
+                b']' => m.brackets |= bit,
+                b'\\' | 0..=0x1f => m.forbidden |= bit,
+                _ => {}
             }
-            m
         }
+        m
     }
 }
 
@@ -1066,6 +1070,19 @@ mod tests {
             .map(|i| format!("\"{}\"", fill.repeat(len + i % 3)))
             .collect::<Vec<_>>()
             .join(",")
+    }
+
+    #[test]
+    fn list_masks_are_the_bytewise_ones() {
+        for b in 0..=255u8 {
+            let mut block = [b; 64];
+            for (i, other) in (0..=255u8).step_by(4).enumerate() {
+                block[i] = other;
+            }
+            for block in [[b; 64], block] {
+                assert_eq!(ListMasks::of(&block), ListMasks::portable(&block), "{b:#x}");
+            }
+        }
     }
 
     #[test]
