@@ -293,24 +293,37 @@ impl Masks {
     /// A byte at a time: other processors, and the reference of the tests.
     #[cfg_attr(target_arch = "x86_64", allow(dead_code))]
     fn portable(block: &[u8; 64]) -> Masks {
-        let mut m = Masks::default();
-        for (i, &b) in block.iter().enumerate() {
-            let bit = 1u64 << i;
-            if b == b'\\' {
-                m.backslashes |= bit;
-            }
-            if b == b'"' {
-                m.quotes |= bit;
-            }
-            if b < 0x20 {
-                m.control |= bit;
-            }
-            if matches!(b, b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') {
-                m.known_escapes |= bit;
-            }
+        let [backslashes, quotes, control, known_escapes] = bytewise_masks(block, |b| {
+            [
+                b == b'\\',
+                b == b'"',
+                b < 0x20,
+                matches!(b, b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't'),
+            ]
+        });
+        Masks {
+            backslashes,
+            quotes,
+            control,
+            known_escapes,
         }
-        m
     }
+}
+
+/// `N` masks of a 64-byte block, one bit per byte, a byte at a time: `classify` tells which of
+/// the masks hold a byte.
+#[cfg_attr(target_arch = "x86_64", allow(dead_code))]
+pub(super) fn bytewise_masks<const N: usize>(
+    block: &[u8; 64],
+    classify: impl Fn(u8) -> [bool; N],
+) -> [u64; N] {
+    let mut masks = [0u64; N];
+    for (i, &b) in block.iter().enumerate() {
+        for (mask, holds) in masks.iter_mut().zip(classify(b)) {
+            *mask |= u64::from(holds) << i;
+        }
+    }
+    masks
 }
 
 /// `N` masks of a 64-byte block, one bit per byte: `classify` gives, for 16 bytes at a time,
@@ -375,7 +388,7 @@ fn escaped_chars(backslashes: u64, escaped_in: &mut u64) -> u64 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(in crate::admission) mod tests {
     use super::*;
     use proptest::prelude::*;
 
@@ -435,25 +448,29 @@ mod tests {
         scan(text, Masks::of)
     }
 
-    #[test]
-    fn every_byte_value_is_classified_as_the_bytewise_masks_do() {
-        for b in 0..=255u8 {
-            // The value alone, and beside each other value (the lookups work on halves).
+    /// Blocks of every byte value: alone, and beside each other value (lookups work on halves).
+    pub(in crate::admission) fn every_byte_value() -> impl Iterator<Item = (u8, [u8; 64])> {
+        (0..=255u8).flat_map(|b| {
             let mut block = [b; 64];
             for (i, other) in (0..=255u8).step_by(4).enumerate() {
                 block[i] = other;
             }
-            for block in [[b; 64], block] {
-                assert_eq!(Masks::of(&block), Masks::portable(&block), "{b:#x}");
-                #[cfg(target_arch = "x86_64")]
-                if std::arch::is_x86_feature_detected!("avx2") {
-                    // SAFETY: this processor has AVX2.
-                    assert_eq!(
-                        unsafe { Masks::avx2(&block) },
-                        Masks::portable(&block),
-                        "{b:#x}"
-                    );
-                }
+            [(b, [b; 64]), (b, block)]
+        })
+    }
+
+    #[test]
+    fn every_byte_value_is_classified_as_the_bytewise_masks_do() {
+        for (b, block) in every_byte_value() {
+            assert_eq!(Masks::of(&block), Masks::portable(&block), "{b:#x}");
+            #[cfg(target_arch = "x86_64")]
+            if std::arch::is_x86_feature_detected!("avx2") {
+                // SAFETY: this processor has AVX2.
+                assert_eq!(
+                    unsafe { Masks::avx2(&block) },
+                    Masks::portable(&block),
+                    "{b:#x}"
+                );
             }
         }
     }

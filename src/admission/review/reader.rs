@@ -616,18 +616,20 @@ impl ListMasks {
     /// A byte at a time: other processors, and the reference of the tests.
     #[cfg_attr(target_arch = "x86_64", allow(dead_code))]
     fn portable(block: &[u8; 64]) -> ListMasks {
-        let mut m = ListMasks::default();
-        for (i, &b) in block.iter().enumerate() {
-            let bit = 1u64 << i;
-            match b {
-                b'"' => m.quotes |= bit,
-                b',' => m.commas |= bit,
-                b']' => m.brackets |= bit,
-                b'\\' | 0..=0x1f => m.forbidden |= bit,
-                _ => {}
-            }
+        let [quotes, commas, brackets, forbidden] = super::applied::bytewise_masks(block, |b| {
+            [
+                b == b'"',
+                b == b',',
+                b == b']',
+                matches!(b, b'\\' | 0..=0x1f),
+            ]
+        });
+        ListMasks {
+            quotes,
+            commas,
+            brackets,
+            forbidden,
         }
-        m
     }
 }
 
@@ -1074,14 +1076,8 @@ mod tests {
 
     #[test]
     fn list_masks_are_the_bytewise_ones() {
-        for b in 0..=255u8 {
-            let mut block = [b; 64];
-            for (i, other) in (0..=255u8).step_by(4).enumerate() {
-                block[i] = other;
-            }
-            for block in [[b; 64], block] {
-                assert_eq!(ListMasks::of(&block), ListMasks::portable(&block), "{b:#x}");
-            }
+        for (b, block) in crate::admission::review::applied::tests::every_byte_value() {
+            assert_eq!(ListMasks::of(&block), ListMasks::portable(&block), "{b:#x}");
         }
     }
 
