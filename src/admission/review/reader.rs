@@ -478,6 +478,7 @@ fn special(text: &[u8]) -> Option<usize> {
     let is_special = |b: &u8| matches!(b, b'"' | b'\\' | 0..=0x1f);
     #[cfg(target_arch = "x86_64")]
     {
+        use super::applied::{sse2_control, sse2_eq};
         use std::arch::x86_64::*;
         let mut at = 0;
         while at + 16 <= text.len() {
@@ -485,12 +486,8 @@ fn special(text: &[u8]) -> Option<usize> {
             // `text[at..at + 16]`, unaligned loads being allowed.
             let mask = unsafe {
                 let block = _mm_loadu_si128(text.as_ptr().add(at).cast());
-                let quote = _mm_cmpeq_epi8(block, _mm_set1_epi8(b'"' as i8));
-                let backslash = _mm_cmpeq_epi8(block, _mm_set1_epi8(b'\\' as i8));
-                // Unsigned `b <= 0x1f`: the larger of `b` and 0x1f is 0x1f.
-                let limit = _mm_set1_epi8(0x1f);
-                let control = _mm_cmpeq_epi8(_mm_max_epu8(block, limit), limit);
-                _mm_movemask_epi8(_mm_or_si128(_mm_or_si128(quote, backslash), control)) as u32
+                let quote_or_backslash = _mm_or_si128(sse2_eq(block, b'"'), sse2_eq(block, b'\\'));
+                _mm_movemask_epi8(_mm_or_si128(quote_or_backslash, sse2_control(block))) as u32
             };
             if mask != 0 {
                 return Some(at + mask.trailing_zeros() as usize);
