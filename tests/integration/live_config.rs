@@ -80,6 +80,18 @@ async fn config_events(c: &Cluster, reason: &str) -> Vec<Event> {
         .collect()
 }
 
+/// Waits until the Event the follower records about a change is counted. The follower
+/// publishes the configuration before it records the Event, so the reconciles the change
+/// starts may settle before the Event's response is read.
+async fn config_event_counted(op: &Operator, before: &BTreeMap<String, u64>) {
+    eventually("the Event on the ConfigMap counted", WAIT, || async {
+        op.writes_since(before)
+            .contains_key("events.events.k8s.io")
+            .then_some(())
+    })
+    .await;
+}
+
 /// The generation: it moves with every change of the spec (a pod template change rolls the pods),
 /// not with the status the StatefulSet controller writes.
 fn generation<K: kube::Resource>(obj: &K) -> i64 {
@@ -142,6 +154,13 @@ async fn two_sites_following_the_configmap() -> (Cluster, Operator) {
         (labelled == SITES.len()).then_some(())
     })
     .await;
+    // ... and counted: the test may see a write before the operator has read its response.
+    eventually("the volume labels counted", WAIT, || async {
+        let writes = op.writes_by_resource();
+        (writes.get("persistentvolumes").copied() >= Some(SITES.len() as u64)).then_some(())
+    })
+    .await;
+    op.settled().await;
     (c, op)
 }
 
@@ -176,6 +195,7 @@ async fn a_valid_change_is_in_force_without_a_restart_and_writes_only_what_it_ch
     })
     .await;
     op.settled_after(reconciles + 1.0).await;
+    config_event_counted(&op, &before).await;
     assert_eq!(
         op.writes_since(&before),
         BTreeMap::from([
@@ -195,6 +215,7 @@ async fn a_valid_change_is_in_force_without_a_restart_and_writes_only_what_it_ch
     })
     .await;
     op.settled_after(reconciles + 1.0).await;
+    config_event_counted(&op, &before).await;
     assert_eq!(
         op.writes_since(&before),
         BTreeMap::from([

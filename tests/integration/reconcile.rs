@@ -25,7 +25,7 @@ use crate::support::operator::{
     elected_operator, example, example_named, install_http_routes, merge, operator, prepare,
     prepare_platform, restarted_at, sites, wait_available, wait_condition, writes_after,
 };
-use crate::support::{Cluster, eventually, eventually_every};
+use crate::support::{Cluster, eventually, eventually_every, poll_until};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_site_converges_and_an_unchanged_site_costs_no_writes() {
@@ -1505,6 +1505,13 @@ async fn sites_converge_through_api_errors_latency_spikes_dropped_watches_and_ed
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum::<f64>() as u64
     };
+    // A fault is counted as injected when the emulator decides it, before the answer's delay (a
+    // spike): the answers decided before `clear` may still be on their way.
+    let accounted = |code: u16| faults.injected(code) == counted(code) + seen.get(code);
+    poll_until(WAIT, Duration::from_millis(20), || async {
+        [500, 503, 429].into_iter().all(accounted).then_some(())
+    })
+    .await;
     for code in [500, 503, 429] {
         let injected = faults.injected(code);
         assert!(injected > 0, "{code} injected");
