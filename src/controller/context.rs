@@ -19,6 +19,7 @@ use crate::controller::cache::index::Index;
 use crate::controller::cache::kept::{Kept, Owned};
 use crate::controller::cache::table::{Records, Sites, Table, Volumes};
 use crate::controller::events::Recorder;
+use crate::controller::fingerprints;
 use crate::controller::labeller::Labeller;
 use crate::controller::status::{FailedCreate, SitePod};
 use crate::crd::{Site, SiteStatus};
@@ -200,24 +201,96 @@ type Cached<R, T> = Mutex<Option<(Instant, R, T)>>;
 /// the status is the operator's own write (nothing to do) when the new status is one of them, and
 /// someone else's edit otherwise: the Site is queued, and its reconcile writes back what the status
 /// mapping says. Two, because the event of one write may arrive after the next write was sent.
+///
+/// Each also knows whether the Site watch has shown the last write yet ([`Shown`]): until it
+/// has, the cached Site is older than that write, and a reconcile that maps the status to that
+/// same write has nothing to write.
+///
+/// Sites are keyed by their name's 64-bit hash: two names taken for one (one chance in 2^64)
+/// would cost a status write or leave an edited status until the next change.
 #[derive(Default)]
-pub struct WrittenStatuses(Mutex<std::collections::HashMap<Box<str>, [u64; 2]>>);
+pub struct WrittenStatuses(Mutex<std::collections::HashMap<u64, Written>>);
+
+/// The statuses written to one Site: the last two digests, newest first, and where the last
+/// write stands.
+#[derive(Clone, Copy)]
+struct Written {
+    digests: [u64; 2],
+    shown: Shown,
+}
+
+/// Where the operator's last status write to a Site stands, as the Site watch sees it. The watch
+/// delivers a Site's versions in order: until it shows the write, what it shows is older.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Shown {
+    /// Sent, no answer yet, not shown.
+    Sending,
+    /// Sent, and shown (or re-listed) before its answer came.
+    Early,
+    /// Stored (answered) at this [`tick`](crate::controller::fingerprints::tick) and not shown
+    /// yet: the cached Site is older than the write, for at most
+    /// [`PENDING`](crate::controller::fingerprints::PENDING).
+    Awaited(std::num::NonZeroU32),
+    /// Shown, failed, or re-listed: the cache is to be believed.
+    Settled,
+}
 
 impl WrittenStatuses {
     fn digest(status: &SiteStatus) -> u64 {
         crate::labels::hashed(&serde_json::to_vec(status).unwrap_or_default())
     }
 
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<u64, Written>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn key(site: &str) -> u64 {
+        crate::labels::hashed(site)
+    }
+
     /// Records `status` as written to `site` (before the write is sent: its watch event may come
-    /// before the write's response).
+    /// before the write's response). [`WrittenStatuses::sent`] says how the write went.
     pub fn record(&self, site: &str, status: &SiteStatus) {
         let digest = Self::digest(status);
-        let mut written = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        match written.get_mut(site) {
-            Some(last) => *last = [digest, last[0]],
-            None => {
-                written.insert(site.into(), [digest, digest]);
+        let mut written = self.lock();
+        match written.get_mut(&Self::key(site)) {
+            Some(last) => {
+                last.digests = [digest, last.digests[0]];
+                last.shown = Shown::Sending;
             }
+            None => {
+                written.insert(
+                    Self::key(site),
+                    Written {
+                        digests: [digest, digest],
+                        shown: Shown::Sending,
+                    },
+                );
+            }
+        }
+    }
+
+    /// The answer to the last recorded write to `site`: stored (`ok`) or not.
+    pub fn sent(&self, site: &str, ok: bool) {
+        if let Some(last) = self.lock().get_mut(&Self::key(site)) {
+            last.shown = match last.shown {
+                Shown::Sending if ok => Shown::Awaited(fingerprints::tick()),
+                _ => Shown::Settled,
+            };
+        }
+    }
+
+    /// The Site watch shows `site` with `status` (once the cache holds it); `relisted`: as one
+    /// of a re-list's objects, which are at least as new as every answered write.
+    pub fn observe(&self, site: &str, status: Option<&SiteStatus>, relisted: bool) {
+        let ours = status.map(Self::digest);
+        if let Some(last) = self.lock().get_mut(&Self::key(site)) {
+            let shown = relisted || ours == Some(last.digests[0]);
+            last.shown = match last.shown {
+                Shown::Sending if shown => Shown::Early,
+                Shown::Awaited(_) if shown => Shown::Settled,
+                other => other,
+            };
         }
     }
 
@@ -225,12 +298,28 @@ impl WrittenStatuses {
     /// it started or since the Site was forgotten).
     pub fn last_is(&self, site: &str, status: &SiteStatus) -> Option<bool> {
         let last = self
-            .0
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(site)
-            .map(|last| last[0])?;
+            .get(&Self::key(site))
+            .map(|last| last.digests[0])?;
         Some(last == Self::digest(status))
+    }
+
+    /// Whether `status` is the last one the operator wrote to `site`, stored and not yet shown by
+    /// the Site watch: the cached Site is older than that write, and there is nothing to write.
+    pub fn awaited(&self, site: &str, status: &SiteStatus) -> bool {
+        let digest = Self::digest(status);
+        let mut written = self.lock();
+        let Some(last) = written.get_mut(&Self::key(site)) else {
+            return false;
+        };
+        let Shown::Awaited(at) = last.shown else {
+            return false;
+        };
+        if fingerprints::tick().get().saturating_sub(at.get()) >= fingerprints::PENDING_TICKS {
+            last.shown = Shown::Settled;
+            return false;
+        }
+        last.digests[0] == digest
     }
 
     /// Whether `status` is one the operator wrote to `site` (the last or the one before it).
@@ -239,16 +328,14 @@ impl WrittenStatuses {
             return false;
         };
         let digest = Self::digest(status);
-        let written = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        written.get(site).is_some_and(|last| last.contains(&digest))
+        self.lock()
+            .get(&Self::key(site))
+            .is_some_and(|last| last.digests.contains(&digest))
     }
 
     /// Forgets a deleted Site.
     pub fn forget(&self, site: &str) {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(site);
+        self.lock().remove(&Self::key(site));
     }
 }
 
@@ -413,6 +500,67 @@ mod tests {
         assert_eq!(written.last_is("b", &status(Phase::Running)), None);
         written.forget("a");
         assert_eq!(written.last_is("a", &status(Phase::Running)), None);
+    }
+
+    /// A stored status write is awaited until the Site watch shows it (or a re-list shows the
+    /// Site); what the watch shows before it is older. A write that failed, or was shown before
+    /// its answer, is not awaited.
+    #[test]
+    fn a_stored_status_is_awaited_until_the_watch_shows_it() {
+        use crate::crd::Phase;
+        let status = |phase| SiteStatus {
+            phase: Some(phase),
+            ..Default::default()
+        };
+        let (pending, running, failed) = (
+            status(Phase::Pending),
+            status(Phase::Running),
+            status(Phase::Failed),
+        );
+        let written = WrittenStatuses::default();
+        assert!(!written.awaited("a", &pending), "nothing written");
+        // Sent, answered, then shown.
+        written.record("a", &pending);
+        assert!(!written.awaited("a", &pending), "no answer yet");
+        written.sent("a", true);
+        assert!(written.awaited("a", &pending));
+        assert!(!written.awaited("a", &running), "only the status written");
+        assert!(!written.awaited("b", &pending), "per Site");
+        written.observe("a", None, false);
+        assert!(
+            written.awaited("a", &pending),
+            "an older version of the Site"
+        );
+        written.observe("a", Some(&pending), false);
+        assert!(!written.awaited("a", &pending), "shown");
+        // The status before the last write is older; the last write shown settles it.
+        written.record("a", &running);
+        written.sent("a", true);
+        written.observe("a", Some(&pending), false);
+        assert!(written.awaited("a", &running), "the one before");
+        written.observe("a", Some(&running), false);
+        assert!(!written.awaited("a", &running));
+        // Shown before the answer: not awaited once answered.
+        written.record("a", &failed);
+        written.observe("a", Some(&failed), false);
+        written.sent("a", true);
+        assert!(!written.awaited("a", &failed));
+        // A failed write is not awaited.
+        written.record("a", &pending);
+        written.sent("a", false);
+        assert!(!written.awaited("a", &pending));
+        // A re-list shows the Site as it is now: at least as new as every answered write.
+        written.record("a", &running);
+        written.sent("a", true);
+        written.observe("a", Some(&failed), true);
+        assert!(!written.awaited("a", &running));
+        // A re-list while the write is under way: not awaited once answered.
+        written.record("a", &pending);
+        written.observe("a", Some(&failed), true);
+        written.sent("a", true);
+        assert!(!written.awaited("a", &pending));
+        written.forget("a");
+        assert!(!written.awaited("a", &pending));
     }
 
     #[test]

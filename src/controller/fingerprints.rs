@@ -41,6 +41,21 @@ struct Print {
     pending: Option<(u32, NonZeroU32)>,
 }
 
+impl Print {
+    /// Whether the operator's last write is pending: returned but not shown by the watch yet,
+    /// for at most [`PENDING`] (then forgotten).
+    fn awaited(&mut self) -> bool {
+        let Some((_, at)) = self.pending else {
+            return false;
+        };
+        if tick().get().saturating_sub(at.get()) >= PENDING_TICKS {
+            self.pending = None;
+            return false;
+        }
+        true
+    }
+}
+
 /// How many of an object's latest watch events are remembered.
 const SEEN: usize = 4;
 
@@ -55,7 +70,7 @@ fn short(version: u64) -> u32 {
 }
 
 /// Tenths of a second since the first call (monotonic; never 0, so that `Option` costs nothing).
-fn tick() -> NonZeroU32 {
+pub(crate) fn tick() -> NonZeroU32 {
     static EPOCH: OnceLock<Instant> = OnceLock::new();
     let tenths = EPOCH.get_or_init(Instant::now).elapsed().as_millis() / 100;
     u32::try_from(tenths + 1)
@@ -65,7 +80,7 @@ fn tick() -> NonZeroU32 {
 }
 
 /// [`PENDING`] in [`tick`]s.
-const PENDING_TICKS: u32 = (PENDING.as_millis() / 100) as u32;
+pub(crate) const PENDING_TICKS: u32 = (PENDING.as_millis() / 100) as u32;
 
 /// A resourceVersion, compared for equality only (it is opaque), as a number.
 pub(crate) fn version(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> u64 {
@@ -110,6 +125,18 @@ impl Fingerprints {
         self.lock(key).contains_key(&key)
     }
 
+    /// Whether the cache has yet to show the operator's last write of the object `name` of kind
+    /// `K` (for at most [`PENDING`]): until it does, a missing or older cached copy says
+    /// nothing about the object.
+    pub(crate) fn awaited<K: Resource>(&self, name: &str) -> bool
+    where
+        K::DynamicType: Default,
+    {
+        let key = Self::key::<K>(name);
+        let mut known = self.lock(key);
+        known.get_mut(&key).is_some_and(|print| print.awaited())
+    }
+
     /// While the cache has not shown the operator's last write of `desired`'s object (at most
     /// [`PENDING`]), the cached copy is older than that write and says nothing: Some(true) when
     /// that write was `desired` itself (nothing to write), Some(false) when the rendering has
@@ -121,12 +148,7 @@ impl Fingerprints {
         let key = Self::key::<K>(&desired.name_any());
         let mut known = self.lock(key);
         let print = known.get_mut(&key)?;
-        let (_, at) = print.pending?;
-        if tick().get().saturating_sub(at.get()) >= PENDING_TICKS {
-            print.pending = None;
-            return None;
-        }
-        Some(print.wrote == desired_of(desired))
+        print.awaited().then(|| print.wrote == desired_of(desired))
     }
 
     /// A watch event: `obj` as the cache keeps it (with its observed fingerprint) and the
@@ -340,7 +362,10 @@ mod tests {
         assert!(!prints.drifted(&shown));
         write("5", "65");
         assert_eq!(prints.pending(&rendered("5")), Some(true), "not shown yet");
+        assert!(prints.awaited::<ConfigMap>("a"), "not shown yet");
+        assert!(!prints.awaited::<ConfigMap>("b"), "never written");
         event("5", "65");
         assert_eq!(prints.pending(&rendered("5")), None, "shown");
+        assert!(!prints.awaited::<ConfigMap>("a"), "shown");
     }
 }

@@ -620,7 +620,7 @@ fn cache_bytes_per_kind() {
         ("PersistentVolume", 1, volumes(&d), 325, "Volumes table: name, packed JSON (labels, claimRef, status)"),
         ("Volume index", 1, volumes_by_site(&d), 250, "id:<site>, claim:<ns>/<claim> hashed -> [volume name]"),
         ("Fingerprint", 8, fingerprints(&d), 115, "a Print per owned object, by (kind, name) hashed"),
-        ("Written status", 1, written_statuses(&d), 95, "Site name -> its last two status digests"),
+        ("Written status", 1, written_statuses(&d), 80, "Site name hashed -> its last two status digests, whether the last is shown"),
         ("Event memory", 1, events(&d, &runtime), 165, "the Created Event: key hashed -> name, count, time"),
         ("Queue", 1, queue(&d, &runtime), 10, "capacity kept once every Site queued at once was taken (given back)"),
     ];

@@ -101,7 +101,11 @@ pub async fn reconcile(ctx: &Context, name: &str) -> Next {
     }
     // One configuration from start to end, even if a new one comes in meanwhile.
     let config = ctx.config.get();
-    let pinned = pin_images(ctx, &config, &site);
+    let Some(pinned) = pin_images(ctx, &config, &site) else {
+        // The pin is what the Site's own StatefulSet runs, and the cache does not show the
+        // operator's last write of it yet: its watch event queues the Site again.
+        return Next::After(crate::controller::fingerprints::PENDING);
+    };
     let mut writes = Writes::default();
     let result = converge(ctx, &config, &pinned, &mut writes).await;
     if !writes.created.is_empty() {
@@ -147,29 +151,50 @@ pub async fn reconcile(ctx: &Context, name: &str) -> Next {
 /// its pin (SPEC 4.6, [`render::apps::pinned`]): the image the status records, else the one its
 /// container runs in the Site's own StatefulSet, else (a new Site) the catalogue's at the
 /// platform version. A Site whose spec records every image is used as it is.
+///
+/// None when the pin is to be read from the StatefulSet and the cache has not shown the
+/// StatefulSet the operator last wrote (just recreated, its watch event behind): the catalogue
+/// image would be a silent upgrade.
 fn pin_images<'s>(
     ctx: &Context,
     config: &PlatformConfig,
     site: &'s Site,
-) -> std::borrow::Cow<'s, Site> {
-    let running = ctx
-        .caches
-        .statefulsets
-        .get(&site.name_any())
-        .filter(|sts| sts.control(site) == Control::ThisSite);
+) -> Option<std::borrow::Cow<'s, Site>> {
+    let name = site.name_any();
+    let cached = ctx.caches.statefulsets.get(&name);
+    let unseen = cached.is_none() && ctx.fingerprints.awaited::<StatefulSet>(&name);
+    let running = cached.filter(|sts| sts.control(site) == Control::ThisSite);
+    pinned_site(
+        site,
+        config,
+        running.as_deref().map(|sts| &sts.body.images),
+        unseen,
+    )
+}
+
+/// [`pin_images`] once the StatefulSet is looked up: the images of the Site's own StatefulSet
+/// (`running`), and whether the cache has yet to show the operator's last write of it.
+fn pinned_site<'s>(
+    site: &'s Site,
+    config: &PlatformConfig,
+    running: Option<&Pairs<String>>,
+    unseen: bool,
+) -> Option<std::borrow::Cow<'s, Site>> {
+    let asked = std::cell::Cell::new(false);
     let image = |name: &str| {
+        asked.set(true);
         running
-            .as_deref()
-            .and_then(|sts| sts.body.images.get(name))
+            .and_then(|images| images.get(name))
             .map(String::as_str)
     };
     match render::apps::pinned(site, config, image) {
+        _ if unseen && asked.get() => None,
         Some(applications) => {
             let mut pinned = site.clone();
             pinned.spec.configuration.applications = applications;
-            std::borrow::Cow::Owned(pinned)
+            Some(std::borrow::Cow::Owned(pinned))
         }
-        None => std::borrow::Cow::Borrowed(site),
+        None => Some(std::borrow::Cow::Borrowed(site)),
     }
 }
 
@@ -668,12 +693,17 @@ async fn write_status(
         .filter(|f| *f.statefulset == *site.name_any())
         .max_by(|a, b| a.event.cmp(&b.event));
     status::explain_missing_pods(&mut new, site, &pods, failed.as_deref());
-    let last_written = ctx.statuses.last_is(&site.name_any(), &new);
-    if status_up_to_date(previous, &new, last_written) {
+    let name = site.name_any();
+    let last_written = ctx.statuses.last_is(&name, &new);
+    if status_up_to_date(previous, &new, last_written, || {
+        ctx.statuses.awaited(&name, &new)
+    }) {
         return Ok(());
     }
-    ctx.statuses.record(&site.name_any(), &new);
-    apply::patch_status(ctx, site, &new).await?;
+    ctx.statuses.record(&name, &new);
+    let written = apply::patch_status(ctx, site, &new).await;
+    ctx.statuses.sent(&name, written.is_ok());
+    written?;
     if previous.and_then(|s| s.phase) != new.phase {
         tracing::info!(site = %site.name_any(), phase = ?new.phase, problems = new.problems.len(), "status changed");
     }
@@ -685,13 +715,19 @@ async fn write_status(
 /// The cached Site may not show the operator's last write yet: a pod that turns ready just after
 /// a "not ready" status was written maps back to the status the cache still shows, and that
 /// status must be written again. Nothing else would queue the Site: the watch event of the
-/// operator's own write queues nothing.
+/// operator's own write queues nothing. The other way round, when the last write is `new`, was
+/// stored and the watch has not shown it yet (`awaited`), the cached status is merely older.
 fn status_up_to_date(
     cached: Option<&SiteStatus>,
     new: &SiteStatus,
     last_written: Option<bool>,
+    awaited: impl FnOnce() -> bool,
 ) -> bool {
-    cached == Some(new) && last_written != Some(false)
+    match last_written {
+        Some(false) => false,
+        Some(true) if cached != Some(new) => awaited(),
+        _ => cached == Some(new),
+    }
 }
 
 /// 48 hex digits from the system's random source (site tokens).
@@ -710,6 +746,62 @@ mod tests {
     use super::*;
     use crate::crd::Phase;
 
+    /// The pin of a built-in application without an image in the spec: the status's record,
+    /// else the running StatefulSet's image, else the catalogue's; unknown (None) while the
+    /// StatefulSet it would be read from is the operator's unseen write.
+    #[test]
+    fn the_pin_waits_for_a_statefulset_the_cache_has_not_shown() {
+        let config = crate::fixtures::config();
+        let builtin = config.sites.applications[0].name.clone();
+        let (recorded, running, catalogue) = ("r.example/app:1", "r.example/app:2", {
+            render::apps::catalogue_image(&config.sites.applications[0], &config.sites.version)
+        });
+        let site = |status: bool, spec: Option<&str>| {
+            let mut s = crate::fixtures::SiteBuilder::new("docs-handbook")
+                .app(&builtin)
+                .build();
+            s.spec.configuration.applications[0].image = spec.map(str::to_owned);
+            if status {
+                s.status = Some(SiteStatus {
+                    images: [(builtin.clone(), recorded.to_string())].into(),
+                    ..Default::default()
+                });
+            }
+            s
+        };
+        let images = Pairs::of([(builtin.clone(), running.to_string())].into());
+        let cases = [
+            // (status records, spec image, StatefulSet cached, unseen write, pin)
+            (true, None, true, false, Some(recorded)),
+            (true, None, false, true, Some(recorded)),
+            (false, None, true, false, Some(running)),
+            (false, None, false, false, Some(catalogue.as_str())),
+            (false, None, false, true, None),
+            (
+                false,
+                Some("r.example/app:3"),
+                false,
+                true,
+                Some("r.example/app:3"),
+            ),
+        ];
+        for (status, spec, cached, unseen, want) in cases {
+            let site = site(status, spec);
+            let pinned = pinned_site(&site, &config, cached.then_some(&images), unseen);
+            let pin = pinned.as_ref().map(|s| {
+                s.spec.configuration.applications[0]
+                    .image
+                    .clone()
+                    .unwrap_or_default()
+            });
+            assert_eq!(
+                pin.as_deref(),
+                want,
+                "status {status}, spec {spec:?}, cached {cached}, unseen {unseen}"
+            );
+        }
+    }
+
     #[test]
     fn a_status_is_up_to_date_only_when_the_cache_and_the_last_write_both_show_it() {
         let status = |phase| SiteStatus {
@@ -718,19 +810,24 @@ mod tests {
         };
         let (running, pending) = (status(Phase::Running), status(Phase::Pending));
         let cases = [
-            // (cached, last written is `new`, up to date)
-            (Some(&running), None, true), // after a restart: nothing written yet
-            (Some(&running), Some(true), true),
+            // (cached, last written is `new`, that write awaited, up to date)
+            (Some(&running), None, false, true), // after a restart: nothing written yet
+            (Some(&running), Some(true), false, true),
             // The cache still shows the status before the last write ("pending"): write again.
-            (Some(&running), Some(false), false),
-            (Some(&pending), Some(true), false),
-            (None, None, false),
+            (Some(&running), Some(false), false, false),
+            (Some(&running), Some(false), true, false),
+            // The last write is `new`: the cache is behind while it is awaited, else edited.
+            (Some(&pending), Some(true), false, false),
+            (Some(&pending), Some(true), true, true),
+            (None, Some(true), true, true),
+            (None, Some(true), false, false),
+            (None, None, false, false),
         ];
-        for (cached, last_written, want) in cases {
+        for (cached, last_written, awaited, want) in cases {
             assert_eq!(
-                status_up_to_date(cached, &running, last_written),
+                status_up_to_date(cached, &running, last_written, || awaited),
                 want,
-                "cached {cached:?}, last written {last_written:?}"
+                "cached {cached:?}, last written {last_written:?}, awaited {awaited}"
             );
         }
     }

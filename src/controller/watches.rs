@@ -331,10 +331,21 @@ fn watch_sites(
         sites.clone(),
         move |event| writer.apply(event),
         |s: &Site| s.metadata.name.clone(),
-        move |before: &Sites, event: &watcher::Event<Site>| {
-            site_event_matters(before, event, &written, &sharers)
+        {
+            let written = written.clone();
+            move |before: &Sites, event: &watcher::Event<Site>| {
+                site_event_matters(before, event, &written, &sharers)
+            }
         },
-        move |event: &watcher::Event<Site>| path_index.observe(event),
+        move |event: &watcher::Event<Site>| {
+            path_index.observe(event);
+            // Once the cache holds it: a reconcile that finds its status write shown finds it
+            // in the cache.
+            if let watcher::Event::Apply(s) | watcher::Event::InitApply(s) = event {
+                let relisted = matches!(event, watcher::Event::InitApply(_));
+                written.observe(&s.name_any(), s.status.as_ref(), relisted);
+            }
+        },
     );
     (sites, sites_by_path)
 }
