@@ -138,7 +138,6 @@ pub async fn upgrade_with_progress(
         Target::One(name) => vec![api.get(name).await?],
         Target::All => api.list(&ListParams::default()).await?.items,
     };
-    let force = action == Action::Upgrade { force: true };
     let mut outcomes: Vec<Outcome> = Vec::new();
     let total = sites.len();
     let counts = |outcomes: &[Outcome]| crate::progress::Counts {
@@ -147,64 +146,108 @@ pub async fn upgrade_with_progress(
         changed: outcomes.iter().filter(|o| o.written).count(),
         failed: outcomes.iter().filter(|o| o.error.is_some()).count(),
     };
+    let one = One {
+        api: &api,
+        statefulsets: &statefulsets,
+        cfg,
+        action,
+        dry_run,
+    };
     progress(counts(&outcomes));
     for site in sites {
         if !outcomes.is_empty() {
             progress(counts(&outcomes));
         }
-        let name = site.name_any();
-        let applications = match action {
-            Action::Upgrade { .. } => upgraded_applications(&site, cfg),
-            Action::RecordImages => match statefulsets.get_opt(&name).await {
-                Ok(running) => recorded_applications(&site, cfg, running.as_ref()),
-                Err(e) => {
-                    outcomes.push(Outcome {
-                        site: name,
-                        changes: Vec::new(),
-                        forced: false,
-                        written: false,
-                        error: Some(format!("cannot read its StatefulSet: {e}")),
-                    });
-                    continue;
-                }
-            },
-        };
-        let changes = changes(&site, &applications);
-        let mut outcome = Outcome {
-            site: name.clone(),
-            changes: changes.clone(),
-            forced: force,
-            written: false,
-            error: None,
-        };
-        if changes.is_empty() && !force {
-            outcomes.push(outcome);
-            continue;
-        }
-        // The resourceVersion makes the patch conditional: an edit since the read is not lost
-        // (the Site is reported as failed and the command can be run again).
-        let mut patch = json!({"metadata": {"resourceVersion": site.resource_version()}});
-        if !changes.is_empty() {
-            patch["spec"] = json!({"configuration": {"applications": applications}});
-        }
-        if force {
-            patch["metadata"]["annotations"] =
-                json!({UPGRADE_REQUEST_ANNOTATION: uuid::Uuid::new_v4().to_string()});
-        }
-        let params = PatchParams {
-            dry_run,
-            ..Default::default()
-        };
-        match api.patch(&name, &params, &Patch::Merge(&patch)).await {
-            Ok(_) => outcome.written = true,
-            Err(e) => outcome.error = Some(e.to_string()),
-        }
-        outcomes.push(outcome);
+        outcomes.push(one.upgrade(site).await);
     }
     if !outcomes.is_empty() {
         progress(counts(&outcomes));
     }
     Ok(outcomes)
+}
+
+/// How often a Site that changed between its read and the write (a status the operator wrote
+/// meanwhile, say) is read and planned again before it is reported as failed.
+pub const CONFLICT_RETRIES: usize = 5;
+
+/// What the upgrade of one Site needs.
+struct One<'a> {
+    api: &'a Api<Site>,
+    statefulsets: &'a Api<StatefulSet>,
+    cfg: &'a PlatformConfig,
+    action: Action,
+    dry_run: bool,
+}
+
+impl One<'_> {
+    /// Plans the Site's new applications from `site` and writes them, conditional on the
+    /// version read: a Site changed since is read again and planned again from what it is now
+    /// (so no edit is lost and none is overwritten), at most [`CONFLICT_RETRIES`] times.
+    async fn upgrade(&self, mut site: Site) -> Outcome {
+        let name = site.name_any();
+        let force = self.action == Action::Upgrade { force: true };
+        let mut conflicts = 0;
+        loop {
+            let applications = match self.action {
+                Action::Upgrade { .. } => upgraded_applications(&site, self.cfg),
+                Action::RecordImages => match self.statefulsets.get_opt(&name).await {
+                    Ok(running) => recorded_applications(&site, self.cfg, running.as_ref()),
+                    Err(e) => {
+                        return Outcome {
+                            site: name,
+                            changes: Vec::new(),
+                            forced: false,
+                            written: false,
+                            error: Some(format!("cannot read its StatefulSet: {e}")),
+                        };
+                    }
+                },
+            };
+            let changes = changes(&site, &applications);
+            let mut outcome = Outcome {
+                site: name.clone(),
+                changes: changes.clone(),
+                forced: force,
+                written: false,
+                error: None,
+            };
+            if changes.is_empty() && !force {
+                return outcome;
+            }
+            // The resourceVersion makes the patch conditional: an edit since the read is not
+            // overwritten.
+            let mut patch = json!({"metadata": {"resourceVersion": site.resource_version()}});
+            if !changes.is_empty() {
+                patch["spec"] = json!({"configuration": {"applications": applications}});
+            }
+            if force {
+                patch["metadata"]["annotations"] =
+                    json!({UPGRADE_REQUEST_ANNOTATION: uuid::Uuid::new_v4().to_string()});
+            }
+            let params = PatchParams {
+                dry_run: self.dry_run,
+                ..Default::default()
+            };
+            match self.api.patch(&name, &params, &Patch::Merge(&patch)).await {
+                Ok(_) => outcome.written = true,
+                Err(kube::Error::Api(e)) if e.code == 409 && conflicts < CONFLICT_RETRIES => {
+                    conflicts += 1;
+                    match self.api.get(&name).await {
+                        Ok(now) => {
+                            site = now;
+                            continue;
+                        }
+                        Err(e) => {
+                            outcome.error =
+                                Some(format!("changed meanwhile, and cannot read it again: {e}"))
+                        }
+                    }
+                }
+                Err(e) => outcome.error = Some(e.to_string()),
+            }
+            return outcome;
+        }
+    }
 }
 
 #[cfg(test)]

@@ -442,3 +442,54 @@ async fn retention_leaves_a_site_changed_since_it_was_read() {
         .unwrap();
     assert!(acted.is_empty());
 }
+
+/// A Site changed between the command's read and its write (the operator writes its status all
+/// the time) gets a 409: it is read again and upgraded from what it is then, at most
+/// `CONFLICT_RETRIES` times; a Site that keeps changing is reported as failed, untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_site_changed_meanwhile_is_read_again_and_upgraded() {
+    use sites_emulator::faults::FaultRule;
+    use sites_operator::upgrade::CONFLICT_RETRIES;
+
+    let c = cluster_with_namespace().await;
+    let api: Api<Site> = Api::namespaced(c.client.clone(), NS);
+    let old = "registry.example.org/sites/static:2.3.0";
+    let new = "registry.example.org/sites/static:2.4.0";
+    api.create(
+        &PostParams::default(),
+        &site("pinned", true, json!([{"name": "static", "image": old}])),
+    )
+    .await
+    .unwrap();
+    let faults = c.emulator().faults();
+    let conflicts = |rate: f64| FaultRule {
+        verb: Some("patch".into()),
+        resource: Some("sites.sites.ecmwf.int".into()),
+        rate,
+        codes: vec![409],
+        latency_ms: 0,
+    };
+
+    // Every write conflicts: reported, exit 1, nothing stored.
+    faults.add(conflicts(1.0));
+    let out = run(&c, &["pinned"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("modified"), "{}", text(&out));
+    assert_eq!(faults.injected(409), CONFLICT_RETRIES as u64 + 1);
+    assert_eq!(
+        images(&api.get("pinned").await.unwrap()),
+        [Some(old.into())]
+    );
+
+    // Half of them do: with this seed the first two writes conflict and the third is stored.
+    faults.clear();
+    faults.seed(4);
+    faults.add(conflicts(0.5));
+    let out = run(&c, &["pinned"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(faults.injected(409), CONFLICT_RETRIES as u64 + 3);
+    assert_eq!(
+        images(&api.get("pinned").await.unwrap()),
+        [Some(new.into())]
+    );
+}
