@@ -484,22 +484,27 @@ fn remember<R, T>(cell: &Cached<R, T>, reference: R, value: T) {
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_last_written_status_is_known_per_site() {
+    /// Three distinct statuses: Pending, Running, Failed.
+    fn statuses() -> [SiteStatus; 3] {
         use crate::crd::Phase;
-        let status = |phase| SiteStatus {
+        [Phase::Pending, Phase::Running, Phase::Failed].map(|phase| SiteStatus {
             phase: Some(phase),
             ..Default::default()
-        };
+        })
+    }
+
+    #[test]
+    fn the_last_written_status_is_known_per_site() {
+        let [pending, running, _] = statuses();
         let written = WrittenStatuses::default();
-        assert_eq!(written.last_is("a", &status(Phase::Running)), None);
-        written.record("a", &status(Phase::Pending));
-        written.record("a", &status(Phase::Running));
-        assert_eq!(written.last_is("a", &status(Phase::Running)), Some(true));
-        assert_eq!(written.last_is("a", &status(Phase::Pending)), Some(false));
-        assert_eq!(written.last_is("b", &status(Phase::Running)), None);
+        assert_eq!(written.last_is("a", &running), None);
+        written.record("a", &pending);
+        written.record("a", &running);
+        assert_eq!(written.last_is("a", &running), Some(true));
+        assert_eq!(written.last_is("a", &pending), Some(false));
+        assert_eq!(written.last_is("b", &running), None);
         written.forget("a");
-        assert_eq!(written.last_is("a", &status(Phase::Running)), None);
+        assert_eq!(written.last_is("a", &running), None);
     }
 
     /// A stored status write is awaited until the Site watch shows it (or a re-list shows the
@@ -507,16 +512,7 @@ mod tests {
     /// its answer, is not awaited.
     #[test]
     fn a_stored_status_is_awaited_until_the_watch_shows_it() {
-        use crate::crd::Phase;
-        let status = |phase| SiteStatus {
-            phase: Some(phase),
-            ..Default::default()
-        };
-        let (pending, running, failed) = (
-            status(Phase::Pending),
-            status(Phase::Running),
-            status(Phase::Failed),
-        );
+        let [pending, running, failed] = statuses();
         let written = WrittenStatuses::default();
         assert!(!written.awaited("a", &pending), "nothing written");
         // Sent, answered, then shown.
@@ -565,16 +561,7 @@ mod tests {
 
     #[test]
     fn a_status_is_ours_when_it_is_one_of_the_last_two_written() {
-        use crate::crd::Phase;
-        let status = |phase| SiteStatus {
-            phase: Some(phase),
-            ..Default::default()
-        };
-        let (pending, running, failed) = (
-            status(Phase::Pending),
-            status(Phase::Running),
-            status(Phase::Failed),
-        );
+        let [pending, running, failed] = statuses();
         let written = WrittenStatuses::default();
         // Nothing written yet (a new process): every status is someone else's.
         assert!(!written.is_ours("a", Some(&pending)));
