@@ -23,7 +23,8 @@ use sites_operator::metrics;
 use crate::support::operator::{
     HANG_GUARD, NS, SeenErrors, WAIT, api, condition, config, count_panics, edit_and_settle,
     elected_operator, example, example_named, install_http_routes, merge, operator, prepare,
-    prepare_platform, restarted_at, sites, wait_available, wait_condition, writes_after,
+    prepare_platform, reset_stats, restarted_at, sites, wait_available, wait_condition,
+    writes_after,
 };
 use crate::support::{Cluster, eventually, eventually_every, poll_until};
 
@@ -1200,7 +1201,7 @@ async fn a_restarted_operator_writes_nothing_for_converged_sites() {
     .await;
     op.stop().await;
 
-    c.emulator().stats().reset();
+    reset_stats(&c).await;
     let op = operator(&c, config(RoutingMode::Ingress)).await;
     eventually_every(
         "every site reconciled",

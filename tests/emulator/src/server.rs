@@ -23,6 +23,7 @@ pub const MAX_BODY: usize = 3 * 1024 * 1024;
 
 /// Entry point for every request.
 pub async fn handle(app: Arc<App>, req: Request<Body>) -> Response {
+    let _in_flight = app.stats.begin();
     let (parts, body) = req.into_parts();
     let method = parts.method.clone();
     let path = parts.uri.path().to_string();

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde_json::{Value, json};
 
@@ -10,9 +11,33 @@ use serde_json::{Value, json};
 #[derive(Default)]
 pub struct Stats {
     counts: Mutex<BTreeMap<(String, String, u16), u64>>,
+    /// Requests being handled: a write is visible to other clients before it is counted (the
+    /// count needs its answer), so a count taken from an instant on starts with none in flight.
+    in_flight: AtomicUsize,
+}
+
+/// A request being handled, from its arrival until it is counted ([`Stats::begin`]).
+pub struct InFlight<'a>(&'a Stats);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl Stats {
+    /// Marks a request as being handled until the guard is dropped (after [`Stats::record`]; a
+    /// watch counts until its stream is returned, not while it streams).
+    pub fn begin(&self) -> InFlight<'_> {
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        InFlight(self)
+    }
+
+    /// How many requests are being handled (none: every write made so far is counted).
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::SeqCst)
+    }
+
     pub fn record(&self, verb: &str, resource: &str, code: u16) {
         let mut c = self.counts.lock().unwrap_or_else(|p| p.into_inner());
         *c.entry((verb.to_string(), resource.to_string(), code))

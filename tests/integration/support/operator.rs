@@ -454,9 +454,19 @@ pub async fn edit_and_settle(c: &Cluster, op: &Operator, name: &str, patch: Valu
 /// [`edit_and_settle`] (one write of the test's); returns the writes the operator made meanwhile.
 pub async fn writes_after(c: &Cluster, op: &Operator, name: &str, patch: Value) -> u64 {
     volume_labelled(c, name).await;
-    c.emulator().stats().reset();
+    reset_stats(c).await;
     edit_and_settle(c, op, name, patch).await;
     operator_writes(c, 1)
+}
+
+/// Resets the emulator's request counts once no request is being handled: a write the test
+/// has seen (the volume label, say) may not be counted yet, and would be counted after the reset.
+pub async fn reset_stats(c: &Cluster) {
+    eventually("the emulator's requests answered", WAIT, || async {
+        (c.emulator().stats().in_flight() == 0).then_some(())
+    })
+    .await;
+    c.emulator().stats().reset();
 }
 
 /// Waits until the volume bound to the Site's claim carries the site label: the operator labels
