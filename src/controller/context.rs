@@ -221,7 +221,7 @@ struct Written {
 
 /// Where the operator's last status write to a Site stands, as the Site watch sees it. The watch
 /// delivers a Site's versions in order: until it shows the write, what it shows is older.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug)]
 enum Shown {
     /// Sent, no answer yet, not shown.
     Sending,
@@ -315,7 +315,7 @@ impl WrittenStatuses {
         let Shown::Awaited(at) = last.shown else {
             return false;
         };
-        if fingerprints::tick().get().saturating_sub(at.get()) >= fingerprints::PENDING_TICKS {
+        if fingerprints::expired(at) {
             last.shown = Shown::Settled;
             return false;
         }

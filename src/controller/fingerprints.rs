@@ -48,7 +48,7 @@ impl Print {
         let Some((_, at)) = self.pending else {
             return false;
         };
-        if tick().get().saturating_sub(at.get()) >= PENDING_TICKS {
+        if expired(at) {
             self.pending = None;
             return false;
         }
@@ -80,7 +80,12 @@ pub(crate) fn tick() -> NonZeroU32 {
 }
 
 /// [`PENDING`] in [`tick`]s.
-pub(crate) const PENDING_TICKS: u32 = (PENDING.as_millis() / 100) as u32;
+const PENDING_TICKS: u32 = (PENDING.as_millis() / 100) as u32;
+
+/// Whether [`PENDING`] has passed since the [`tick`] `since`.
+pub(crate) fn expired(since: NonZeroU32) -> bool {
+    tick().get().saturating_sub(since.get()) >= PENDING_TICKS
+}
 
 /// A resourceVersion, compared for equality only (it is opaque), as a number.
 pub(crate) fn version(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> u64 {
