@@ -277,22 +277,34 @@ struct RunArgs {
     /// handshake. At most 10 minutes.
     #[arg(long, default_value = "10s", value_parser = parse_limit_duration)]
     webhook_header_read_timeout: std::time::Duration,
-    /// How long a webhook connection may carry no traffic before it is closed (a request in
-    /// progress finishes first). At most 1 hour.
+    /// How long a webhook connection may stay without a request before it is closed (a request
+    /// in progress finishes first); HTTP/2 PINGs do not count as requests. At most 1 hour.
     #[arg(long, default_value = "120s", value_parser = parse_idle_duration)]
     webhook_idle_timeout: std::time::Duration,
     /// Most webhook connections open at once; further ones are closed on accept and counted in
     /// sites_webhook_connections_refused_total.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     webhook_max_connections: u32,
+    /// Most webhook connections one peer address may hold open at once; further ones are closed
+    /// on accept and counted in sites_webhook_connections_refused_total. Default: half of
+    /// --webhook-max-connections (at least 1).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    webhook_max_connections_per_peer: Option<u32>,
+    /// How long a webhook answer may take to be written once it is ready (an HTTP/2 client
+    /// that keeps its flow-control window shut), and how long a client may leave the answers
+    /// unread (its socket full); then its connection is dropped. At most 10 minutes.
+    #[arg(long, default_value = "10s", value_parser = parse_limit_duration)]
+    webhook_answer_timeout: std::time::Duration,
     /// How long a webhook client may take to send a request body, from the end of its header;
     /// a slower one is answered 408 and its connection closed. At most 10 minutes.
     #[arg(long, default_value = "10s", value_parser = parse_limit_duration)]
     webhook_body_timeout: std::time::Duration,
-    /// The memory, in MiB, that webhook requests in flight may hold together (their bodies and
-    /// what decoding them takes); a request waits for its share at most 1 s, then gets 503. At
-    /// least 56: the largest request alone needs about 55.
-    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(56..=65_536))]
+    /// The memory, in MiB, that webhook requests in flight may hold together (their bodies,
+    /// what decoding them takes, their answers until written); a request waits for its share at
+    /// most 1 s, then gets 503. An eighth is kept for small reviews whose body has come, so
+    /// that large and slow requests never hold it all. At least 64: the largest request alone
+    /// needs about 55 of the other seven eighths.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(64..=65_536))]
     webhook_memory_budget_mib: u32,
 }
 
@@ -395,6 +407,11 @@ fn run(args: RunArgs) -> ExitCode {
             max_connections: args.webhook_max_connections as usize,
             body_timeout: args.webhook_body_timeout,
             memory_budget: args.webhook_memory_budget_mib as usize * 1024 * 1024,
+            answer_timeout: args.webhook_answer_timeout,
+            max_connections_per_peer: args
+                .webhook_max_connections_per_peer
+                .unwrap_or(args.webhook_max_connections.div_ceil(2))
+                as usize,
         },
         reserved_names,
     };

@@ -48,7 +48,8 @@ pub fn register_leader(registry: &Registry, lease: &str) -> prometheus::Result<I
 /// `controller_runtime_webhook_requests_in_flight{webhook}`,
 /// `controller_runtime_webhook_latency_seconds{webhook}`; and the connection limits' metrics,
 /// `sites_webhook_open_connections` and `sites_webhook_connections_refused_total` (connections
-/// closed on accept because `--webhook-max-connections` were open); the memory budget's,
+/// closed on accept because `--webhook-max-connections` were open, or the peer address's
+/// `--webhook-max-connections-per-peer`); the memory budget's,
 /// `sites_webhook_memory_in_use_bytes`; and the serving certificate's notAfter,
 /// `sites_webhook_certificate_expiry_timestamp_seconds` (set by [`crate::tls::CertStore::report_expiry`]).
 #[derive(Clone, Debug)]
@@ -98,7 +99,7 @@ impl WebhookMetrics {
         )?;
         let connections_refused = IntCounter::new(
             "sites_webhook_connections_refused_total",
-            "Connections to the webhook server closed on accept because the connection limit was reached.",
+            "Connections to the webhook server closed on accept because the connection limit, or the peer address's share of it, was reached.",
         )?;
         registry.register(Box::new(latency.clone()))?;
         registry.register(Box::new(open_connections.clone()))?;

@@ -8,6 +8,7 @@
 //! - [`validate_config`]: the platform configuration validator on the `sites-config` ConfigMap.
 
 pub mod budget;
+mod connection;
 pub mod review;
 pub mod server;
 
@@ -51,8 +52,8 @@ pub fn deny<K: Resource>(
                 })
                 .collect(),
             name: validation::clip(&req.name).into_owned(),
-            group: req.kind.group.clone(),
-            kind: req.kind.kind.clone(),
+            group: validation::clip(&req.kind.group).into_owned(),
+            kind: validation::clip(&req.kind.kind).into_owned(),
             uid: String::new(),
             retry_after_seconds: 0,
         });

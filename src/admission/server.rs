@@ -1,6 +1,11 @@
 //! The HTTPS webhook server: decodes an AdmissionReview, calls the pure handler, encodes the
 //! answer. Client mistakes get a 4xx with a reason (400 malformed, 413 too large, 404 unknown
 //! path, 405 wrong method), never a 500 or a panic.
+//!
+//! What a request may hold: its share of the memory budget ([`super::budget`]), taken as its
+//! body arrives and for its decoding, then only its answer's bytes; reviews of configurations
+//! and of bodies over [`HEAVY_BODY`] are judged one at a time on a blocking thread. What a
+//! connection may hold, and the deadline of every phase: [`super::connection`].
 
 use std::future::Future;
 use std::sync::Arc;
@@ -15,12 +20,12 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::service::TowerToHyperService;
 use kube::core::admission::AdmissionResponse;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
 use super::budget::{Budget, Share, Spent};
+use super::connection::{BodyHold, Conn, Ending, Peers, ReadAhead, Tracked, Tracking};
 #[cfg(test)]
 use super::review::decode;
 use super::review::{self, SiteBody, encode};
@@ -152,7 +157,8 @@ impl Observed {
 }
 
 /// Counts requests, in-flight requests and latency per webhook path; reads the body of each
-/// ([`Observed::admit`]) before the handler runs.
+/// ([`Observed::admit`]) before the handler runs, and keeps of its share of the memory budget
+/// only its answer's bytes once the handler returned.
 async fn observe(State(observed): State<Arc<Observed>>, req: Request, next: Next) -> Response {
     let path = req.uri().path();
     let Some(m) = observed.paths.iter().find(|m| m.path == path) else {
@@ -161,15 +167,26 @@ async fn observe(State(observed): State<Arc<Observed>>, req: Request, next: Next
     // Counted down when the request ends, also when its connection closed before the answer.
     let _in_flight = Counted::new(&m.in_flight);
     let started = Instant::now();
-    let response = match observed.admit(m.path, req).await {
+    let conn = req.extensions().get::<Arc<Conn>>().cloned();
+    let response = match observed.admit(m.path, req, conn.as_deref()).await {
         // The answer's bytes stay counted in the request's share until they are written.
-        Ok((req, share)) => next.run(req).await.map(|body| {
+        Ok((req, mut share)) => next.run(req).await.map(|body| {
+            let hint = axum::body::HttpBody::size_hint(&body);
+            let answer = hint.upper().unwrap_or(hint.lower());
+            share.shrink_to(answer as usize);
             Body::new(Held {
                 body,
                 _share: share,
             })
         }),
-        Err(refused) => refused,
+        Err(refused) => {
+            if refused.headers().contains_key(header::CONNECTION)
+                && let Some(conn) = &conn
+            {
+                conn.answered_early();
+            }
+            refused
+        }
     };
     m.latency.observe(started.elapsed().as_secs_f64());
     if response.status() == StatusCode::OK {
@@ -185,11 +202,17 @@ async fn observe(State(observed): State<Arc<Observed>>, req: Request, next: Next
 
 impl Observed {
     /// Reads the body of a request for `path` within the body deadline, holding a share of the
-    /// memory budget for each byte as it arrives, then for what decoding it may take
-    /// ([`decode_cost`]): the request with its body read, and the share to hold until it is
+    /// memory budget for each byte as it arrives (within what the connection `conn` may hold for
+    /// bodies), then for what decoding it may take ([`decode_cost`]; a small request may take
+    /// the reserve then): the request with its body read, and the share to hold until it is
     /// answered. A client that trickles its body holds only what it sent, and for the body
     /// deadline at most.
-    async fn admit(&self, path: &str, req: Request) -> Result<(Request, Share), Response> {
+    async fn admit(
+        &self,
+        path: &str,
+        req: Request,
+        conn: Option<&Conn>,
+    ) -> Result<(Request, Share), Response> {
         use http_body_util::BodyExt;
         let deadline = tokio::time::Instant::now() + self.body_timeout;
         let declared = req
@@ -202,6 +225,13 @@ impl Observed {
             return Err(closing(too_large(len)));
         }
         let mut share = self.budget.share();
+        // What this request's body holds of its connection's and its peer's parts, until the
+        // body is read.
+        let mut on_connection = BodyHold::default();
+        let mut hold_on_connection = |bytes: usize| match conn {
+            Some(conn) => conn.hold_body(&mut on_connection, bytes),
+            None => true,
+        };
         let (parts, mut body) = req.into_parts();
         let mut received = 0;
         let read = async {
@@ -219,37 +249,50 @@ impl Observed {
                 if len > BODY_LIMIT {
                     return Err(too_large(len));
                 }
-                // The whole body in one piece, the common case: kept as it came.
+                // The whole body in one piece, the common case: kept as it came, and held with
+                // what decoding it takes at once (a small one may take the reserve).
                 if buf.is_empty() && declared == Some(len) {
-                    share.grow_to(len).await.map_err(|spent| self.busy(spent))?;
-                    return Ok(data);
+                    share
+                        .grow_complete_to(len + decode_cost(path, len))
+                        .await
+                        .map_err(|spent| self.busy(spent))?;
+                    return Ok((data, true));
                 }
                 if len > buf.capacity() {
                     // Doubling (few copies), up to the announced length (no more once it came).
                     let announced = declared.unwrap_or(BODY_LIMIT).max(len);
                     let capacity = len.max(buf.capacity() * 2).min(announced);
+                    if !hold_on_connection(capacity) {
+                        return Err(connection_busy());
+                    }
+                    // A small body may take the first half of the reserve on its way.
                     share
-                        .grow_to(capacity)
+                        .grow_body_to(capacity, announced + decode_cost(path, announced))
                         .await
                         .map_err(|spent| self.busy(spent))?;
                     buf.reserve_exact(capacity - buf.len());
                 }
                 buf.extend_from_slice(&data);
             }
-            Ok(bytes::Bytes::from(buf))
+            let capacity = buf.capacity();
+            Ok((bytes::Bytes::from(buf), capacity == 0))
         };
-        let body = match tokio::time::timeout_at(deadline, read).await {
+        let (body, held) = match tokio::time::timeout_at(deadline, read).await {
             // Answered before the body was read whole: the connection cannot carry another
             // request, and the client is told so.
             Ok(read) => read.map_err(closing)?,
             Err(_) => return Err(body_timeout(self.body_timeout, received)),
         };
-        let len = body.len();
-        if let Err(spent) = share
-            .grow_to(share.bytes().max(len) + decode_cost(path, len))
-            .await
-        {
-            return Err(self.busy(spent));
+        // What the body took (its buffer, at most the share held for it), and what decoding it
+        // may take, unless held with the body in one piece.
+        if !held {
+            let len = body.len();
+            if let Err(spent) = share
+                .grow_complete_to(share.bytes().max(len) + decode_cost(path, len))
+                .await
+            {
+                return Err(self.busy(spent));
+            }
         }
         Ok((Request::from_parts(parts, Body::from(body)), share))
     }
@@ -270,7 +313,9 @@ impl Observed {
             Spent::TooLarge => (
                 StatusCode::PAYLOAD_TOO_LARGE,
                 format!(
-                    "the request needs more memory than the webhook's whole budget ({budget} MiB)\n"
+                    "the request needs more memory than the webhook's budget allows one request \
+                     ({} of {budget} MiB)\n",
+                    self.budget.general() / MIB
                 ),
             )
                 .into_response(),
@@ -314,6 +359,21 @@ fn closing(mut response: Response) -> Response {
     response
 }
 
+/// The bodies on their way of a connection's requests, or of its peer's, hold their part of the
+/// memory budget: one more is refused at once.
+fn connection_busy() -> Response {
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        [(header::RETRY_AFTER, "1")],
+        format!(
+            "the webhook is busy: the bodies on their way of this connection ({} MiB at most) or \
+             of its peer address (half the memory budget) hold their part; retry\n",
+            CONNECTION_BODIES / MIB
+        ),
+    )
+        .into_response()
+}
+
 fn too_large(len: usize) -> Response {
     (
         StatusCode::PAYLOAD_TOO_LARGE,
@@ -337,8 +397,11 @@ fn body_timeout(limit: Duration, read: usize) -> Response {
         .into_response()
 }
 
+/// A 400 with `reason`, clipped: a decoder's message may quote the client's text (serde's
+/// "unknown variant" quotes the value whole).
 fn bad_request(reason: String) -> Response {
-    (StatusCode::BAD_REQUEST, reason + "\n").into_response()
+    let reason = crate::validation::clip(&reason) + "\n";
+    (StatusCode::BAD_REQUEST, reason.into_owned()).into_response()
 }
 
 /// The answer of the configuration webhook to a body.
@@ -410,16 +473,66 @@ pub fn review_validation(
     }
 }
 
+/// Bodies longer than this are judged apart ([`judged_apart`]): only hostile or exceptional
+/// reviews are so large (a Site shared with thousands of users is 100-200 KB; its judging takes
+/// a fraction of a millisecond), and judging one of 5 MB may take tens of milliseconds.
+pub const HEAVY_BODY: usize = 512 * KIB;
+
+/// Judges `body` with `judge` on a blocking thread, one such review at a time in the whole
+/// server, so that the async workers stay free for ordinary reviews whatever a client sends:
+/// what would wait more than [`BUDGET_WAIT`] for its turn is answered 503.
+async fn judged_apart(
+    body: Bytes,
+    judge: impl FnOnce(&[u8]) -> Response + Send + 'static,
+) -> Response {
+    static ONE_AT_A_TIME: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
+    let Ok(Ok(turn)) = tokio::time::timeout(BUDGET_WAIT, ONE_AT_A_TIME.acquire()).await else {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::RETRY_AFTER, "1")],
+            "the webhook is busy: configuration reviews and reviews over 512 KiB are judged \
+             one at a time; retry\n",
+        )
+            .into_response();
+    };
+    // The turn ends with the judging, also when the client is gone before.
+    let judged = tokio::task::spawn_blocking(move || {
+        let _turn = turn;
+        judge(&body)
+    });
+    judged.await.unwrap_or_else(|e| {
+        tracing::error!(error = %e, "a review could not be judged");
+        (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the review could not be judged\n",
+        )
+            .into_response()
+    })
+}
+
 async fn mutate_sites(State(state): State<Arc<WebhookState>>, body: Bytes) -> Response {
-    review_mutation(&body, &state.config.get())
+    let config = state.config.get();
+    if body.len() > HEAVY_BODY {
+        return judged_apart(body, move |body| review_mutation(body, &config)).await;
+    }
+    review_mutation(&body, &config)
 }
 
 async fn validate_sites(State(state): State<Arc<WebhookState>>, body: Bytes) -> Response {
-    review_validation(&body, &state.config.get(), &state.platform)
+    let config = state.config.get();
+    if body.len() > HEAVY_BODY {
+        let platform = state.platform.clone();
+        return judged_apart(body, move |body| {
+            review_validation(body, &config, &platform)
+        })
+        .await;
+    }
+    review_validation(&body, &config, &state.platform)
 }
 
+/// A configuration review may cost milliseconds (64 KiB of YAML, 20,000 values): always apart.
 async fn validate_config(body: Bytes) -> Response {
-    review_config(&body)
+    judged_apart(body, review_config).await
 }
 
 /// The webhook server's defences against clients that hold connections without using them.
@@ -428,8 +541,9 @@ pub struct Limits {
     /// How long a client may take to send a request's header (HTTP/1.1), and to send anything
     /// at all after the TLS handshake before its protocol is known.
     pub header_read_timeout: Duration,
-    /// How long a connection may stay without any traffic before it is closed (gracefully: a
-    /// request in progress finishes).
+    /// How long a connection may stay without a request in flight before it is closed
+    /// (gracefully), counted from the end of its last request: frames that are no request
+    /// (HTTP/2 PINGs, SETTINGS) do not keep it open.
     pub idle_timeout: Duration,
     /// Most connections open at once; further ones are closed on accept and counted in
     /// `sites_webhook_connections_refused_total`.
@@ -438,9 +552,17 @@ pub struct Limits {
     /// client that trickles a body is answered 408 and its connection closed.
     pub body_timeout: Duration,
     /// The memory requests in flight may hold together, in bytes: their bodies as they arrive,
-    /// then what decoding them may take ([`decode_cost`]). A request waits for its share at most
-    /// [`BUDGET_WAIT`] in all, then is answered 503.
+    /// then what decoding them may take ([`decode_cost`]), then their answers until written. An
+    /// eighth is a reserve for small requests ([`super::budget`]). A request waits for its share
+    /// at most [`BUDGET_WAIT`] in all, then is answered 503.
     pub memory_budget: usize,
+    /// How long an answer may take to be written, from the handler's return (an HTTP/2 client
+    /// that keeps its flow-control window shut), and how long the transport may refuse writes
+    /// (a client that does not read): then the connection is dropped, and what its requests
+    /// held is given back.
+    pub answer_timeout: Duration,
+    /// Most connections one peer address may hold open at once (part of `max_connections`).
+    pub max_connections_per_peer: usize,
 }
 
 impl Default for Limits {
@@ -453,6 +575,8 @@ impl Default for Limits {
             max_connections: 1000,
             body_timeout: Duration::from_secs(10),
             memory_budget: DEFAULT_MEMORY_BUDGET,
+            answer_timeout: Duration::from_secs(10),
+            max_connections_per_peer: 500,
         }
     }
 }
@@ -481,9 +605,9 @@ const ROOMY_READ: usize = 64 * KIB;
 const H2_WINDOW: u32 = 65_535;
 const H2_STREAMS: u32 = 16;
 
-/// Length of the HTTP/2 connection preface: until this many bytes came, the protocol of a
-/// connection may still be unknown, which the HTTP/1.1 header timeout does not cover.
-const PREFACE_LEN: u64 = 24;
+/// What the bodies of one connection's requests may hold of the memory budget at once: two of
+/// the largest (HTTP/1.1 reads one request at a time; HTTP/2 streams share this).
+const CONNECTION_BODIES: usize = 2 * BODY_LIMIT;
 
 /// Serves `app` over TLS on `listener` until `shutdown` resolves, then stops accepting and waits
 /// up to `drain` for in-flight requests. Uses the default [`Limits`].
@@ -512,6 +636,11 @@ pub async fn serve_tls_limited(
         .max_connections
         .clamp(1, tokio::sync::Semaphore::MAX_PERMITS) as u32;
     let slots = Arc::new(tokio::sync::Semaphore::new(max as usize));
+    // A peer's bodies on their way hold at most half of what one request may hold.
+    let peers = Peers::new(
+        limits.max_connections_per_peer,
+        Budget::new(limits.memory_budget, BUDGET_WAIT).general() / 2 / super::budget::UNIT,
+    );
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
@@ -527,6 +656,7 @@ pub async fn serve_tls_limited(
         .max_concurrent_streams(H2_STREAMS);
     let mut roomy = builder.clone();
     roomy.http1().max_buf_size(ROOMY_H1_BUFFER);
+    let builders = Arc::new((builder, roomy));
     let roomy_slots = Arc::new(tokio::sync::Semaphore::new(ROOMY_CONNECTIONS));
     tokio::pin!(shutdown);
     loop {
@@ -542,12 +672,18 @@ pub async fn serve_tls_limited(
                 }
             },
         };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            tracing::debug!(%peer, max, "connection limit reached: connection refused");
+        let refused = |why: &str| {
+            tracing::debug!(%peer, why, "connection refused");
             if let Some(m) = &metrics {
                 m.connections_refused.inc();
             }
-            drop(stream);
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            refused("the connection limit is reached");
+            continue;
+        };
+        let Some(peer_slot) = peers.take(peer.ip()) else {
+            refused("the peer has its share of the connections open");
             continue;
         };
         // Without TCP_NODELAY, an h2 response (HEADERS and DATA frames written separately) waits
@@ -556,35 +692,26 @@ pub async fn serve_tls_limited(
             tracing::debug!(%peer, error = %e, "cannot set TCP_NODELAY");
         }
         let open = metrics.as_ref().map(|m| Counted::new(&m.open_connections));
-        let acceptor = acceptor.clone();
-        let roomy_slot = roomy_slots.clone().try_acquire_owned().ok();
-        let builder = match roomy_slot {
-            Some(_) => roomy.clone(),
-            None => builder.clone(),
+        let conn = Conn::new(
+            vec![slot],
+            Some(peer_slot),
+            CONNECTION_BODIES / super::budget::UNIT,
+        );
+        let connection = Connection {
+            peer,
+            acceptor: acceptor.clone(),
+            builders: builders.clone(),
+            roomy_slots: roomy_slots.clone(),
+            service: Tracking {
+                app: app.clone(),
+                conn: conn.clone(),
+            },
+            stop: stop_rx.clone(),
+            limits,
         };
-        let service = TowerToHyperService::new(app.clone());
-        let stop = stop_rx.clone();
         tokio::spawn(async move {
-            let _slot = slot;
             let _open = open;
-            let connection = Connection {
-                peer,
-                acceptor,
-                builder,
-                service,
-                stop,
-                limits,
-            };
-            match roomy_slot {
-                // rustls reads at most 4 KiB at a time from its transport: from a buffer rather
-                // than one system call each.
-                Some(_roomy_slot) => {
-                    connection
-                        .serve(tokio::io::BufReader::with_capacity(ROOMY_READ, stream))
-                        .await
-                }
-                None => connection.serve(stream).await,
-            }
+            connection.serve(stream, conn).await
         });
     }
     drop(listener);
@@ -605,29 +732,30 @@ pub async fn serve_tls_limited(
 struct Connection {
     peer: std::net::SocketAddr,
     acceptor: TlsAcceptor,
-    builder: auto::Builder<TokioExecutor>,
-    service: TowerToHyperService<Router>,
+    /// The ordinary and the roomy HTTP settings.
+    builders: Arc<(auto::Builder<TokioExecutor>, auto::Builder<TokioExecutor>)>,
+    roomy_slots: Arc<tokio::sync::Semaphore>,
+    service: Tracking,
     stop: tokio::sync::watch::Receiver<bool>,
     limits: Limits,
 }
 
 impl Connection {
     /// The TLS handshake on `stream`, then HTTP until the client closes, the server shuts
-    /// down or the connection is idle too long.
-    async fn serve<S>(self, stream: S)
-    where
-        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-    {
+    /// down, or the connection's watchdog ends it ([`Conn::watch`]).
+    async fn serve(self, stream: tokio::net::TcpStream, conn: Arc<Conn>) {
         let Connection {
             peer,
             acceptor,
-            builder,
+            builders,
+            roomy_slots,
             service,
             stop,
             limits,
         } = self;
         let handshake = limits.header_read_timeout.min(HANDSHAKE_TIMEOUT);
-        let tls = match tokio::time::timeout(handshake, acceptor.accept(stream)).await {
+        let accepted = acceptor.accept(ReadAhead::new(stream));
+        let mut tls = match tokio::time::timeout(handshake, accepted).await {
             Ok(Ok(tls)) => tls,
             Ok(Err(e)) => {
                 tracing::debug!(%peer, error = %e, "TLS handshake failed");
@@ -638,61 +766,56 @@ impl Connection {
                 return;
             }
         };
-        let activity = Activity::new();
+        // The roomy settings go to the first connections that completed a handshake: a client
+        // that only connects takes none.
+        let builder = match roomy_slots.try_acquire_owned() {
+            Ok(slot) => {
+                // rustls reads at most 4 KiB at a time from its transport: from a buffer rather
+                // than one system call each.
+                tls.get_mut().0.enable(ROOMY_READ, slot);
+                &builders.1
+            }
+            Err(_) => &builders.0,
+        };
         let io = TokioIo::new(Tracked {
-            inner: tls,
-            activity: activity.clone(),
+            inner: Some(tls),
+            conn: conn.clone(),
         });
-        let conn = builder.serve_connection_with_upgrades(io, service);
-        // Driven until it ends; closed gracefully on shutdown or when idle too long (before
-        // its protocol is known: silent for the header timeout). A client that ignores the
+        let connection = builder.serve_connection_with_upgrades(io, service);
+        // Driven until it ends; closed gracefully on shutdown or when idle too long, dropped
+        // when an answer or a write overruns the answer timeout. A client that ignores the
         // graceful close is dropped `header_read_timeout` later.
-        tokio::pin!(conn);
-        let idle = idle_deadline(&activity, limits);
-        tokio::pin!(idle);
+        tokio::pin!(connection);
+        let watch = conn.watch(limits);
+        tokio::pin!(watch);
         let mut stop = stop;
         let reason = tokio::select! {
-            result = &mut conn => {
+            result = &mut connection => {
                 if let Err(e) = result {
                     tracing::debug!(%peer, error = %e, "connection ended with an error");
                 }
                 return;
             }
             _ = stop.wait_for(|s| *s) => "shutdown",
-            _ = &mut idle => "idle",
+            ending = &mut watch => match ending {
+                Ending::Idle => "idle",
+                Ending::Stalled => {
+                    tracing::debug!(%peer, "connection dropped: an answer or a write overran the answer timeout");
+                    return;
+                }
+            },
         };
         tracing::debug!(%peer, reason, "closing the connection");
-        conn.as_mut().graceful_shutdown();
+        connection.as_mut().graceful_shutdown();
         if reason == "shutdown" {
             // The server's drain period bounds this.
-            let _ = conn.await;
-        } else if tokio::time::timeout(limits.header_read_timeout, conn)
+            let _ = connection.await;
+        } else if tokio::time::timeout(limits.header_read_timeout, connection)
             .await
             .is_err()
         {
             tracing::debug!(%peer, "connection dropped: the client ignored the close");
         }
-    }
-}
-
-/// Resolves once the connection has moved no bytes for the idle timeout (the header timeout
-/// while fewer bytes than the HTTP/2 preface came).
-async fn idle_deadline(activity: &Activity, limits: Limits) {
-    loop {
-        let limit = if activity.read_bytes() < PREFACE_LEN {
-            limits.header_read_timeout
-        } else {
-            limits.idle_timeout
-        };
-        let deadline = activity.last() + limit;
-        let now = tokio::time::Instant::now();
-        if now >= deadline {
-            return;
-        }
-        // Look again at least every shorter limit: the limit in force changes once the
-        // preface length has been read.
-        let recheck = now + limits.header_read_timeout.min(limits.idle_timeout);
-        tokio::time::sleep_until(deadline.min(recheck)).await;
     }
 }
 
@@ -710,113 +833,6 @@ impl Counted {
 impl Drop for Counted {
     fn drop(&mut self) {
         self.0.dec();
-    }
-}
-
-/// When a connection last moved bytes, and how many it read.
-#[derive(Clone)]
-struct Activity {
-    epoch: tokio::time::Instant,
-    /// Milliseconds since `epoch` of the last read or write.
-    last_ms: Arc<std::sync::atomic::AtomicU64>,
-    read: Arc<std::sync::atomic::AtomicU64>,
-}
-
-impl Activity {
-    fn new() -> Activity {
-        Activity {
-            epoch: tokio::time::Instant::now(),
-            last_ms: Arc::default(),
-            read: Arc::default(),
-        }
-    }
-
-    fn touch(&self, read: usize) {
-        use std::sync::atomic::Ordering::Relaxed;
-        let ms = self.epoch.elapsed().as_millis() as u64;
-        self.last_ms.fetch_max(ms, Relaxed);
-        if read > 0 {
-            self.read.fetch_add(read as u64, Relaxed);
-        }
-    }
-
-    fn last(&self) -> tokio::time::Instant {
-        let ms = self.last_ms.load(std::sync::atomic::Ordering::Relaxed);
-        self.epoch + Duration::from_millis(ms)
-    }
-
-    fn read_bytes(&self) -> u64 {
-        self.read.load(std::sync::atomic::Ordering::Relaxed)
-    }
-}
-
-/// An IO stream that records its traffic in an [`Activity`].
-struct Tracked<T> {
-    inner: T,
-    activity: Activity,
-}
-
-impl<T: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Tracked<T> {
-    fn poll_read(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        let before = buf.filled().len();
-        let polled = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
-        let read = buf.filled().len() - before;
-        if read > 0 {
-            self.activity.touch(read);
-        }
-        polled
-    }
-}
-
-impl<T: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Tracked<T> {
-    fn poll_write(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        let polled = std::pin::Pin::new(&mut self.inner).poll_write(cx, buf);
-        if let std::task::Poll::Ready(Ok(n)) = &polled
-            && *n > 0
-        {
-            self.activity.touch(0);
-        }
-        polled
-    }
-
-    fn poll_write_vectored(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        let polled = std::pin::Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
-        if let std::task::Poll::Ready(Ok(n)) = &polled
-            && *n > 0
-        {
-            self.activity.touch(0);
-        }
-        polled
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
 

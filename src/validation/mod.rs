@@ -135,13 +135,27 @@ pub fn join_all(errors: &[FieldError]) -> String {
 pub struct FieldErrors {
     kept: Vec<FieldError>,
     unlisted: usize,
+    /// The field of each kept violation and every field that holds it (its path up to each
+    /// `.` or `[`): what [`FieldErrors::add_once`] looks up, in constant time however many are
+    /// kept.
+    held: std::collections::HashSet<Box<str>>,
 }
 
 impl FieldErrors {
     /// Records a violation of `field`.
     pub fn add(&mut self, field: impl Into<String>, message: impl Into<String>) {
         if self.kept.len() < MAX_KEPT {
-            self.kept.push(FieldError::new(field, message));
+            let error = FieldError::new(field, message);
+            let field = error.field.as_str();
+            for (i, _) in field.match_indices(['.', '[']) {
+                if !self.held.contains(&field[..i]) {
+                    self.held.insert(field[..i].into());
+                }
+            }
+            if !self.held.contains(field) {
+                self.held.insert(field.into());
+            }
+            self.kept.push(error);
         } else {
             self.unlisted += 1;
         }
@@ -170,12 +184,7 @@ impl FieldErrors {
     /// that was unreadable should not also be reported as, say, missing.
     pub fn add_once(&mut self, field: impl Into<String>, message: impl Into<String>) {
         let field = field.into();
-        let already = self.kept.iter().any(|e| {
-            e.field == field
-                || e.field.starts_with(&format!("{field}."))
-                || e.field.starts_with(&format!("{field}["))
-        });
-        if !already {
+        if !self.held.contains(field.as_str()) {
             self.add(field, message);
         }
     }
@@ -459,6 +468,40 @@ mod tests {
 
     /// Rules that find 5,000 violations keep 1,024 and count the rest; an answer lists 32, the
     /// count of the others, and parts clipped to their bound.
+    #[test]
+    fn a_violation_added_once_is_left_out_when_its_field_or_one_inside_it_has_one() {
+        let mut errors = FieldErrors::default();
+        errors.add("a.b[2].c", "x");
+        errors.add("d", "y");
+        for (field, added) in [
+            ("a.b[2].c", false),
+            ("a.b[2]", false),
+            ("a.b", false),
+            ("a", false),
+            ("d", false),
+            // A prefix that is no field holding it, and fields beside or inside it.
+            ("a.b[2].c.e", true),
+            ("a.b[1]", true),
+            ("a.", true),
+            ("a.b[", true),
+            ("dd", true),
+            ("", true),
+        ] {
+            let before = errors.len();
+            errors.add_once(field, "z");
+            assert_eq!(errors.len() > before, added, "{field:?}");
+        }
+        // Past MAX_KEPT they are counted, and the fields kept still decide.
+        let mut errors = FieldErrors::default();
+        for i in 0..MAX_KEPT + 10 {
+            errors.add_once(format!("list[{i}].name"), "required");
+        }
+        errors.add_once("list[3]", "other");
+        assert_eq!(errors.len(), MAX_KEPT + 10);
+        errors.add_once(format!("list[{}]", MAX_KEPT + 5), "other");
+        assert_eq!(errors.len(), MAX_KEPT + 11);
+    }
+
     #[test]
     fn violations_are_kept_listed_and_counted_within_bounds() {
         let mut p = FieldErrors::default();

@@ -18,4 +18,5 @@ mod structure;
 mod support;
 mod upgrade;
 mod webhook_e2e;
+mod webhook_hostile;
 mod webhook_server;
