@@ -64,6 +64,28 @@ pub fn generate(names: &[String], days: u32) -> Result<Bundle, CertError> {
 
 /// Generates a CA and a leaf certificate for `usage`.
 pub fn generate_for(names: &[String], days: u32, usage: Usage) -> Result<Bundle, CertError> {
+    generate_with(
+        names,
+        days,
+        |_| {},
+        |leaf| {
+            leaf.extended_key_usages = vec![match usage {
+                Usage::Server => ExtendedKeyUsagePurpose::ServerAuth,
+                Usage::Client => ExtendedKeyUsagePurpose::ClientAuth,
+            }];
+        },
+    )
+}
+
+/// Generates a CA and a leaf certificate for `names`, valid for `days` days from now, the leaf
+/// with the digital signature key usage; `adjust_ca` and `adjust_leaf` set the rest of their
+/// parameters (the leaf's extended key usages; tests make certificates unfit in other ways).
+pub(crate) fn generate_with(
+    names: &[String],
+    days: u32,
+    adjust_ca: impl FnOnce(&mut CertificateParams),
+    adjust_leaf: impl FnOnce(&mut CertificateParams),
+) -> Result<Bundle, CertError> {
     let now = time_now();
     let until = now + rcgen_duration(days);
 
@@ -75,6 +97,7 @@ pub fn generate_for(names: &[String], days: u32, usage: Usage) -> Result<Bundle,
         .push(DnType::CommonName, "sites-operator webhook CA");
     ca.not_before = now;
     ca.not_after = until;
+    adjust_ca(&mut ca);
     let ca_cert = ca.self_signed(&ca_key)?;
     let issuer = Issuer::from_params(&ca, &ca_key);
 
@@ -95,12 +118,9 @@ pub fn generate_for(names: &[String], days: u32, usage: Usage) -> Result<Bundle,
             .unwrap_or_else(|| "sites-operator".into()),
     );
     leaf.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-    leaf.extended_key_usages = vec![match usage {
-        Usage::Server => ExtendedKeyUsagePurpose::ServerAuth,
-        Usage::Client => ExtendedKeyUsagePurpose::ClientAuth,
-    }];
     leaf.not_before = now;
     leaf.not_after = until;
+    adjust_leaf(&mut leaf);
     let cert = leaf.signed_by(&key, &issuer)?;
     Ok(Bundle {
         ca_pem: ca_cert.pem(),
