@@ -120,6 +120,8 @@ pub enum StartError {
     SelfSigned(String),
     #[error("cannot listen on {addr}: {reason}")]
     Bind { addr: SocketAddr, reason: String },
+    #[error("--cert-dir {path}: {reason}")]
+    CertDir { path: PathBuf, reason: String },
     #[error("cannot write the listen report {path}: {reason}")]
     ListenReport { path: PathBuf, reason: String },
     #[error("metrics: {0}")]
@@ -208,6 +210,15 @@ async fn connect(counter: &prometheus::IntCounterVec) -> Result<kube::Client, St
     })
     .await
     .map_err(StartError::Api)
+}
+
+/// Makes sure `--cert-dir` is a directory only this user controls ([`crate::certs::private_dir`]):
+/// whoever can write to it can replace the certificate and key served.
+pub fn cert_dir_ready(cert_dir: &Path) -> Result<(), StartError> {
+    crate::certs::private_dir(cert_dir).map_err(|e| StartError::CertDir {
+        path: cert_dir.to_path_buf(),
+        reason: e.to_string(),
+    })
 }
 
 async fn self_signed_files(
@@ -415,7 +426,10 @@ pub async fn run(
     let client_ca = opts.client_ca.as_deref().map(tls::load_roots).transpose()?;
     let files = match &opts.certs {
         CertSource::Files { cert, key } => Some(CertStore::load(cert, key)?),
-        CertSource::SelfSigned { .. } => None,
+        CertSource::SelfSigned { cert_dir, .. } => {
+            cert_dir_ready(cert_dir)?;
+            None
+        }
     };
     let client = connect(&api_requests).await?;
     let config = match from_file {
@@ -666,5 +680,31 @@ mod tests {
             "half a report"
         );
         assert_eq!(Listening::parse(""), None);
+    }
+
+    /// A refused `--cert-dir` names the flag and the directory.
+    #[cfg(unix)]
+    #[test]
+    fn a_cert_dir_others_may_write_is_refused_naming_the_flag() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = std::env::temp_dir().join(format!("cert-dir-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = cert_dir_ready(&dir).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            format!(
+                "--cert-dir {}: the directory may be written by its group or others (mode 0777); \
+                 make it private (chmod 700) or choose another",
+                dir.display()
+            )
+        );
+        std::fs::remove_dir(&dir).unwrap();
+        cert_dir_ready(&dir).unwrap();
+        assert_eq!(
+            std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777,
+            0o700
+        );
+        std::fs::remove_dir(&dir).unwrap();
     }
 }
