@@ -272,7 +272,8 @@ pub fn write_file(path: &Path, content: &[u8], private: bool) -> std::io::Result
 }
 
 /// Creates `path` for writing: only if nothing (not even a dangling symlink) is there
-/// (`O_CREAT|O_EXCL`), never through a symlink (`O_NOFOLLOW`), with mode 0600 when `private`.
+/// (`O_CREAT|O_EXCL`), never through a symlink (`O_NOFOLLOW`), with mode 0600 when `private`,
+/// else 0644 (less what the umask takes away).
 pub fn create_new(path: &Path, private: bool) -> std::io::Result<std::fs::File> {
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create_new(true);
@@ -280,9 +281,7 @@ pub fn create_new(path: &Path, private: bool) -> std::io::Result<std::fs::File> 
     {
         use std::os::unix::fs::OpenOptionsExt as _;
         options.custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC);
-        if private {
-            options.mode(0o600);
-        }
+        options.mode(if private { 0o600 } else { 0o644 });
     }
     #[cfg(not(unix))]
     let _ = private;
