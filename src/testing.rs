@@ -140,6 +140,35 @@ pub fn alone(module: &str, test: &str) -> bool {
     false
 }
 
+/// The environment variable that makes a processor without AVX2 fail the tests that compare
+/// the AVX2 code with its reference (CI sets it: `.ci/run`).
+pub const REQUIRE_AVX2: &str = "SITES_OPERATOR_REQUIRE_AVX2";
+
+/// Whether this processor has AVX2, for a test (`test` names it) that compares the AVX2 code
+/// with its reference. Without AVX2 the comparison cannot run: that is a failure when
+/// [`REQUIRE_AVX2`] is set, and otherwise said on stderr (once per process), never passed over
+/// silently. The scalar and SSE2 comparisons run on every x86_64 processor regardless.
+#[cfg(target_arch = "x86_64")]
+pub fn avx2(test: &str) -> bool {
+    if std::arch::is_x86_feature_detected!("avx2") {
+        return true;
+    }
+    let required = std::env::var_os(REQUIRE_AVX2).is_some_and(|v| !v.is_empty() && v != "0");
+    assert!(
+        !required,
+        "{test}: this processor has no AVX2, so the AVX2 code is not compared with its \
+         reference, and {REQUIRE_AVX2} is set"
+    );
+    static SAID: std::sync::Once = std::sync::Once::new();
+    SAID.call_once(|| {
+        eprintln!(
+            "SKIPPED: {test}: this processor has no AVX2; the AVX2 code is not compared with its \
+             reference (set {REQUIRE_AVX2}=1 to make this a failure)"
+        );
+    });
+    false
+}
+
 /// Runs `f` and returns its result and the bytes this thread allocated during the call less
 /// those it freed: what `f` built and left behind (in its result, or in structures it filled),
 /// as the sizes asked of the allocator. Transient allocations cancel out; memory allocated
