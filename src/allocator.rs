@@ -49,23 +49,41 @@ pub fn in_use() -> InUse {
     // An allocation the optimiser cannot drop, made by whatever the global allocator is.
     let probe = std::hint::black_box(Box::new(0u64));
     let address: *const u64 = &*probe;
-    // SAFETY: `mi_is_in_heap_region` only looks the address up in mimalloc's page map, for any
-    // address; reading an option by its number as in `tune`.
-    unsafe {
-        InUse {
-            mimalloc: libmimalloc_sys::mi_is_in_heap_region(address.cast()),
-            purge_delay_ms: libmimalloc_sys::mi_option_get(PURGE_DELAY_OPTION),
-        }
+    InUse {
+        mimalloc: from_mimalloc(address.cast()),
+        // SAFETY: reading an option by its number as in `tune`.
+        purge_delay_ms: unsafe { libmimalloc_sys::mi_option_get(PURGE_DELAY_OPTION) },
     }
+}
+
+/// Whether `address`, in a live heap block, lies in a page of mimalloc's heap.
+fn from_mimalloc(address: *const u8) -> bool {
+    // SAFETY: `mi_is_in_heap_region` only looks the address up in mimalloc's page map, for any
+    // address.
+    unsafe { libmimalloc_sys::mi_is_in_heap_region(address.cast()) }
 }
 
 #[cfg(test)]
 mod tests {
-    /// The probe tells allocators apart: this test binary links mimalloc but allocates with the
-    /// system allocator, and the probe says so. (The binary's own settings are tested on the
-    /// binary: `tests/integration/cli.rs`.)
+    use super::*;
+
+    /// The probe tells allocators apart by the block, not by whether mimalloc runs: this test
+    /// binary links mimalloc and allocates with the system allocator; once mimalloc has
+    /// allocated too, a block of each is told apart, and the program's allocator is seen to be
+    /// the system's. (The binary's own settings are tested on the binary:
+    /// `tests/integration/cli.rs`.)
     #[test]
-    fn the_probe_sees_that_a_test_binary_does_not_allocate_with_mimalloc() {
-        assert!(!super::in_use().mimalloc);
+    fn the_probe_tells_a_mimalloc_block_from_a_system_one() {
+        for size in [8, 64 << 10, 4 << 20] {
+            // SAFETY: a block of `size` bytes, freed below and not used otherwise.
+            let block = unsafe { libmimalloc_sys::mi_malloc(size) };
+            assert!(!block.is_null());
+            let system = std::hint::black_box(vec![0u8; size]);
+            let seen = (from_mimalloc(block.cast()), from_mimalloc(system.as_ptr()));
+            // SAFETY: allocated above by mi_malloc.
+            unsafe { libmimalloc_sys::mi_free(block) };
+            assert_eq!(seen, (true, false), "blocks of {size} bytes");
+            assert!(!in_use().mimalloc, "{size}");
+        }
     }
 }

@@ -120,6 +120,8 @@ pub enum StartError {
     SelfSigned(String),
     #[error("cannot listen on {addr}: {reason}")]
     Bind { addr: SocketAddr, reason: String },
+    #[error("--cert-dir {path}: {reason}")]
+    CertDir { path: PathBuf, reason: String },
     #[error("cannot write the listen report {path}: {reason}")]
     ListenReport { path: PathBuf, reason: String },
     #[error("metrics: {0}")]
@@ -208,6 +210,15 @@ async fn connect(counter: &prometheus::IntCounterVec) -> Result<kube::Client, St
     })
     .await
     .map_err(StartError::Api)
+}
+
+/// Makes sure `--cert-dir` is a directory only this user controls ([`crate::certs::private_dir`]):
+/// whoever can write to it can replace the certificate and key served.
+pub fn cert_dir_ready(cert_dir: &Path) -> Result<(), StartError> {
+    crate::certs::private_dir(cert_dir).map_err(|e| StartError::CertDir {
+        path: cert_dir.to_path_buf(),
+        reason: e.to_string(),
+    })
 }
 
 async fn self_signed_files(
@@ -345,19 +356,24 @@ impl Listening {
         })
     }
 
-    /// Writes the report to `path` through a temporary file and a rename, so a reader polling
-    /// for the file never sees half of it.
+    /// Writes the report to `path` through a new temporary file and a rename, so a reader
+    /// polling for the file never sees half of it ([`crate::certs::write_file`]: the temporary
+    /// file has a random name and is created exclusively, never through a symlink, mode 0644;
+    /// a symlink at `path` is replaced, not followed). The report is often written to a shared
+    /// directory such as /tmp, where anyone may plant a file or symlink by a predictable name.
     async fn write(&self, path: &std::path::Path) -> Result<(), StartError> {
         let failed = |e: std::io::Error| StartError::ListenReport {
             path: path.to_path_buf(),
             reason: e.to_string(),
         };
-        let mut partial = path.as_os_str().to_owned();
-        partial.push(".partial");
-        tokio::fs::write(&partial, format!("{self}\n"))
-            .await
-            .map_err(failed)?;
-        tokio::fs::rename(&partial, path).await.map_err(failed)
+        let (target, line) = (path.to_path_buf(), format!("{self}\n"));
+        tokio::task::spawn_blocking(move || {
+            crate::certs::write_file(&target, line.as_bytes(), false)
+        })
+        .await
+        .map_err(std::io::Error::other)
+        .and_then(|written| written)
+        .map_err(failed)
     }
 }
 
@@ -415,7 +431,10 @@ pub async fn run(
     let client_ca = opts.client_ca.as_deref().map(tls::load_roots).transpose()?;
     let files = match &opts.certs {
         CertSource::Files { cert, key } => Some(CertStore::load(cert, key)?),
-        CertSource::SelfSigned { .. } => None,
+        CertSource::SelfSigned { cert_dir, .. } => {
+            cert_dir_ready(cert_dir)?;
+            None
+        }
     };
     let client = connect(&api_requests).await?;
     let config = match from_file {
@@ -666,5 +685,73 @@ mod tests {
             "half a report"
         );
         assert_eq!(Listening::parse(""), None);
+    }
+
+    /// The report is often written to a shared directory: symlinks planted at the names a
+    /// writer would use (`<report>.partial`, which the previous version wrote through, and the
+    /// report itself) redirect nothing.
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn the_listen_report_is_never_written_through_a_planted_symlink() {
+        use std::os::unix::fs::{PermissionsExt as _, symlink};
+        let dir = std::env::temp_dir().join(format!("report-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let victim = dir.join("victim");
+        std::fs::write(&victim, "victim").unwrap();
+        let report = dir.join("listening");
+        let partial = dir.join("listening.partial");
+        symlink(&victim, &partial).unwrap();
+        symlink(&victim, &report).unwrap();
+        let listening = Listening {
+            webhook: "127.0.0.1:1".parse().unwrap(),
+            metrics: "127.0.0.1:2".parse().unwrap(),
+            health: "127.0.0.1:3".parse().unwrap(),
+        };
+        listening.write(&report).await.unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "victim");
+        let meta = std::fs::symlink_metadata(&report).unwrap();
+        assert!(meta.file_type().is_file(), "the symlink is replaced");
+        // 0644 at most (the umask may take more away), read and written by its owner.
+        let mode = meta.permissions().mode() & 0o7777;
+        assert_eq!((mode & !0o644, mode & 0o600), (0, 0o600), "{mode:o}");
+        assert_eq!(
+            std::fs::read_to_string(&report).unwrap(),
+            format!("{listening}\n")
+        );
+        // Written again over the report; nothing is left beside it but what was planted.
+        listening.write(&report).await.unwrap();
+        let mut left: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["listening", "listening.partial", "victim"]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A refused `--cert-dir` names the flag and the directory.
+    #[cfg(unix)]
+    #[test]
+    fn a_cert_dir_others_may_write_is_refused_naming_the_flag() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = std::env::temp_dir().join(format!("cert-dir-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = cert_dir_ready(&dir).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            format!(
+                "--cert-dir {}: the directory may be written by its group or others (mode 0777); \
+                 make it private (chmod 700) or choose another",
+                dir.display()
+            )
+        );
+        std::fs::remove_dir(&dir).unwrap();
+        cert_dir_ready(&dir).unwrap();
+        assert_eq!(
+            std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777,
+            0o700
+        );
+        std::fs::remove_dir(&dir).unwrap();
     }
 }

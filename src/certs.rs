@@ -64,6 +64,28 @@ pub fn generate(names: &[String], days: u32) -> Result<Bundle, CertError> {
 
 /// Generates a CA and a leaf certificate for `usage`.
 pub fn generate_for(names: &[String], days: u32, usage: Usage) -> Result<Bundle, CertError> {
+    generate_with(
+        names,
+        days,
+        |_| {},
+        |leaf| {
+            leaf.extended_key_usages = vec![match usage {
+                Usage::Server => ExtendedKeyUsagePurpose::ServerAuth,
+                Usage::Client => ExtendedKeyUsagePurpose::ClientAuth,
+            }];
+        },
+    )
+}
+
+/// Generates a CA and a leaf certificate for `names`, valid for `days` days from now, the leaf
+/// with the digital signature key usage; `adjust_ca` and `adjust_leaf` set the rest of their
+/// parameters (the leaf's extended key usages; tests make certificates unfit in other ways).
+pub(crate) fn generate_with(
+    names: &[String],
+    days: u32,
+    adjust_ca: impl FnOnce(&mut CertificateParams),
+    adjust_leaf: impl FnOnce(&mut CertificateParams),
+) -> Result<Bundle, CertError> {
     let now = time_now();
     let until = now + rcgen_duration(days);
 
@@ -75,6 +97,7 @@ pub fn generate_for(names: &[String], days: u32, usage: Usage) -> Result<Bundle,
         .push(DnType::CommonName, "sites-operator webhook CA");
     ca.not_before = now;
     ca.not_after = until;
+    adjust_ca(&mut ca);
     let ca_cert = ca.self_signed(&ca_key)?;
     let issuer = Issuer::from_params(&ca, &ca_key);
 
@@ -95,12 +118,9 @@ pub fn generate_for(names: &[String], days: u32, usage: Usage) -> Result<Bundle,
             .unwrap_or_else(|| "sites-operator".into()),
     );
     leaf.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-    leaf.extended_key_usages = vec![match usage {
-        Usage::Server => ExtendedKeyUsagePurpose::ServerAuth,
-        Usage::Client => ExtendedKeyUsagePurpose::ClientAuth,
-    }];
     leaf.not_before = now;
     leaf.not_after = until;
+    adjust_leaf(&mut leaf);
     let cert = leaf.signed_by(&key, &issuer)?;
     Ok(Bundle {
         ca_pem: ca_cert.pem(),
@@ -119,13 +139,14 @@ fn rcgen_duration(days: u32) -> std::time::Duration {
 }
 
 impl Bundle {
-    /// Writes `ca.crt`, `tls.crt` and `tls.key` (mode 0600) into `dir`, creating it.
+    /// Writes `ca.crt`, `tls.crt` and `tls.key` (mode 0600) into `dir`, a directory of this
+    /// user's that no one else may write ([`private_dir`]).
     pub fn write(&self, dir: &Path) -> Result<(), CertError> {
         let err = |path: &Path, e: std::io::Error| CertError::Write {
             path: path.display().to_string(),
             reason: e.to_string(),
         };
-        std::fs::create_dir_all(dir).map_err(|e| err(dir, e))?;
+        private_dir(dir).map_err(|e| err(dir, e))?;
         for (name, content, private) in [
             (CA_FILE, &self.ca_pem, false),
             (CERT_FILE, &self.cert_pem, false),
@@ -136,6 +157,87 @@ impl Bundle {
         }
         Ok(())
     }
+}
+
+/// Makes sure `dir` is a directory that only this process's user controls, creating it (and
+/// its missing parents) when it does not exist: the new directory gets mode 0700. An existing
+/// one is used only when this user owns it and neither its group nor others may write to it; its
+/// permissions are not changed. A symlink there is followed only when this user or root owns
+/// it, each link of a chain alike.
+///
+/// Whoever can write to the directory can replace the key and certificate served; whoever owns
+/// it can grant that. The default `--cert-dir` is under /tmp, where any user may have created
+/// it first (as `ssh` and `tmux` do with their own directories, such a directory is refused,
+/// not repaired).
+pub fn private_dir(dir: &Path) -> std::io::Result<()> {
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)?;
+    }
+    let mut builder = std::fs::DirBuilder::new();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt as _;
+        builder.mode(0o700);
+    }
+    match builder.create(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
+        _ => {}
+    }
+    #[cfg(unix)]
+    check_private(dir)?;
+    #[cfg(not(unix))]
+    if !std::fs::metadata(dir)?.is_dir() {
+        return Err(std::io::Error::other("not a directory"));
+    }
+    Ok(())
+}
+
+/// The checks of [`private_dir`] on an existing `dir`.
+#[cfg(unix)]
+fn check_private(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt as _;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    let refuse = |what: String| Err(std::io::Error::other(what));
+    // Symlinks, each checked before it is followed (the kernel allows 40 in a path).
+    let mut at = dir.to_path_buf();
+    for _ in 0..40 {
+        let meta = std::fs::symlink_metadata(&at)?;
+        if !meta.file_type().is_symlink() {
+            break;
+        }
+        if meta.uid() != me && meta.uid() != 0 {
+            return refuse(format!(
+                "{} is a symlink owned by uid {}, not by this user (uid {me}) or root",
+                at.display(),
+                meta.uid()
+            ));
+        }
+        let target = std::fs::read_link(&at)?;
+        at = match at.parent() {
+            Some(parent) => parent.join(target),
+            None => target,
+        };
+    }
+    let meta = std::fs::symlink_metadata(&at)?;
+    if !meta.is_dir() {
+        return refuse(format!("{} is not a directory", at.display()));
+    }
+    if meta.uid() != me {
+        return refuse(format!(
+            "the directory is owned by uid {}, not by this user (uid {me}); remove it or choose \
+             a directory of this user's",
+            meta.uid()
+        ));
+    }
+    let mode = meta.mode() & 0o7777;
+    if mode & 0o022 != 0 {
+        return refuse(format!(
+            "the directory may be written by its group or others (mode {mode:04o}); \
+             make it private (chmod 700) or choose another"
+        ));
+    }
+    Ok(())
 }
 
 /// Writes a file atomically: into a new temporary file beside it, then renamed over it. The
@@ -170,7 +272,8 @@ pub fn write_file(path: &Path, content: &[u8], private: bool) -> std::io::Result
 }
 
 /// Creates `path` for writing: only if nothing (not even a dangling symlink) is there
-/// (`O_CREAT|O_EXCL`), never through a symlink (`O_NOFOLLOW`), with mode 0600 when `private`.
+/// (`O_CREAT|O_EXCL`), never through a symlink (`O_NOFOLLOW`), with mode 0600 when `private`,
+/// else 0644 (less what the umask takes away).
 pub fn create_new(path: &Path, private: bool) -> std::io::Result<std::fs::File> {
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create_new(true);
@@ -178,9 +281,7 @@ pub fn create_new(path: &Path, private: bool) -> std::io::Result<std::fs::File> 
     {
         use std::os::unix::fs::OpenOptionsExt as _;
         options.custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC);
-        if private {
-            options.mode(0o600);
-        }
+        options.mode(if private { 0o600 } else { 0o644 });
     }
     #[cfg(not(unix))]
     let _ = private;
@@ -232,6 +333,86 @@ mod tests {
         };
         assert_eq!(roots.len(), 1);
         assert!(!format!("{b:?}").contains("PRIVATE KEY"));
+    }
+
+    /// Another user's uid, and whether this process may give files to it (as root).
+    #[cfg(unix)]
+    fn other_user() -> (u32, bool) {
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        let me = unsafe { libc::geteuid() };
+        (if me == 65534 { 65533 } else { 65534 }, me == 0)
+    }
+
+    /// The certificate directory is this user's alone: created private, and an existing one
+    /// that another user owns or may write to is refused, also behind a symlink.
+    #[cfg(unix)]
+    #[test]
+    fn certificates_are_written_only_into_a_directory_no_one_else_controls() {
+        use std::os::unix::fs::{PermissionsExt as _, symlink};
+        let base = std::env::temp_dir().join(format!("certs-{}", uuid::Uuid::new_v4()));
+        let b = generate(&["localhost".to_string()], 30).unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+        let refused = |dir: &Path, want: &str| {
+            let e = b.write(dir).unwrap_err().to_string();
+            assert!(e.contains(want), "{}: {e}", dir.display());
+            assert!(!dir.join(KEY_FILE).exists(), "{}: written", dir.display());
+        };
+
+        // Missing: created with mode 0700, its missing parents too.
+        let fresh = base.join("a").join("certs");
+        b.write(&fresh).unwrap();
+        assert_eq!(mode(&fresh), 0o700);
+        b.write(&fresh).unwrap();
+        // Existing and private: used as it is (readable by others, say).
+        let readable = base.join("readable");
+        std::fs::create_dir(&readable).unwrap();
+        std::fs::set_permissions(&readable, std::fs::Permissions::from_mode(0o755)).unwrap();
+        b.write(&readable).unwrap();
+        assert_eq!(mode(&readable), 0o755, "not changed");
+
+        // Writable by others, or by the group, even with the sticky bit of /tmp.
+        for open in [0o777, 0o770, 0o1777] {
+            let dir = base.join(format!("open-{open:o}"));
+            std::fs::create_dir(&dir).unwrap();
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(open)).unwrap();
+            refused(&dir, &format!("mode {open:04o}"));
+            assert_eq!(mode(&dir), open, "not changed");
+        }
+        // A file, not a directory.
+        let file = base.join("file");
+        std::fs::write(&file, "").unwrap();
+        refused(&file, "not a directory");
+
+        // Another user's directory, directly and behind this user's symlink; this user's
+        // directory behind another user's symlink. (Only root can make these; otherwise `/`
+        // stands for another user's directory.)
+        let (other, root) = other_user();
+        let mine = base.join("mine");
+        std::fs::create_dir(&mine).unwrap();
+        let through_mine = base.join("link-to-theirs");
+        if root {
+            let theirs = base.join("theirs");
+            std::fs::create_dir(&theirs).unwrap();
+            std::os::unix::fs::chown(&theirs, Some(other), Some(other)).unwrap();
+            refused(&theirs, &format!("owned by uid {other}"));
+            symlink(&theirs, &through_mine).unwrap();
+            let planted = base.join("planted-link");
+            symlink(&mine, &planted).unwrap();
+            std::os::unix::fs::lchown(&planted, Some(other), Some(other)).unwrap();
+            refused(&planted, &format!("symlink owned by uid {other}"));
+        } else {
+            refused(Path::new("/"), "owned by uid 0");
+            symlink("/", &through_mine).unwrap();
+        }
+        refused(&through_mine, "owned by uid");
+        // This user's symlinks to this user's directory are followed, a chain of them too.
+        let link = base.join("link");
+        symlink(&mine, &link).unwrap();
+        let chain = base.join("chain");
+        symlink("link", &chain).unwrap();
+        b.write(&chain).unwrap();
+        assert!(mine.join(KEY_FILE).is_file());
+        std::fs::remove_dir_all(&base).unwrap();
     }
 
     #[cfg(unix)]

@@ -12,8 +12,8 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use rustls::pki_types::pem::PemObject as _;
-use rustls::pki_types::{CertificateDer, UnixTime};
+use rustls::pki_types::UnixTime;
+use rustls::pki_types::pem::{PemObject as _, SectionKind};
 use serde_json::json;
 use x509_parser::certificate::X509Certificate;
 use x509_parser::extensions::GeneralName;
@@ -51,9 +51,10 @@ fn key(secret: &Secret, name: &str) -> Option<String> {
     String::from_utf8(bytes.0.clone()).ok()
 }
 
-/// The bundle a stored Secret holds, when it is complete, its `ca.crt` issued its `tls.crt`, the
-/// key matches, both certificates are valid now and for [`RENEW_BEFORE`] more, and the
-/// certificate covers every one of `names`.
+/// The bundle a stored Secret holds, when it is complete, its `ca.crt` is one CA certificate
+/// and issued its `tls.crt`, the key matches, both certificates are valid now and for
+/// [`RENEW_BEFORE`] more, the certificate is a TLS server's ([`serves_tls`]) and it covers
+/// every one of `names`.
 pub fn usable(secret: &Secret, names: &[String]) -> Option<Bundle> {
     let bundle = Bundle {
         ca_pem: key(secret, CA_FILE)?,
@@ -77,9 +78,49 @@ pub fn usable(secret: &Secret, names: &[String]) -> Option<Bundle> {
     let ck = check(now)?;
     check(renewal)?;
     let (_, leaf) = x509_parser::parse_x509_certificate(ck.end_entity_cert().ok()?).ok()?;
-    let ca_der = CertificateDer::from_pem_slice(bundle.ca_pem.as_bytes()).ok()?;
-    let (_, ca) = x509_parser::parse_x509_certificate(&ca_der).ok()?;
-    (issued_by(&leaf, &ca, &[now, renewal]) && covers(&leaf, names)).then_some(bundle)
+    // `ca.crt` becomes the webhooks' `caBundle` as it is: one certificate, nothing else trusted.
+    let sections = <(SectionKind, Vec<u8>)>::pem_slice_iter(bundle.ca_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .ok()?;
+    let [(SectionKind::Certificate, ca_der)] = sections.as_slice() else {
+        return None;
+    };
+    let (rest, ca) = x509_parser::parse_x509_certificate(ca_der).ok()?;
+    (rest.is_empty()
+        && serves_tls(&leaf)
+        && issued_by(&leaf, &ca, &[now, renewal])
+        && covers(&leaf, names))
+    .then_some(bundle)
+}
+
+/// Whether `leaf` is fit to serve TLS, as the certificate [`certs::generate`] makes: an end
+/// entity (no `basicConstraints` CA:TRUE), for server authentication (its extended key usage
+/// names `serverAuth`), whose key may sign handshakes (its key usage includes
+/// `digitalSignature`; every suite served is ECDHE) and not certificates (`keyCertSign`), with
+/// every extension understood (one that does not parse, appears twice, or is critical and
+/// unknown makes the certificate invalid, RFC 5280 4.2).
+fn serves_tls(leaf: &X509Certificate<'_>) -> bool {
+    let well_formed = leaf.extensions_map().is_ok()
+        && leaf.extensions().iter().all(|e| {
+            e.parsed_extension().error().is_none()
+                && !(e.critical && e.parsed_extension().unsupported())
+        });
+    let Ok(Some(usage)) = leaf.key_usage() else {
+        return false;
+    };
+    let Ok(Some(extended)) = leaf.extended_key_usage() else {
+        return false;
+    };
+    let end_entity = match leaf.basic_constraints() {
+        Ok(None) => true,
+        Ok(Some(constraints)) => !constraints.value.ca,
+        Err(_) => false,
+    };
+    well_formed
+        && end_entity
+        && usage.value.digital_signature()
+        && !usage.value.key_cert_sign()
+        && extended.value.server_auth
 }
 
 /// Whether `ca` issued `leaf`: a CA certificate valid at each of `at`, whose subject is the
@@ -91,7 +132,14 @@ fn issued_by(leaf: &X509Certificate<'_>, ca: &X509Certificate<'_>, at: &[UnixTim
         ASN1Time::from_timestamp(i64::try_from(t.as_secs()).unwrap_or(i64::MAX))
             .is_ok_and(|t| ca.validity().is_valid_at(t))
     };
+    // A CA's key usage, when it has one, allows signing certificates (RFC 5280 4.2.1.3).
+    let signs_certificates = match ca.key_usage() {
+        Ok(None) => true,
+        Ok(Some(usage)) => usage.value.key_cert_sign(),
+        Err(_) => false,
+    };
     ca.is_ca()
+        && signs_certificates
         && at.iter().all(valid)
         && leaf.issuer().as_raw() == ca.subject().as_raw()
         && leaf.verify_signature(Some(ca.public_key())).is_ok()
@@ -301,6 +349,138 @@ mod tests {
         let mut leaf_as_ca = one.clone();
         leaf_as_ca.ca_pem = one.cert_pem.clone();
         assert_eq!(usable(&stored(&leaf_as_ca, &one), &names), None);
+    }
+
+    /// A certificate that the stored CA issued, with the right names and dates, is still
+    /// replaced unless it is a TLS server's: a leaf for server authentication whose key signs
+    /// handshakes, not certificates; and the CA is one certificate that may sign certificates.
+    #[test]
+    fn a_stored_certificate_is_kept_only_when_it_is_a_serving_leaf() {
+        use rcgen::{
+            BasicConstraints, CertificateParams, CustomExtension, ExtendedKeyUsagePurpose as Eku,
+            IsCa, KeyUsagePurpose as Ku,
+        };
+        let names = names(&[]);
+        let server = |p: &mut CertificateParams| p.extended_key_usages = vec![Eku::ServerAuth];
+        type Adjust<'a> = &'a dyn Fn(&mut CertificateParams);
+        let kept = |ca: Adjust<'_>, leaf: Adjust<'_>| {
+            let b = certs::generate_with(&names, VALIDITY_DAYS, ca, leaf).unwrap();
+            usable(&stored(&b, &b), &names).is_some()
+        };
+        let same: Adjust<'_> = &|_| {};
+        // (case, CA, leaf, kept)
+        let cases: [(&str, Adjust<'_>, Adjust<'_>, bool); 12] = [
+            ("as generated", same, &server, true),
+            (
+                "CA:FALSE written out",
+                same,
+                &|p| {
+                    server(p);
+                    p.is_ca = IsCa::ExplicitNoCa;
+                },
+                true,
+            ),
+            (
+                "for server and client authentication",
+                same,
+                &|p| p.extended_key_usages = vec![Eku::ClientAuth, Eku::ServerAuth],
+                true,
+            ),
+            ("no extended key usage", same, same, false),
+            (
+                "client authentication only",
+                same,
+                &|p| p.extended_key_usages = vec![Eku::ClientAuth],
+                false,
+            ),
+            (
+                "a CA",
+                same,
+                &|p| {
+                    server(p);
+                    p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+                },
+                false,
+            ),
+            (
+                "a key that signs certificates",
+                same,
+                &|p| {
+                    server(p);
+                    p.key_usages.push(Ku::KeyCertSign);
+                },
+                false,
+            ),
+            (
+                "no key usage",
+                same,
+                &|p| {
+                    server(p);
+                    p.key_usages.clear();
+                },
+                false,
+            ),
+            (
+                "a key that only enciphers keys",
+                same,
+                &|p| {
+                    server(p);
+                    p.key_usages = vec![Ku::KeyEncipherment];
+                },
+                false,
+            ),
+            (
+                "an unknown critical extension",
+                same,
+                &|p| {
+                    server(p);
+                    let mut e = CustomExtension::from_oid_content(
+                        &[1, 3, 6, 1, 4, 1, 99999, 1],
+                        vec![5, 0],
+                    );
+                    e.set_criticality(true);
+                    p.custom_extensions.push(e);
+                },
+                false,
+            ),
+            (
+                "an unknown extension, not critical",
+                same,
+                &|p| {
+                    server(p);
+                    p.custom_extensions.push(CustomExtension::from_oid_content(
+                        &[1, 3, 6, 1, 4, 1, 99999, 1],
+                        vec![5, 0],
+                    ));
+                },
+                true,
+            ),
+            (
+                "a CA whose key may not sign certificates",
+                &|p| p.key_usages = vec![Ku::DigitalSignature],
+                &server,
+                false,
+            ),
+        ];
+        for (case, ca, leaf, want) in cases {
+            assert_eq!(kept(ca, leaf), want, "{case}");
+        }
+
+        // The key of another certificate.
+        let one = certs::generate(&names, VALIDITY_DAYS).unwrap();
+        let other = certs::generate(&names, VALIDITY_DAYS).unwrap();
+        let mut mismatched = one.clone();
+        mismatched.key_pem = other.key_pem.clone();
+        assert_eq!(usable(&stored(&one, &mismatched), &names), None);
+        // ca.crt is published as the caBundle: a second CA in it is not kept, nor anything but
+        // certificates.
+        let mut two_cas = one.clone();
+        two_cas.ca_pem = format!("{}{}", one.ca_pem, other.ca_pem);
+        assert_eq!(usable(&stored(&two_cas, &one), &names), None);
+        let mut with_key = one.clone();
+        with_key.ca_pem = format!("{}{}", one.ca_pem, one.key_pem);
+        assert_eq!(usable(&stored(&with_key, &one), &names), None);
+        assert_eq!(usable(&stored(&one, &one), &names), Some(one));
     }
 
     #[test]

@@ -2649,8 +2649,12 @@ mod memory {
         }
     }
 
+    /// Measured in a process of its own: every thread's allocations count.
     #[test]
     fn a_review_takes_at_most_its_decode_cost() {
+        if !crate::testing::alone(module_path!(), "a_review_takes_at_most_its_decode_cost") {
+            return;
+        }
         let cfg = crate::fixtures::config();
         let platform = super::Platform::default();
         let mut generic_most = 0.0f64;

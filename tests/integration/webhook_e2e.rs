@@ -304,9 +304,33 @@ fn refuses_to_start_on_bad_input_with_one_line_and_exit_2() {
     std::fs::write(dir.join("kubeconfig"), kubeconfig).unwrap();
     let unreachable = (
         args(&config, &dir.join("tls.crt"), &dir.join("tls.key")),
-        "cannot reach the Kubernetes API server",
+        "cannot reach the Kubernetes API server".to_string(),
     );
-    for (args, want) in cases.into_iter().chain([unreachable]) {
+    // A `--cert-dir` others may write to (another user may have created the default, under
+    // /tmp): refused before the cluster is contacted.
+    let open = dir.join("open-certs");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let open_cert_dir = (
+        [
+            "--config",
+            &config.display().to_string(),
+            "--self-signed",
+            "--cert-dir",
+        ]
+        .into_iter()
+        .map(String::from)
+        .chain([open.display().to_string()])
+        .collect(),
+        format!(
+            "error: --cert-dir {}: the directory may be written by its group or others",
+            open.display()
+        ),
+    );
+    let cases = cases
+        .into_iter()
+        .map(|(args, want)| (args, want.to_string()));
+    for (args, want) in cases.chain([open_cert_dir, unreachable]) {
         let out = Command::new(env!("CARGO_BIN_EXE_sites-operator"))
             .arg("run")
             .args([
@@ -328,7 +352,7 @@ fn refuses_to_start_on_bad_input_with_one_line_and_exit_2() {
             .filter(|l| l.starts_with("error:"))
             .collect::<Vec<_>>();
         assert_eq!(last.len(), 1, "{args:?}: {err}");
-        assert!(err.contains(want), "{args:?}: expected {want:?} in {err}");
+        assert!(err.contains(&want), "{args:?}: expected {want:?} in {err}");
     }
     // An invalid configuration: one line per problem.
     std::fs::write(

@@ -411,6 +411,9 @@ pub(in crate::admission) mod tests {
 
     #[test]
     fn string_lengths() {
+        // `string_len` takes its AVX2 path only where the processor has AVX2.
+        #[cfg(target_arch = "x86_64")]
+        let _ = crate::testing::avx2("string_lengths");
         let cases: &[(&str, Option<usize>)] = &[
             (r#"""#, Some(0)),
             (r#"abc"rest"#, Some(3)),
@@ -464,7 +467,7 @@ pub(in crate::admission) mod tests {
         for (b, block) in every_byte_value() {
             assert_eq!(Masks::of(&block), Masks::portable(&block), "{b:#x}");
             #[cfg(target_arch = "x86_64")]
-            if std::arch::is_x86_feature_detected!("avx2") {
+            if crate::testing::avx2("every_byte_value_is_classified_as_the_bytewise_masks_do") {
                 // SAFETY: this processor has AVX2.
                 assert_eq!(
                     unsafe { Masks::avx2(&block) },
@@ -481,7 +484,7 @@ pub(in crate::admission) mod tests {
             let block: [u8; 64] = block.try_into().unwrap();
             prop_assert_eq!(Masks::of(&block), Masks::portable(&block));
             #[cfg(target_arch = "x86_64")]
-            if std::arch::is_x86_feature_detected!("avx2") {
+            if crate::testing::avx2("the_vector_masks_are_the_bytewise_ones") {
                 // SAFETY: this processor has AVX2.
                 prop_assert_eq!(unsafe { Masks::avx2(&block) }, Masks::portable(&block));
             }
