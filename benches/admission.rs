@@ -78,5 +78,38 @@ fn handlers(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, handlers);
+/// The configuration webhook on its costliest valid-size shape: `sitesConfig.applications` with
+/// as many empty entries as the 64 KiB text limit allows (each entry gets two violations).
+fn empty_catalogue(c: &mut Criterion) {
+    let entries = (64 * 1024 - 64) / 4;
+    let yaml = format!(
+        "sitesConfig: {{applications: [{}]}}\n",
+        vec!["{}"; entries].join(", ")
+    );
+    let body = serde_json::to_vec(&serde_json::json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": "6e2b1f0c-0000-4000-8000-000000000002",
+            "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+            "resource": {"group": "", "version": "v1", "resource": "configmaps"},
+            "name": "sites-config", "namespace": "sites", "operation": "UPDATE",
+            "userInfo": {"username": "a"},
+            "object": {"apiVersion": "v1", "kind": "ConfigMap",
+                       "metadata": {"name": "sites-config", "namespace": "sites"},
+                       "data": {"config.yaml": yaml}}
+        }
+    }))
+    .expect("a review");
+    let mut group = c.benchmark_group(format!("config, {entries} empty applications"));
+    group.bench_function("validate-config: decode+rules+encode", |b| {
+        b.iter(|| {
+            let answer = sites_operator::admission::server::review_config(black_box(&body));
+            assert_eq!(answer.status(), 200);
+            answer
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, handlers, empty_catalogue);
 criterion_main!(benches);

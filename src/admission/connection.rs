@@ -28,7 +28,16 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use super::server::Limits;
+/// The deadlines a connection's watchdog keeps ([`Conn::watch`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Deadlines {
+    /// Before any traffic: the header timeout.
+    pub first_bytes: Duration,
+    /// With no request in flight, from the last one's end.
+    pub idle: Duration,
+    /// For an answer to be written, and for the transport to take writes again.
+    pub answer: Duration,
+}
 
 /// Length of the HTTP/2 connection preface: until this many bytes came, the protocol of a
 /// connection may still be unknown, which the HTTP/1.1 header timeout does not cover.
@@ -39,8 +48,8 @@ const PREFACE_LEN: u64 = 24;
 /// client then reads the answer before the connection closes, instead of losing it to the
 /// reset that closing a socket with unread data sends (nginx's lingering close).
 const LINGER: Duration = Duration::from_secs(5);
-/// The most bytes discarded so.
-const LINGER_BYTES: usize = 2 * super::server::BODY_LIMIT;
+/// The most bytes discarded so: twice the largest body.
+const LINGER_BYTES: usize = 10 * 1024 * 1024;
 
 /// What a connection is doing, shared by its task, its transport and its requests (a request
 /// finds it in its extensions).
@@ -166,25 +175,21 @@ impl Conn {
         }
     }
 
-    /// When this connection's watchdog must act next, and how: `None` while nothing is due
-    /// before a phase begins or ends.
-    fn due(&self, limits: &Limits) -> Vec<(Instant, Ending)> {
+    /// The deadlines running on this connection, and what the watchdog does at each.
+    fn due(&self, limits: &Deadlines) -> Vec<(Instant, Ending)> {
         let mut due = Vec::with_capacity(3);
         if let Some(&started) = self.answers.lock().unwrap().pending.values().next() {
-            due.push((self.at(started) + limits.answer_timeout, Ending::Stalled));
+            due.push((self.at(started) + limits.answer, Ending::Stalled));
         }
         let blocked = self.blocked.load(Relaxed);
         if blocked != 0 {
-            due.push((
-                self.at(blocked - 1) + limits.answer_timeout,
-                Ending::Stalled,
-            ));
+            due.push((self.at(blocked - 1) + limits.answer, Ending::Stalled));
         }
         if self.in_flight.load(Relaxed) == 0 {
             let limit = if self.read.load(Relaxed) < PREFACE_LEN {
-                limits.header_read_timeout
+                limits.first_bytes
             } else {
-                limits.idle_timeout
+                limits.idle
             };
             due.push((self.at(self.last_end.load(Relaxed)) + limit, Ending::Idle));
         }
@@ -192,13 +197,13 @@ impl Conn {
     }
 
     /// Resolves when the connection must end, and why.
-    pub async fn watch(&self, limits: Limits) -> Ending {
+    pub async fn watch(&self, limits: Deadlines) -> Ending {
         // A phase that begins after a look is seen at the next one: its deadline is overrun by
         // at most this much.
         let tick = limits
-            .header_read_timeout
-            .min(limits.idle_timeout)
-            .min(limits.answer_timeout)
+            .first_bytes
+            .min(limits.idle)
+            .min(limits.answer)
             .min(Duration::from_secs(4))
             / 4;
         loop {
@@ -561,12 +566,11 @@ impl Drop for PeerSlot {
 mod tests {
     use super::*;
 
-    fn limits() -> Limits {
-        Limits {
-            header_read_timeout: Duration::from_secs(10),
-            idle_timeout: Duration::from_secs(120),
-            answer_timeout: Duration::from_secs(10),
-            ..Limits::default()
+    fn limits() -> Deadlines {
+        Deadlines {
+            first_bytes: Duration::from_secs(10),
+            idle: Duration::from_secs(120),
+            answer: Duration::from_secs(10),
         }
     }
 

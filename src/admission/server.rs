@@ -25,7 +25,7 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
 use super::budget::{Budget, Share, Spent};
-use super::connection::{BodyHold, Conn, Ending, Peers, ReadAhead, Tracked, Tracking};
+use super::connection::{BodyHold, Conn, Deadlines, Ending, Peers, ReadAhead, Tracked, Tracking};
 #[cfg(test)]
 use super::review::decode;
 use super::review::{self, SiteBody, encode};
@@ -786,7 +786,11 @@ impl Connection {
         // when an answer or a write overruns the answer timeout. A client that ignores the
         // graceful close is dropped `header_read_timeout` later.
         tokio::pin!(connection);
-        let watch = conn.watch(limits);
+        let watch = conn.watch(Deadlines {
+            first_bytes: limits.header_read_timeout,
+            idle: limits.idle_timeout,
+            answer: limits.answer_timeout,
+        });
         tokio::pin!(watch);
         let mut stop = stop;
         let reason = tokio::select! {

@@ -383,8 +383,10 @@ fn writers_in_the_table(doc: &str) -> std::collections::BTreeSet<String> {
 }
 
 /// Kube's `Api` methods that create, change or delete: a call of one of them is an API write.
+/// `Api::create` takes `&PostParams` first (a `DirBuilder` or `OpenOptions` takes a path or a
+/// flag).
 const WRITING_CALLS: [&str; 7] = [
-    ".create(",
+    ".create(&",
     ".patch(",
     ".patch_status(",
     ".patch_metadata(",
