@@ -14,7 +14,7 @@ KUBERNETES_VALIDATE_VERSION := 1.37.0
 # Kubernetes version the manifests are validated against (the emulator's and kubectl's).
 KUBERNETES_VERSION := 1.32.0
 
-.PHONY: control-plane real-apiserver-test merge-table merge-table-check rbac-mutation-check bench bench-ab bench-full prometheus-tools all build run test lint fmt fmt-check clippy unit crd crd-check validate-manifests promtool-test kind-e2e-check image kind-e2e fuzz tools clean
+.PHONY: control-plane real-apiserver-test merge-table merge-table-check rbac-mutation-check bench bench-ab bench-hostile bench-full prometheus-tools all build run test lint fmt fmt-check clippy unit crd crd-check validate-manifests promtool-test kind-e2e-check image kind-e2e fuzz tools clean
 
 all: build
 
@@ -151,6 +151,25 @@ bench-ab:
 	$(CARGO) build --release --locked -p sites-operator -p sites-emulator --bins
 	python3 benches/webhook_ab.py --old $(OLD) --seconds 6 --rounds 5
 	python3 benches/webhook_ab.py --old $(OLD) --seconds 6 --rounds 3 --update
+
+## bench-hostile: the hostile-load matrix (benches/webhook_flood.py --matrix): eight shapes of
+## hostile connections (HTTP/2 zero and byte windows, pipelining without reading, slowloris, slow
+## and 5 MB bodies, the configuration CPU shape, many invalid keys) at 32 and 256 connections,
+## each beside an ordinary client, against the release build; about 12 minutes after the build.
+## The `h2` package (PyPI) goes into .tools/venv; one JSON line per run into .tools/.
+H2_VERSION := 4.4.1
+HOSTILE_SECONDS ?= 30
+RELEASE := $(or $(CARGO_TARGET_DIR),target)/release
+bench-hostile: $(VENV)/.h2-$(H2_VERSION)
+	$(CARGO) build --release --locked -p sites-operator -p sites-emulator --bins
+	$(VENV)/bin/python benches/webhook_flood.py --operator $(RELEASE)/sites-operator \
+		--emulator $(RELEASE)/sites-emulator --matrix --seconds $(HOSTILE_SECONDS) \
+		--json $(TOOLS)/bench-hostile.jsonl
+
+$(VENV)/.h2-$(H2_VERSION):
+	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check h2==$(H2_VERSION)
+	touch $@
 
 ## bench-full: every benchmark at the sizes BENCHMARKS.md records (about 15 minutes after the build).
 bench-full:
