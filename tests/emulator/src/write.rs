@@ -120,6 +120,20 @@ pub async fn update(
         opts,
         |old| {
             let old = old.ok_or_else(|| ApiError::not_found(&t.r, name))?;
+            // The uid of the body is the update's precondition (rest.DefaultUpdatedObjectInfo,
+            // storage.Preconditions.Check).
+            if let Some(uid) = meta_str(&obj, "uid").filter(|u| !u.is_empty()) {
+                let stored = meta_str(old, "uid").unwrap_or_default();
+                if uid != stored {
+                    return Err(ApiError::conflict(
+                        &t.r,
+                        name,
+                        &format!(
+                            "Precondition failed: UID in precondition: {uid}, UID in object meta: {stored}"
+                        ),
+                    ));
+                }
+            }
             ops::prepare_update(&t.r, old, obj.clone(), status_path, opts)
         },
         conditional,
@@ -323,6 +337,40 @@ where
     Err(ApiError::modified(&t.r, name))
 }
 
+/// The uid a patch gives the object (`uid`, if any) against the stored object (`old`): a patch
+/// that sets another uid than the stored one is invalid, `metadata.uid` is immutable
+/// (`rest.BeforeUpdate`, ValidateObjectMetaUpdate; kubernetes/kubernetes#127625); an apply
+/// naming a uid when nothing is stored is a conflict, not a creation (patch.go's applyPatch).
+fn apply_uid(
+    r: &ResourceInfo,
+    name: &str,
+    old: Option<&Value>,
+    uid: Option<&str>,
+) -> Result<(), ApiError> {
+    let Some(uid) = uid.filter(|u| !u.is_empty()) else {
+        return Ok(());
+    };
+    match old {
+        None => Err(ApiError::conflict(
+            r,
+            name,
+            &format!(
+                "uid mismatch: the provided object specified uid {uid}, and no existing object was found"
+            ),
+        )),
+        Some(old) if meta_str(old, "uid").unwrap_or_default() != uid => Err(ApiError::invalid(
+            r,
+            name,
+            &[(
+                "metadata.uid".into(),
+                "FieldValueInvalid",
+                format!("Invalid value: \"{uid}\": field is immutable"),
+            )],
+        )),
+        Some(_) => Ok(()),
+    }
+}
+
 /// Patches an object (PATCH), by the body's content type.
 #[allow(clippy::too_many_arguments)]
 pub async fn patch(
@@ -353,6 +401,7 @@ pub async fn patch(
                 name,
                 opts,
                 |old| {
+                    apply_uid(&t.r, name, old, meta_str(&applied, "uid"))?;
                     let merged = match &t.view {
                         Some(view) => {
                             let shown = old.map(crate::events::from_core);
@@ -437,6 +486,7 @@ pub async fn patch(
                     }
                 }
                 let target = as_stored(t, target)?;
+                apply_uid(&t.r, name, Some(old), meta_str(&target, "uid"))?;
                 ops::prepare_update(&t.r, old, target, status_path, opts)
             }, conditional)
             .await

@@ -229,3 +229,89 @@ async fn kubectl_server_side_apply_after_create_and_after_client_side_apply(c: C
     );
 }
 }
+
+on_both! {
+/// A uid in an applied object holds the apply to that object: with nothing of that name it is
+/// a conflict, not a creation (patch.go's applyPatch); with another object of that name it is
+/// invalid, `metadata.uid` being immutable (kubernetes/kubernetes#127625), and the object is
+/// left as it was; a merge patch naming another uid is refused alike, and a PUT's uid is its
+/// precondition (409).
+async fn a_uid_holds_an_apply_to_the_object_it_names(c: Cluster) {
+    let cms: Api<ConfigMap> = Api::namespaced(c.client.clone(), "default");
+    let pp = PatchParams::apply("owner").force();
+    let with_uid = |uid: &str, data: Value| {
+        let mut cm = config_map("u", data);
+        cm["metadata"]["uid"] = json!(uid);
+        cm
+    };
+    let ghost = "0b4d6f2e-1c1a-4f55-9a52-7d4c2a8e9f10";
+    let e = api_error(
+        cms.patch("u", &pp, &Patch::Apply(with_uid(ghost, json!({"a": "1"}))))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (409, "Conflict"));
+    assert_eq!(
+        e.message,
+        format!(
+            "Operation cannot be fulfilled on configmaps \"u\": uid mismatch: the provided object specified uid {ghost}, and no existing object was found"
+        )
+    );
+    assert!(cms.get_opt("u").await.unwrap().is_none(), "nothing created");
+
+    let created = cms
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(config_map("u", json!({"theirs": "1"}))).unwrap(),
+        )
+        .await
+        .unwrap();
+    let uid = created.metadata.uid.clone().unwrap();
+    let e = api_error(
+        cms.patch("u", &pp, &Patch::Apply(with_uid(ghost, json!({"a": "1"}))))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (422, "Invalid"));
+    assert_eq!(
+        e.message,
+        format!("ConfigMap \"u\" is invalid: metadata.uid: Invalid value: \"{ghost}\": field is immutable")
+    );
+    let e = api_error(
+        cms.patch(
+            "u",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"uid": ghost}, "data": {"a": "1"}})),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (422, "Invalid"));
+    let e = api_error(
+        cms.replace(
+            "u",
+            &PostParams::default(),
+            &serde_json::from_value(with_uid(ghost, json!({"a": "1"}))).unwrap(),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (409, "Conflict"));
+    assert!(
+        e.message
+            .contains(&format!("Precondition failed: UID in precondition: {ghost}, UID in object meta: {uid}")),
+        "{}",
+        e.message
+    );
+    let unchanged = cms.get("u").await.unwrap();
+    assert_eq!(unchanged.data, created.data);
+    assert_eq!(unchanged.metadata.resource_version, created.metadata.resource_version);
+
+    // Its own uid: applied.
+    let applied = cms
+        .patch("u", &pp, &Patch::Apply(with_uid(&uid, json!({"a": "1"}))))
+        .await
+        .unwrap();
+    assert_eq!(applied.data.unwrap()["a"], "1");
+}
+}
