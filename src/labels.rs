@@ -59,6 +59,25 @@ pub const METRICS_SERVICE: &str = "sites-operator-metrics";
 /// Name of the master Ingress whose host serves sites when `routing.host` is not set.
 pub const MASTER_INGRESS: &str = "sites-ingress-master";
 
+/// The prefixes of the Ingress annotations that ingress controllers read as configuration
+/// (NGINX Inc's `nginx.org/` and `nginx.com/`, ingress-nginx's
+/// `nginx.ingress.kubernetes.io/`, the older `ingress.kubernetes.io/`): on a site's Ingress,
+/// only the operator's rendering has keys of these.
+pub const INGRESS_CONFIGURATION_PREFIXES: [&str; 4] = [
+    "nginx.org/",
+    "nginx.com/",
+    "nginx.ingress.kubernetes.io/",
+    "ingress.kubernetes.io/",
+];
+
+/// Whether an Ingress annotation configures the ingress controller
+/// ([`INGRESS_CONFIGURATION_PREFIXES`]).
+pub fn configures_ingress(key: &str) -> bool {
+    INGRESS_CONFIGURATION_PREFIXES
+        .iter()
+        .any(|p| key.starts_with(p))
+}
+
 /// The annotation `kubectl apply` keeps a copy of the whole object in.
 pub const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
@@ -185,10 +204,10 @@ pub struct Ownership<'a> {
     pub managed: bool,
     /// The site id label.
     pub site_id: Option<&'a str>,
-    /// A field manager other than the operator ([`FIELD_MANAGER`]) with fields of the object
-    /// itself (not of a subresource such as its status), if any: the first in its
-    /// `managedFields`.
-    pub other_manager: Option<&'a str>,
+    /// A writer other than the operator's server-side apply ([`FIELD_MANAGER`], operation
+    /// `Apply`) with fields of the object itself (not of a subresource such as its status), if
+    /// any: the first in its `managedFields` ([`other_manager`]).
+    pub other_manager: Option<std::borrow::Cow<'a, str>>,
 }
 
 /// An object's controller owner reference, as far as [`control_of`] reads it.
@@ -231,14 +250,35 @@ impl<'a> Ownership<'a> {
     }
 }
 
-/// The first field manager of the object itself (no subresource) that is not the operator.
-pub fn other_manager(meta: &ObjectMeta) -> Option<&str> {
+/// The first writer of the object itself (no subresource) that is not the operator: any
+/// `managedFields` entry but the operator's server-side apply (manager [`FIELD_MANAGER`],
+/// operation `Apply`). The operator writes owned objects only by server-side apply (what it
+/// creates, it creates by POST and then records as applied: `apply::apply`), so an entry of
+/// its name with another operation is a client that chose the name
+/// (`--field-manager=sites-operator`): it is named with its operation. An entry without a
+/// manager is another writer too.
+pub fn other_manager(meta: &ObjectMeta) -> Option<std::borrow::Cow<'_, str>> {
+    use std::borrow::Cow;
     meta.managed_fields
         .iter()
         .flatten()
         .filter(|e| e.subresource.as_deref().unwrap_or_default().is_empty())
-        .filter_map(|e| e.manager.as_deref())
-        .find(|m| !m.is_empty() && *m != FIELD_MANAGER)
+        .find(|e| !is_operators_apply(e))
+        .map(|e| match e.manager.as_deref().filter(|m| !m.is_empty()) {
+            Some(FIELD_MANAGER) => Cow::Owned(format!(
+                "{FIELD_MANAGER} ({})",
+                e.operation.as_deref().unwrap_or("no operation")
+            )),
+            Some(m) => Cow::Borrowed(m),
+            None => Cow::Borrowed("an unnamed field manager"),
+        })
+}
+
+/// Whether a `managedFields` entry is the operator's server-side apply.
+pub fn is_operators_apply(
+    entry: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry,
+) -> bool {
+    entry.manager.as_deref() == Some(FIELD_MANAGER) && entry.operation.as_deref() == Some("Apply")
 }
 
 /// A value that is only compared for equality (label values, hashes), as a number.
@@ -275,7 +315,7 @@ pub fn control_of(ownership: &Ownership<'_>, site: &Site) -> Control {
         let labelled = ownership.managed
             && ownership.site_id.is_some()
             && ownership.site_id == site.metadata.name.as_deref();
-        return match (labelled, ownership.other_manager) {
+        return match (labelled, ownership.other_manager.as_deref()) {
             (true, None) => Control::ThisSite,
             (true, Some(manager)) => Control::Other {
                 controller: format!(
@@ -452,41 +492,70 @@ mod tests {
     }
 
     /// Without a controller, the operator's labels make an object the Site's only when no one
-    /// but the operator manages its fields (a status written by a controller does not count).
+    /// but the operator's server-side apply manages its fields (a status written by a
+    /// controller does not count): whatever name a writer gives itself, only the operation
+    /// the operator never uses tells it apart, and an entry without a name is a writer too.
     #[test]
     fn labels_alone_never_make_an_object_the_sites() {
         use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
         let site = SiteBuilder::new("a").uid("uid-a").build();
-        let entry = |manager: &str, subresource: Option<&str>| ManagedFieldsEntry {
-            manager: Some(manager.into()),
-            operation: Some("Update".into()),
-            subresource: subresource.map(Into::into),
-            ..Default::default()
+        let entry = |manager: Option<&str>, operation: &str, subresource: Option<&str>| {
+            ManagedFieldsEntry {
+                manager: manager.map(Into::into),
+                operation: Some(operation.into()),
+                subresource: subresource.map(Into::into),
+                ..Default::default()
+            }
         };
+        let op = Some(FIELD_MANAGER);
+        // (case, managedFields, the other manager named)
         let cases = vec![
             (
-                "written by the operator only",
-                vec![entry(FIELD_MANAGER, None)],
+                "written by the operator's apply only",
+                vec![entry(op, "Apply", None)],
                 None,
             ),
             ("no managed fields", vec![], None),
             (
                 "a status by a controller",
                 vec![
-                    entry(FIELD_MANAGER, None),
-                    entry("kube-controller-manager", Some("status")),
+                    entry(op, "Apply", None),
+                    entry(Some("kube-controller-manager"), "Update", Some("status")),
                 ],
                 None,
             ),
             (
                 "created by kubectl",
-                vec![entry("kubectl-create", None)],
+                vec![entry(Some("kubectl-create"), "Update", None)],
                 Some("kubectl-create"),
             ),
             (
                 "a key added by someone else",
-                vec![entry(FIELD_MANAGER, None), entry("kubectl-edit", None)],
+                vec![
+                    entry(op, "Apply", None),
+                    entry(Some("kubectl-edit"), "Update", None),
+                ],
                 Some("kubectl-edit"),
+            ),
+            (
+                "created with --field-manager=sites-operator",
+                vec![entry(op, "Update", None)],
+                Some("sites-operator (Update)"),
+            ),
+            (
+                "applied by the operator, then updated under its name",
+                vec![entry(op, "Apply", None), entry(op, "Update", None)],
+                Some("sites-operator (Update)"),
+            ),
+            (
+                "applied by another manager",
+                vec![entry(Some("kubectl"), "Apply", None)],
+                Some("kubectl"),
+            ),
+            (
+                "a writer without a name",
+                vec![entry(None, "Update", None)],
+                Some("an unnamed field manager"),
             ),
         ];
         for (case, entries, other) in cases {

@@ -31,22 +31,80 @@ use crate::watched::{Pod, Volume};
 /// Prefix of the annotations the operator reads back from objects it owns.
 const OWN_ANNOTATIONS: &str = "sites.ecmwf.int/";
 
+/// A map the operator renders whole ([`Managed::WHOLE`]): every key of it in a stored object
+/// that the rendering does not have is someone else's, and is removed (`apply::foreign_keys`);
+/// a rendering without the map renders it empty.
+pub struct Whole {
+    /// Where the map is, by field names.
+    pub path: &'static [&'static str],
+    /// Which of its keys are the operator's to render (a map of which the operator renders
+    /// only some keys, such as annotations).
+    pub keys: fn(&str) -> bool,
+}
+
+/// Every key of a map.
+fn every(_: &str) -> bool {
+    true
+}
+
 /// The content of an owned kind that the operator manages and an edit by anyone else would
 /// change: data, or the spec (status is never part of it; neither are fields other controllers
 /// own, such as a claim's bound volume).
 pub trait Managed {
     fn managed_content(&self) -> serde_json::Value;
+    /// The maps this kind renders whole: what reaches the site's pods or routes from them is
+    /// only ever the rendering (SPEC 4.6): a ConfigMap's `data` and `binaryData`, a Secret's
+    /// `data`, a Service's selector, the Ingress annotations the ingress controller reads as
+    /// its configuration.
+    const WHOLE: &'static [Whole] = &[];
+    /// The maps of [`Managed::WHOLE`] as this object has them (absent: empty), only the keys
+    /// each map's `keys` takes ([`whole_print`]).
+    fn whole_content(&self) -> serde_json::Value {
+        serde_json::Value::Null
+    }
+}
+
+/// The keys of a string map that `keys` takes, the map absent taken as empty.
+fn whole_map<V: serde::Serialize>(
+    map: Option<&BTreeMap<String, V>>,
+    keys: fn(&str) -> bool,
+) -> serde_json::Value {
+    let kept: BTreeMap<&String, &V> = map.into_iter().flatten().filter(|(k, _)| keys(k)).collect();
+    serde_json::to_value(kept).unwrap_or_default()
 }
 
 impl Managed for Secret {
     fn managed_content(&self) -> serde_json::Value {
         serde_json::json!({"type": self.type_, "data": self.data})
     }
+    const WHOLE: &'static [Whole] = &[Whole {
+        path: &["data"],
+        keys: every,
+    }];
+    fn whole_content(&self) -> serde_json::Value {
+        serde_json::json!([whole_map(self.data.as_ref(), every)])
+    }
 }
 
 impl Managed for ConfigMap {
     fn managed_content(&self) -> serde_json::Value {
         serde_json::json!({"data": self.data, "binaryData": self.binary_data})
+    }
+    const WHOLE: &'static [Whole] = &[
+        Whole {
+            path: &["data"],
+            keys: every,
+        },
+        Whole {
+            path: &["binaryData"],
+            keys: every,
+        },
+    ];
+    fn whole_content(&self) -> serde_json::Value {
+        serde_json::json!([
+            whole_map(self.data.as_ref(), every),
+            whole_map(self.binary_data.as_ref(), every)
+        ])
     }
 }
 
@@ -71,17 +129,48 @@ impl Managed for Service {
     fn managed_content(&self) -> serde_json::Value {
         serde_json::to_value(&self.spec).unwrap_or_default()
     }
+    const WHOLE: &'static [Whole] = &[Whole {
+        path: &["spec", "selector"],
+        keys: every,
+    }];
+    fn whole_content(&self) -> serde_json::Value {
+        serde_json::json!([whole_map(
+            self.spec.as_ref().and_then(|s| s.selector.as_ref()),
+            every
+        )])
+    }
 }
 
 impl Managed for Ingress {
     fn managed_content(&self) -> serde_json::Value {
-        serde_json::to_value(&self.spec).unwrap_or_default()
+        serde_json::json!({"spec": self.spec, "annotations": self.whole_content()})
+    }
+    const WHOLE: &'static [Whole] = &[Whole {
+        path: &["metadata", "annotations"],
+        keys: labels::configures_ingress,
+    }];
+    fn whole_content(&self) -> serde_json::Value {
+        serde_json::json!([whole_map(
+            self.metadata.annotations.as_ref(),
+            labels::configures_ingress
+        )])
     }
 }
 
 impl Managed for HttpRoute {
     fn managed_content(&self) -> serde_json::Value {
         serde_json::to_value(&self.spec).unwrap_or_default()
+    }
+}
+
+/// A hash of the maps an object has of those its kind renders whole ([`Managed::WHOLE`]; 0:
+/// the kind has none). Compared with the rendering's on every reconcile, after a restart too:
+/// a key added or changed in such a map, by anyone, at any time, makes the object differ from
+/// its rendering (SPEC 4.6), at the cost of one number per object.
+pub fn whole_print<K: Managed>(obj: &K) -> u64 {
+    match obj.whole_content() {
+        serde_json::Value::Null => 0,
+        content => short_hash(&content) | 1,
     }
 }
 
@@ -172,6 +261,8 @@ pub struct Facts {
     desired: u64,
     /// [`fingerprint`] of the managed content.
     pub fingerprint: u64,
+    /// [`whole_print`] of the maps the kind renders whole.
+    whole: u64,
 }
 
 /// The site id label of an object, as [`Facts`] keep it: the objects of a site are named by
@@ -214,7 +305,7 @@ impl Facts {
                 labels::Uid::Text(text) => Some(text.clone()),
             }),
             site_id: None,
-            other_manager: ownership.other_manager.map(Into::into),
+            other_manager: ownership.other_manager.as_deref().map(Into::into),
         };
         let name: &str = meta.name.as_deref().unwrap_or_default();
         let site_id = SiteId::of(ownership.site_id, name);
@@ -245,6 +336,7 @@ impl Facts {
             labels: labels_print(meta),
             desired: desired_of(meta).unwrap_or_default(),
             fingerprint: fingerprint(obj),
+            whole: whole_print(obj),
         }
     }
 
@@ -268,7 +360,9 @@ impl Facts {
             }),
             managed: self.managed,
             site_id: self.site_id(),
-            other_manager: rare.and_then(|r| r.other_manager.as_deref()),
+            other_manager: rare
+                .and_then(|r| r.other_manager.as_deref())
+                .map(std::borrow::Cow::Borrowed),
         }
     }
 
@@ -298,11 +392,14 @@ impl Facts {
     }
 
     /// Whether the object already is the stamped rendering `desired`: the same desired hash,
-    /// exactly the desired owner references (LIFE-12), and the desired labels (the operator's
-    /// labels are [`LABEL_KEYS`]; a rendering with another label is never up to date).
-    pub fn up_to_date<K: Resource>(&self, desired: &K) -> bool {
+    /// exactly the desired owner references (LIFE-12), the desired labels (the operator's
+    /// labels are [`LABEL_KEYS`]; a rendering with another label is never up to date), and
+    /// exactly the maps the rendering has of those it renders whole ([`whole_print`]: an edit
+    /// of them that kept the hash annotation, made while no operator ran, is seen at start).
+    pub fn up_to_date<K: Resource + Managed>(&self, desired: &K) -> bool {
         let meta = desired.meta();
-        self.desired().is_some()
+        self.whole == whole_print(desired)
+            && self.desired().is_some()
             && self.desired() == desired_of(meta)
             && self.owners == owners_print(meta.owner_references.as_deref().unwrap_or_default())
             && meta
