@@ -17,13 +17,14 @@ use std::fmt::Debug;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event as K8sEvent;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::controller::cache::kept::{self, Kept, Owned};
+use crate::controller::cache::kept::{self, Kept, Managed, Owned};
 use crate::controller::context::Context;
 use crate::controller::events::{self, Event, EventType, Recorder, Write};
 use crate::crd::{Site, SiteStatus};
@@ -79,21 +80,30 @@ pub enum Written {
 /// Makes the object match `desired` (stamped here), writing only when the cached copy `stored`
 /// differs (None: not in the cache, so probably missing) or its managed content drifted from
 /// what the operator wrote. Returns what the API server stored when it wrote.
+///
+/// What was judged is what is written (SPEC 4.6): an object judged to exist is applied with its
+/// uid, which the API server holds the apply to (one deleted since is not created again: 409;
+/// one deleted and created again by someone else is not taken over: 422, `metadata.uid` is
+/// immutable); an object judged absent is created (POST), so that one someone else created
+/// meanwhile is not taken over either (409). Either answer is [`Error::Apply`] with that code
+/// ([`judged_again`]): the caller judges the object again.
 pub async fn apply<K>(
     ctx: &Context,
     stored: Option<&Kept<K>>,
-    mut desired: K,
+    desired: &mut K,
 ) -> Result<(Written, Option<K>)>
 where
     K: Owned,
 {
-    stamp(&mut desired);
-    match ctx.fingerprints.pending(&desired) {
+    // The uid is not part of the rendering (nor of its hash): it names the object judged.
+    desired.meta_mut().uid = None;
+    stamp(desired);
+    match ctx.fingerprints.pending(desired) {
         Some(true) => return Ok((Written::Awaiting, None)),
         Some(false) => {}
         None => {
             if let Some(s) = stored
-                && s.facts.up_to_date(&desired)
+                && s.facts.up_to_date(desired)
             {
                 if !ctx.fingerprints.drifted(s) {
                     return Ok((Written::Unchanged, None));
@@ -108,11 +118,42 @@ where
         target: Target::of::<K>(&name),
         source: Box::new(source),
     };
-    let params = PatchParams::apply(FIELD_MANAGER).force();
-    let written = api
-        .patch(&name, &params, &Patch::Apply(&desired))
-        .await
-        .map_err(failed)?;
+    let written = match stored {
+        Some(s) => {
+            desired.meta_mut().uid = s.facts.uid();
+            let params = PatchParams::apply(FIELD_MANAGER).force();
+            api.patch(&name, &params, &Patch::Apply(&*desired))
+                .await
+                .map_err(failed)?
+        }
+        None => {
+            let params = PostParams {
+                field_manager: Some(FIELD_MANAGER.into()),
+                ..PostParams::default()
+            };
+            let created = api.create(&params, desired).await.map_err(failed)?;
+            // A creation is recorded as an update of its writer; the operator's fields are
+            // recorded as its apply, so that a later apply without a field removes it, and
+            // so that no entry of the operator's name but an apply is ever the operator's
+            // (`labels::other_manager`).
+            match applied_entries(created.meta()) {
+                None => created,
+                Some(entries) => {
+                    let patch = serde_json::json!({"metadata": {
+                        "managedFields": entries,
+                        "resourceVersion": created.resource_version(),
+                    }});
+                    api.patch(
+                        &name,
+                        &crate::labels::update_params(),
+                        &Patch::Merge(&patch),
+                    )
+                    .await
+                    .map_err(failed)?
+                }
+            }
+        }
+    };
     // Server-side apply keeps owner references other managers set; the Site must be the only
     // owner, so replace the list when it still differs.
     let written = if kept::owners_print(written.owner_references())
@@ -120,8 +161,10 @@ where
     {
         written
     } else {
-        let patch =
-            serde_json::json!({"metadata": {"ownerReferences": desired.owner_references()}});
+        let patch = serde_json::json!({"metadata": {
+            "ownerReferences": desired.owner_references(),
+            "resourceVersion": written.resource_version(),
+        }});
         api.patch(
             &name,
             &crate::labels::update_params(),
@@ -130,15 +173,14 @@ where
         .await
         .map_err(failed)?
     };
-    // Server-side apply leaves the keys other managers own in a map it merges key by key; where
-    // the operator renders the whole map (a Service selector before Kubernetes 1.27 made it
-    // atomic, a ConfigMap's or Secret's data that containers read whole), such a key would stay
-    // and the object would be taken as repaired. Remove them, on the version just read.
-    let written = match foreign_keys(&desired, &written) {
+    // Server-side apply leaves the keys other managers own (or no one does) in a map it merges
+    // key by key; where the operator renders the whole map ([`Managed::WHOLE`]), such a key
+    // would stay and reach the site's pods or route. Remove them, on the version just read.
+    let written = match foreign_keys(desired, &written) {
         None => written,
         Some(mut patch) => {
             tracing::info!(kind = %K::kind(&K::DynamicType::default()), object = %name, "removing keys someone else added");
-            patch["metadata"] = serde_json::json!({"resourceVersion": written.resource_version()});
+            patch["metadata"]["resourceVersion"] = serde_json::json!(written.resource_version());
             api.patch(
                 &name,
                 &crate::labels::update_params(),
@@ -148,6 +190,14 @@ where
             .map_err(failed)?
         }
     };
+    // What is written is the rendering in every map rendered whole, or it is not the Site's:
+    // nothing it keeps is recorded as the operator's own.
+    if kept::whole_print(&written) != kept::whole_print(desired) {
+        return Err(Error::ObjectConflict {
+            target: Target::of::<K>(&name),
+            controller: "not as rendered after the operator's write (a map rendered whole keeps other content)".into(),
+        });
+    }
     let how = if stored.is_some() {
         Written::Updated
     } else {
@@ -158,50 +208,72 @@ where
     Ok((how, Some(written)))
 }
 
-/// The maps the operator renders whole, by path: any key in the stored object's map that the
-/// rendered one does not have is someone else's.
-const WHOLE_MAPS: [&[&str]; 3] = [&["spec", "selector"], &["data"], &["binaryData"]];
+/// Whether an apply or a creation failed because the object is not the one judged: the API
+/// server's 409 (created meanwhile; deleted since it was judged) or 422 (deleted and created
+/// again: the uid the apply carries is not the object's). The object is judged again.
+pub fn judged_again(e: &Error) -> bool {
+    matches!(e, Error::Apply { .. }) && matches!(e.status_code(), Some(409 | 422))
+}
 
-/// A merge patch removing the keys of [`WHOLE_MAPS`] that `written` has and `desired` does not
-/// (None: there are none). Only maps that `desired` renders are looked at, and only string
-/// values are maps of that kind (a StatefulSet's `spec.selector` is a label selector object).
-pub fn foreign_keys<K: Serialize>(desired: &K, written: &K) -> Option<serde_json::Value> {
+/// The `managedFields` of a new object with the operator's own entry of the creation (operation
+/// `Update`) recorded as its apply (None: there is no such entry). The fields are the same: what
+/// the creation wrote is what an apply of the same object owns.
+fn applied_entries(meta: &ObjectMeta) -> Option<Vec<ManagedFieldsEntry>> {
+    let entries = meta.managed_fields.as_ref()?;
+    let ours = |e: &ManagedFieldsEntry| {
+        e.manager.as_deref() == Some(FIELD_MANAGER)
+            && e.operation.as_deref() == Some("Update")
+            && e.subresource.as_deref().unwrap_or_default().is_empty()
+    };
+    entries.iter().any(ours).then(|| {
+        entries
+            .iter()
+            .map(|e| {
+                let mut e = e.clone();
+                if ours(&e) {
+                    e.operation = Some("Apply".into());
+                }
+                e
+            })
+            .collect()
+    })
+}
+
+/// A merge patch removing the keys of the maps `K` renders whole ([`Managed::WHOLE`]) that
+/// `written` has and `desired` does not (None: there are none). A map the rendering does not
+/// have is rendered empty: every key of it is someone else's (a ConfigMap's `binaryData`).
+pub fn foreign_keys<K: Managed + Serialize>(desired: &K, written: &K) -> Option<serde_json::Value> {
     let desired = serde_json::to_value(desired).ok()?;
     let written = serde_json::to_value(written).ok()?;
     let mut patch = serde_json::Map::new();
-    for path in WHOLE_MAPS {
+    for whole in K::WHOLE {
         let at = |v: &serde_json::Value| {
-            path.iter()
+            whole
+                .path
+                .iter()
                 .try_fold(v, |v, key| v.get(key))
                 .and_then(serde_json::Value::as_object)
                 .cloned()
+                .unwrap_or_default()
         };
-        let (Some(want), Some(have)) = (at(&desired), at(&written)) else {
-            continue;
-        };
-        if !have
-            .values()
-            .chain(want.values())
-            .all(serde_json::Value::is_string)
-        {
-            continue;
-        }
+        let (want, have) = (at(&desired), at(&written));
         let extra: serde_json::Map<String, serde_json::Value> = have
             .keys()
-            .filter(|k| !want.contains_key(*k))
+            .filter(|k| (whole.keys)(k) && !want.contains_key(*k))
             .map(|k| (k.clone(), serde_json::Value::Null))
             .collect();
         if extra.is_empty() {
             continue;
         }
+        let (last, parents) = whole.path.split_last()?;
         let mut node = &mut patch;
-        for key in &path[..path.len() - 1] {
+        for key in parents {
             node = node
                 .entry(key.to_string())
                 .or_insert_with(|| serde_json::json!({}))
                 .as_object_mut()?;
         }
-        node.insert(path[path.len() - 1].to_string(), extra.into());
+        node.insert(last.to_string(), extra.into());
     }
     (!patch.is_empty()).then_some(serde_json::Value::Object(patch))
 }
@@ -386,15 +458,22 @@ pub async fn record_event(
         regarding.namespace.as_deref().unwrap_or("default"),
     );
     let create = || async {
+        let params = PostParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..PostParams::default()
+        };
         let created = api
-            .create(&PostParams::default(), &recorder.event(ev, regarding, now))
+            .create(&params, &recorder.event(ev, regarding, now))
             .await?;
         Ok::<_, kube::Error>((created.metadata.name.unwrap_or_default().into(), 1))
     };
     let (name, count) = match &planned.write {
         Write::Repeat { name, count } => {
             let patch = Patch::Merge(events::series(*count, now));
-            match api.patch(name, &PatchParams::default(), &patch).await {
+            match api
+                .patch(name, &crate::labels::update_params(), &patch)
+                .await
+            {
                 Ok(_) => (name.clone(), *count),
                 Err(kube::Error::Api(s)) if s.code == 404 => create().await?,
                 Err(e) => return Err(e),
@@ -490,10 +569,42 @@ pub(crate) mod tests {
             foreign_keys(&secret(&["a"]), &secret(&["a", "b"])),
             Some(json!({"data": {"b": null}}))
         );
-        // A map the rendering does not have is not the operator's.
+        // A map of the kind's rendered whole that the rendering does not have is rendered
+        // empty: a ConfigMap's `binaryData` (a file in the site pod) is the operator's too.
         let no_data: ConfigMap =
             serde_json::from_value(json!({"metadata": {"name": "a"}})).unwrap();
-        assert_eq!(foreign_keys(&no_data, &extra), None);
+        assert_eq!(
+            foreign_keys(&no_data, &extra),
+            Some(json!({"data": {"k": null, "LD_PRELOAD": null}}))
+        );
+        let mut binary = cm("1", "u");
+        binary.binary_data = Some(
+            [(
+                "evil.conf".to_string(),
+                k8s_openapi::ByteString(b"x".to_vec()),
+            )]
+            .into(),
+        );
+        assert_eq!(
+            foreign_keys(&cm("1", "u"), &binary),
+            Some(json!({"binaryData": {"evil.conf": null}}))
+        );
+        // Of an Ingress's annotations, those that configure the ingress controller are rendered
+        // whole; others (another tool's) are left alone.
+        use k8s_openapi::api::networking::v1::Ingress;
+        let ingress = |annotations: serde_json::Value| -> Ingress {
+            serde_json::from_value(json!({"metadata": {"name": "a", "annotations": annotations}}))
+                .unwrap()
+        };
+        assert_eq!(
+            foreign_keys(
+                &ingress(json!({"nginx.org/mergeable-ingress-type": "minion"})),
+                &ingress(json!({"nginx.org/mergeable-ingress-type": "minion",
+                    "nginx.org/location-snippets": "proxy_pass http://evil;",
+                    "example.org/owner": "team"}))
+            ),
+            Some(json!({"metadata": {"annotations": {"nginx.org/location-snippets": null}}}))
+        );
         // A label selector object is not a string map.
         let sts = |labels: serde_json::Value| -> StatefulSet {
             serde_json::from_value(json!({"metadata": {"name": "a"},

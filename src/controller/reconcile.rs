@@ -502,12 +502,39 @@ where
 {
     let name = desired.name_any();
     let stored = existing(ctx, stored, live, &name).await?;
+    let judge = |obj: &Kept<K>| controlled(obj, site);
     if let Some(existing) = &stored {
-        controlled(existing.as_ref(), site)?;
+        judge(existing)?;
     }
-    let (written, obj) = apply::apply(ctx, stored.as_deref(), desired).await?;
+    let (written, obj) = apply_judged(ctx, stored, desired, judge).await?;
     writes.record::<K>(&name, written);
     Ok((written, obj))
+}
+
+/// Applies `desired` over `stored`, the object `judge` accepted (or nothing of its name). When
+/// the API server answers that the object is not the one judged ([`apply::judged_again`]:
+/// created, deleted or replaced by someone else since the cache showed it), the object is read
+/// and judged again, and applied only if it passes.
+async fn apply_judged<K>(
+    ctx: &Context,
+    stored: Option<Arc<Kept<K>>>,
+    mut desired: K,
+    judge: impl Fn(&Kept<K>) -> Result<()>,
+) -> Result<(Written, Option<K>)>
+where
+    K: Owned,
+{
+    match apply::apply(ctx, stored.as_deref(), &mut desired).await {
+        Err(e) if apply::judged_again(&e) => {
+            tracing::info!(error = %e, "not the object judged: judging it again");
+            let again = ctx.read_kept::<K>(&desired.name_any()).await?;
+            if let Some(obj) = &again {
+                judge(obj)?;
+            }
+            apply::apply(ctx, again.as_deref(), &mut desired).await
+        }
+        other => other,
+    }
 }
 
 /// What exists of the object `name`: the cache's copy (`stored`); when the cache has none, is not
@@ -589,21 +616,20 @@ where
         Some(_) => existing(ctx, store.get(&id), store.live(), &id).await?,
         None => store.get(&id),
     };
+    let judge = |existing: &Kept<K>| match controlled(existing, site) {
+        Err(Error::ObjectConflict { controller, .. }) => Err(Error::RouteConflict {
+            kind: K::kind(&K::DynamicType::default()).into_owned(),
+            name: id.clone(),
+            controller,
+        }),
+        other => other,
+    };
     if let Some(existing) = stored.as_deref() {
-        match controlled(existing, site) {
-            Err(Error::ObjectConflict { controller, .. }) => {
-                return Err(Error::RouteConflict {
-                    kind: K::kind(&K::DynamicType::default()).into_owned(),
-                    name: id,
-                    controller,
-                });
-            }
-            other => other?,
-        }
+        judge(existing)?;
     }
     match (desired, stored) {
         (Some(route), stored) => {
-            let (written, _) = apply::apply(ctx, stored.as_deref(), route).await?;
+            let (written, _) = apply_judged(ctx, stored, route, judge).await?;
             writes.record::<K>(&id, written);
             Ok(())
         }
