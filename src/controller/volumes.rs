@@ -73,11 +73,27 @@ fn has_site_label(pv: &Volume, id: &str) -> bool {
         .is_some_and(|v| v == id)
 }
 
-/// Whether a volume is free for a claim in `namespace`: Released or Available, and not reserved
-/// for a claim in another namespace.
+/// Whether a volume is free for a claim in `namespace`: Released or Available, and its claim
+/// reference names a claim of `namespace`. The site label alone does not say which namespace's
+/// Site the volume served (Sites of one name in two namespaces carry the same label), so a
+/// volume without a claim reference, or one of another namespace, is never reused: one
+/// tenant's data never goes to another namespace's Site.
 fn reusable(pv: &Volume, namespace: &str) -> bool {
     matches!(phase(pv), Some("Released") | Some("Available"))
-        && claim_ref(pv).is_none_or(|(ns, _)| ns.is_empty() || ns == namespace)
+        && claim_ref(pv).is_some_and(|(ns, _)| ns == namespace)
+}
+
+/// Whether `pv` is the volume of the claim `namespace/claim_name` whose uid is `claim_uid`:
+/// its claim reference names that claim by name and uid (what the site label is put on).
+fn bound_to(pv: &Volume, namespace: &str, claim_name: &str, claim_uid: &str) -> bool {
+    pv.spec
+        .as_ref()
+        .and_then(|s| s.claim_ref.as_ref())
+        .is_some_and(|c| {
+            c.namespace.as_deref() == Some(namespace)
+                && c.name.as_deref() == Some(claim_name)
+                && c.uid.as_deref() == Some(claim_uid)
+        })
 }
 
 /// Finds a retained volume for the site's claim `<id>`, before the claim is created: first a
@@ -126,16 +142,7 @@ fn still_bound_to<'a>(
 /// by uid yet. The re-bind ([`rebind_patch`]) follows the claim, so a re-bind cut short (the
 /// operator stopped between the two writes) is finished by the next reconcile.
 fn awaits_rebind(pv: &Volume, namespace: &str, claim_name: &str, claim_uid: &str) -> bool {
-    let named = pv
-        .spec
-        .as_ref()
-        .and_then(|s| s.claim_ref.as_ref())
-        .is_some_and(|c| {
-            c.namespace.as_deref() == Some(namespace)
-                && c.name.as_deref() == Some(claim_name)
-                && c.uid.as_deref() == Some(claim_uid)
-        });
-    reusable(pv, namespace) && !named
+    reusable(pv, namespace) && !bound_to(pv, namespace, claim_name, claim_uid)
 }
 
 /// The merge patch that labels a retained volume for the site and binds it to the site's new
@@ -150,10 +157,9 @@ fn rebind_patch(
     resource_version: Option<&str>,
 ) -> Value {
     json!({
-        // Conditional on the volume as it was judged when its resourceVersion is known (one
-        // changed since is a 409, retried and judged again). The operator's cached volumes keep
-        // no resourceVersion, so its re-binds are not conditional: the volume is judged from the
-        // cache (Released or Available, its claim reference not naming this claim yet).
+        // Conditional on the volume as it was judged, read from the API server just before
+        // (the cached volumes keep no resourceVersion): one changed since is a 409, retried
+        // and judged again.
         "metadata": {"labels": labels::labels(id), "resourceVersion": resource_version},
         "spec": {"claimRef": {
             "apiVersion": "v1",
@@ -166,9 +172,31 @@ fn rebind_patch(
     })
 }
 
-/// The merge patch that puts the site labels on its bound volume (so a later recreation finds it).
-fn label_patch(id: &str) -> Value {
-    json!({"metadata": {"labels": labels::labels(id)}})
+/// The merge patch that puts the site labels on its bound volume (so a later recreation finds
+/// it), conditional on the version it was judged at.
+fn label_patch(id: &str, resource_version: Option<&str>) -> Value {
+    json!({"metadata": {"labels": labels::labels(id), "resourceVersion": resource_version}})
+}
+
+/// Whether the volume read when its label is due is the site's: bound (its claim reference
+/// naming the claim `namespace/id` by uid) to `claim`, the site's claim as read then, which
+/// the Site `id` controls. A volume bound to another claim, of another namespace, or to a claim
+/// of that name that is not the Site's, is not labelled (a later re-creation would take it).
+fn labels_for_site(
+    pv: &Volume,
+    claim: Option<&PersistentVolumeClaim>,
+    namespace: &str,
+    id: &str,
+) -> bool {
+    let Some(claim) = claim else {
+        return false;
+    };
+    let site_controls = claim
+        .owner_references()
+        .iter()
+        .any(|o| o.controller == Some(true) && o.kind == "Site" && o.name == id);
+    let uid = claim.metadata.uid.as_deref().unwrap_or_default();
+    site_controls && !uid.is_empty() && bound_to(pv, namespace, id, uid)
 }
 
 /// The retained volume a new claim re-binds to: among the volumes labelled for the site or
@@ -227,12 +255,23 @@ pub fn still_bound(ctx: &Context, id: &str) -> Option<String> {
 pub async fn rebind(ctx: &Context, site: &Site, pv: &Volume, claim_uid: &str) -> Result<()> {
     let id = site.name_any();
     let name = pv.name_any();
+    // Judged again as the API server has it, and re-bound only at that version.
+    let api: Api<Volume> = Api::all(ctx.client.clone());
+    let fresh = api.get_opt(&name).await.map_err(|source| Error::Read {
+        target: Target::of::<Volume>(&name),
+        source: Box::new(source),
+    })?;
+    let Some(fresh) = fresh.filter(|v| awaits_rebind(v, &ctx.namespace, &id, claim_uid)) else {
+        return Err(Error::Waiting {
+            what: format!("volume {name} to be free for the site's claim"),
+        });
+    };
     let patch = rebind_patch(
         &id,
         &ctx.namespace,
         &id,
         claim_uid,
-        pv.metadata.resource_version.as_deref(),
+        fresh.metadata.resource_version.as_deref(),
     );
     apply::patch_volume(&ctx.client, &name, &patch)
         .await
@@ -283,20 +322,35 @@ pub fn label_later(ctx: &Context, id: &str, claim: Option<&PersistentVolumeClaim
     };
     let due = tokio::time::Instant::now() + low + Duration::from_millis(jitter);
     let client = ctx.client.clone();
+    let namespace = ctx.namespace.clone();
     ctx.labeller.schedule(due, volume, id, move |volume, id| {
-        label_volume(client.clone(), volume, id)
+        label_volume(client.clone(), namespace.clone(), volume, id)
     });
 }
 
-/// Labels `volume` with the site labels of `id` unless it already has them (read from the API
-/// server when the label is due). Errors are logged: the label only helps a later re-creation
-/// find the volume.
-async fn label_volume(client: kube::Client, volume: String, id: String) {
+/// Labels `volume` with the site labels of `id` unless it already has them, only while it is
+/// bound to the site's claim (`labels_for_site`; the volume and the claim read from the API
+/// server when the label is due), at the version read. Errors are logged: the label only helps
+/// a later re-creation find the volume.
+async fn label_volume(client: kube::Client, namespace: String, volume: String, id: String) {
     let api: Api<Volume> = Api::all(client.clone());
     match api.get_opt(&volume).await {
         Ok(Some(pv)) if pv.labels().get(ID_LABEL) == Some(&id) => {}
-        Ok(Some(_)) => {
-            if let Err(e) = apply::patch_volume(&client, &volume, &label_patch(&id)).await {
+        Ok(Some(pv)) => {
+            let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &namespace);
+            let claim = match claims.get_opt(&id).await {
+                Ok(claim) => claim,
+                Err(e) => {
+                    tracing::warn!(site = %id, error = %e, "cannot read the site claim");
+                    return;
+                }
+            };
+            if !labels_for_site(&pv, claim.as_ref(), &namespace, &id) {
+                tracing::info!(site = %id, volume = %volume, "the volume is not bound to the site's claim; not labelled");
+                return;
+            }
+            let patch = label_patch(&id, pv.metadata.resource_version.as_deref());
+            if let Err(e) = apply::patch_volume(&client, &volume, &patch).await {
                 tracing::warn!(site = %id, volume = %volume, error = %e, "cannot label the site volume");
             }
         }
@@ -414,9 +468,24 @@ mod tests {
                 None,
             ),
             (
-                "available, pre-bound to nobody",
+                "available, labelled, pre-bound to nobody: which namespace it served is unknown",
                 vec![pv("pv-a", "Available", Some(site), None)],
+                None,
+            ),
+            (
+                "available, labelled, pre-bound to a claim of the namespace",
+                vec![pv("pv-a", "Available", Some(site), Some(("sites", site)))],
                 Some("pv-a"),
+            ),
+            (
+                "labelled, released from the same site name of another namespace",
+                vec![pv("pv-a", "Released", Some(site), Some(("team", site)))],
+                None,
+            ),
+            (
+                "labelled, available, pre-bound to a claim of another namespace",
+                vec![pv("pv-a", "Available", Some(site), Some(("team", site)))],
+                None,
             ),
             (
                 "another site's volume",
@@ -431,8 +500,8 @@ mod tests {
             (
                 "stable choice",
                 vec![
-                    pv("pv-z", "Released", Some(site), None),
-                    pv("pv-a", "Released", Some(site), None),
+                    pv("pv-z", "Released", Some(site), Some(("sites", site))),
+                    pv("pv-a", "Released", Some(site), Some(("sites", site))),
                 ],
                 Some("pv-a"),
             ),
@@ -444,6 +513,91 @@ mod tests {
                 "{case}"
             );
         }
+    }
+
+    /// A volume is labelled for a site only while it is bound, by uid, to the site's claim of
+    /// the operator's namespace, which the Site controls.
+    #[test]
+    fn only_a_volume_bound_to_the_sites_claim_is_labelled() {
+        let claim = |uid: &str, controller: Option<(&str, &str)>| -> PersistentVolumeClaim {
+            let mut c = json!({"metadata": {"name": "s", "namespace": "sites", "uid": uid}});
+            if let Some((kind, name)) = controller {
+                c["metadata"]["ownerReferences"] = json!([{"apiVersion": "sites.ecmwf.int/v1",
+                    "kind": kind, "name": name, "uid": "site-uid", "controller": true}]);
+            }
+            serde_json::from_value(c).unwrap()
+        };
+        let bound = |claim: Option<(&str, &str)>, uid: &str| {
+            let mut v = pv("pv-a", "Bound", None, claim);
+            if let Some(r) = v.spec.as_mut().and_then(|s| s.claim_ref.as_mut()) {
+                r.uid = Some(uid.into());
+            }
+            v
+        };
+        let site_claim = claim("c-1", Some(("Site", "s")));
+        let cases = [
+            (
+                "bound to the site's claim",
+                bound(Some(("sites", "s")), "c-1"),
+                Some(site_claim.clone()),
+                true,
+            ),
+            (
+                "bound to an older claim of that name",
+                bound(Some(("sites", "s")), "c-0"),
+                Some(site_claim.clone()),
+                false,
+            ),
+            (
+                "bound to a claim of another namespace",
+                bound(Some(("team", "s")), "c-1"),
+                Some(site_claim.clone()),
+                false,
+            ),
+            (
+                "bound to another claim",
+                bound(Some(("sites", "x")), "c-1"),
+                Some(site_claim.clone()),
+                false,
+            ),
+            (
+                "not bound",
+                pv("pv-a", "Available", None, None),
+                Some(site_claim.clone()),
+                false,
+            ),
+            (
+                "the claim is gone",
+                bound(Some(("sites", "s")), "c-1"),
+                None,
+                false,
+            ),
+            (
+                "the claim is not the Site's",
+                bound(Some(("sites", "s")), "c-1"),
+                Some(claim("c-1", None)),
+                false,
+            ),
+            (
+                "the claim is another Site's",
+                bound(Some(("sites", "s")), "c-1"),
+                Some(claim("c-1", Some(("Site", "t")))),
+                false,
+            ),
+        ];
+        for (case, volume, claim, want) in cases {
+            assert_eq!(
+                labels_for_site(&volume, claim.as_ref(), "sites", "s"),
+                want,
+                "{case}"
+            );
+        }
+        let p = label_patch("s", Some("7"));
+        assert_eq!(
+            p["metadata"]["resourceVersion"], "7",
+            "conditional on the volume read"
+        );
+        assert_eq!(p["metadata"]["labels"][ID_LABEL], "s");
     }
 
     #[test]
@@ -487,8 +641,13 @@ mod tests {
                 true,
             ),
             (
-                "available, no claim",
+                "available, no claim: not known to be this namespace's",
                 pv("pv-a", "Available", Some("s"), None),
+                false,
+            ),
+            (
+                "available, pre-bound to the claim's name",
+                with_uid("Available", Some(("sites", "s")), ""),
                 true,
             ),
             (
