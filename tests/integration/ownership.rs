@@ -823,3 +823,295 @@ async fn a_key_someone_else_adds_to_the_sites_configmap_is_removed() {
     assert_eq!(repaired, own);
     op.stop().await;
 }
+
+/// The Site's labels and a field manager named after the operator are anyone's to choose: a
+/// ConfigMap `<id>` created before the Site with `--field-manager=sites-operator` (recorded as
+/// an update) is a conflict, left as it is, and never reaches a pod. One applied under that
+/// name (recorded as an apply, as the operator's own are) is adopted only as the rendering:
+/// what it planted goes with the operator's first apply, a `binaryData` file too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn planted_objects_are_not_adopted_whatever_their_writer_calls_itself() {
+    use kube::api::{Patch, PatchParams};
+    let c = Cluster::start(false).await;
+    prepare(&c).await;
+    let labels = json!({"sites.ecmwf.int/id": "docs-handbook",
+                        "app.kubernetes.io/managed-by": "sites-operator"});
+    let planted: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "docs-handbook", "namespace": NS, "labels": labels},
+        "data": {"LD_PRELOAD": "/tmp/evil.so"}}))
+    .unwrap();
+    let named = PostParams {
+        field_manager: Some("sites-operator".into()),
+        ..PostParams::default()
+    };
+    let planted =
+        serde_json::to_value(api::<ConfigMap>(&c).create(&named, &planted).await.unwrap()).unwrap();
+    api::<ConfigMap>(&c)
+        .patch(
+            "docs-handbook-files",
+            &PatchParams::apply("sites-operator").force(),
+            &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "docs-handbook-files", "namespace": NS, "labels": labels},
+                "data": {"evil.conf": "location / { proxy_pass http://evil; }"},
+                "binaryData": {"evil.so": "ZXZpbA=="}})),
+        )
+        .await
+        .unwrap();
+    let op = operator(&c, config(RoutingMode::Ingress)).await;
+    sites(&c)
+        .create(&PostParams::default(), &example("site.yaml"))
+        .await
+        .unwrap();
+    let message = conflict(
+        &c,
+        "docs-handbook",
+        "ConfigMap docs-handbook exists and is not controlled by any Site, and sites-operator (Update) manages fields of it",
+    )
+    .await;
+    assert!(message.contains("left alone"), "{message}");
+    assert_eq!(
+        stored::<ConfigMap>(&c, "docs-handbook").await,
+        Some(planted)
+    );
+    assert_eq!(stored::<StatefulSet>(&c, "docs-handbook").await, None);
+
+    // The update-planted ConfigMap removed: the apply-planted one is the Site's, as rendered.
+    api::<ConfigMap>(&c)
+        .delete("docs-handbook", &DeleteParams::default())
+        .await
+        .unwrap();
+    edit_and_settle(
+        &c,
+        &op,
+        "docs-handbook",
+        json!({"spec": {"description": "again"}}),
+    )
+    .await;
+    wait_available(&c, "docs-handbook").await;
+    let files = api::<ConfigMap>(&c)
+        .get("docs-handbook-files")
+        .await
+        .unwrap();
+    assert!(
+        !files.data.unwrap_or_default().contains_key("evil.conf"),
+        "the planted key stayed"
+    );
+    assert!(
+        files.binary_data.unwrap_or_default().is_empty(),
+        "the planted file stayed"
+    );
+    op.stop().await;
+}
+
+/// No rendering has `binaryData`: a file someone adds to the Site's ConfigMap `<id>-files`
+/// (mounted whole in the site pod) is removed by the drift repair, and stays removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_binary_file_someone_else_adds_to_the_sites_files_is_removed() {
+    let c = Cluster::start(false).await;
+    prepare(&c).await;
+    let op = operator(&c, config(RoutingMode::Ingress)).await;
+    sites(&c)
+        .create(&PostParams::default(), &example("site.yaml"))
+        .await
+        .unwrap();
+    wait_available(&c, "docs-handbook").await;
+    let own = api::<ConfigMap>(&c)
+        .get("docs-handbook-files")
+        .await
+        .unwrap()
+        .data;
+    api::<ConfigMap>(&c)
+        .patch(
+            "docs-handbook-files",
+            &kube::api::PatchParams {
+                field_manager: Some("kubectl-edit".into()),
+                ..Default::default()
+            },
+            &kube::api::Patch::Merge(json!({"binaryData": {"evil.so": "ZXZpbA=="}})),
+        )
+        .await
+        .unwrap();
+    eventually("the planted file removed", WAIT, || async {
+        let cm = api::<ConfigMap>(&c).get("docs-handbook-files").await.ok()?;
+        cm.binary_data.unwrap_or_default().is_empty().then_some(())
+    })
+    .await;
+    op.settled().await;
+    let cm = api::<ConfigMap>(&c)
+        .get("docs-handbook-files")
+        .await
+        .unwrap();
+    assert!(cm.binary_data.unwrap_or_default().is_empty());
+    assert_eq!(cm.data, own);
+    op.stop().await;
+}
+
+/// An edit made while no operator runs, keeping the hash annotation (a key added to the
+/// ConfigMap `<id>` the site containers read whole, a value changed), is repaired when an
+/// operator starts; the restart of converged Sites writes nothing
+/// (`a_restarted_operator_writes_nothing_for_converged_sites`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edit_made_while_no_operator_runs_is_repaired_at_start() {
+    let c = Cluster::start(false).await;
+    prepare(&c).await;
+    let op = operator(&c, config(RoutingMode::Ingress)).await;
+    sites(&c)
+        .create(&PostParams::default(), &example("site.yaml"))
+        .await
+        .unwrap();
+    wait_available(&c, "docs-handbook").await;
+    op.settled().await;
+    let own = api::<ConfigMap>(&c).get("docs-handbook").await.unwrap();
+    op.stop().await;
+    let key = own.data.as_ref().unwrap().keys().next().unwrap().clone();
+    api::<ConfigMap>(&c)
+        .patch(
+            "docs-handbook",
+            &kube::api::PatchParams {
+                field_manager: Some("kubectl-edit".into()),
+                ..Default::default()
+            },
+            &kube::api::Patch::Merge(
+                json!({"data": {"HTTPS_PROXY": "http://proxy.evil:3128", key.clone(): "edited"}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let edited = api::<ConfigMap>(&c).get("docs-handbook").await.unwrap();
+    assert_eq!(
+        edited.metadata.annotations, own.metadata.annotations,
+        "hash kept"
+    );
+
+    let op = operator(&c, config(RoutingMode::Ingress)).await;
+    let repaired = eventually("the offline edit repaired", WAIT, || async {
+        let data = api::<ConfigMap>(&c).get("docs-handbook").await.ok()?.data?;
+        (data == *own.data.as_ref()?).then_some(data)
+    })
+    .await;
+    assert!(!repaired.contains_key("HTTPS_PROXY"));
+    op.stop().await;
+}
+
+/// The apply holds to the object judged: with the ConfigMaps' watch down (the cache still
+/// shows the Site's ConfigMap `<id>`), someone deletes it and creates their own of that name;
+/// the Site's next write of it is refused by the API server (its uid is not the object's), the
+/// object is judged again (a conflict) and left as it is: its owners and keys stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_replaced_while_the_cache_lags_is_not_taken_over() {
+    let c = Cluster::start(false).await;
+    prepare(&c).await;
+    let faults = c.emulator().faults();
+    faults.drop_watches_every(Some(Duration::from_millis(200)));
+    let op = operator(&c, config(RoutingMode::Ingress)).await;
+    sites(&c)
+        .create(&PostParams::default(), &example("site.yaml"))
+        .await
+        .unwrap();
+    wait_available(&c, "docs-handbook").await;
+    op.settled().await;
+    blind(faults, "configmaps");
+    let caches = op.caches();
+    eventually("the ConfigMaps' cache no longer live", WAIT, || async {
+        (!caches.configmaps.live()).then_some(())
+    })
+    .await;
+    api::<ConfigMap>(&c)
+        .delete("docs-handbook", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the ConfigMap gone", WAIT, || async {
+        api::<ConfigMap>(&c)
+            .get_opt("docs-handbook")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let theirs = create::<ConfigMap>(
+        &c,
+        json!({"metadata": {"name": "docs-handbook", "namespace": NS},
+               "data": {"theirs": "1"}}),
+    )
+    .await;
+    assert!(
+        caches.configmaps.get("docs-handbook").is_some(),
+        "the cache still shows the Site's"
+    );
+    // A change of the Site that its ConfigMap `<id>` renders (SITE_OWNER).
+    merge(
+        &c,
+        "docs-handbook",
+        json!({"spec": {"owner": "someone-else"}}),
+    )
+    .await;
+    conflict(
+        &c,
+        "docs-handbook",
+        "ConfigMap docs-handbook exists and is not controlled by any Site",
+    )
+    .await;
+    assert_eq!(stored::<ConfigMap>(&c, "docs-handbook").await, Some(theirs));
+    faults.clear();
+    faults.drop_watches_every(None);
+    op.stop().await;
+}
+
+/// A volume labelled for a site whose claim reference names no claim of the operator's
+/// namespace (none at all: which namespace's Site it served is unknown) is never reused: a
+/// new Site of that name gets a volume of its own, and the labelled one is left as it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_volume_of_unknown_namespace_is_never_reused() {
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+    let c = Cluster::start(false).await;
+    prepare(&c).await;
+    let op = operator(&c, config(RoutingMode::Ingress)).await;
+    let pvs: kube::Api<PersistentVolume> = kube::Api::all(c.client.clone());
+    let other: PersistentVolume = serde_json::from_value(json!({
+        "metadata": {"name": "other-tenant", "labels": {"sites.ecmwf.int/id": "docs-handbook"}},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                 "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": "/data/other"}}}))
+    .unwrap();
+    pvs.create(&PostParams::default(), &other).await.unwrap();
+    // The phase the PersistentVolume controller gives an unbound volume (the emulator's
+    // volume controller binds and releases, and leaves an unbound volume's phase alone).
+    pvs.patch_status(
+        "other-tenant",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(json!({"status": {"phase": "Available"}})),
+    )
+    .await
+    .unwrap();
+    let caches = op.caches();
+    eventually("the volume Available and cached", WAIT, || async {
+        let pv = pvs.get("other-tenant").await.ok()?;
+        (pv.status?.phase.as_deref() == Some("Available")
+            && caches.volumes.get("other-tenant").is_some())
+        .then_some(())
+    })
+    .await;
+    sites(&c)
+        .create(&PostParams::default(), &example("site.yaml"))
+        .await
+        .unwrap();
+    wait_available(&c, "docs-handbook").await;
+    let claim = api::<PersistentVolumeClaim>(&c)
+        .get("docs-handbook")
+        .await
+        .unwrap();
+    assert_ne!(
+        claim.spec.unwrap().volume_name.as_deref(),
+        Some("other-tenant")
+    );
+    assert!(
+        pvs.get("other-tenant")
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .claim_ref
+            .is_none()
+    );
+    op.stop().await;
+}
