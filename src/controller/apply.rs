@@ -135,21 +135,37 @@ where
             // A creation is recorded as an update of its writer; the operator's fields are
             // recorded as its apply, so that a later apply without a field removes it, and
             // so that no entry of the operator's name but an apply is ever the operator's
-            // (`labels::other_manager`).
-            match applied_entries(created.meta()) {
-                None => created,
-                Some(entries) => {
-                    let patch = serde_json::json!({"metadata": {
-                        "managedFields": entries,
-                        "resourceVersion": created.resource_version(),
-                    }});
-                    api.patch(
+            // (`labels::other_manager`). Another writer may change the new object meanwhile
+            // (a claim's binder): then it is read again, at most a few times.
+            let uid = created.uid();
+            let mut current = created;
+            let mut tries = 0;
+            loop {
+                let Some(entries) = applied_entries(current.meta()) else {
+                    break current;
+                };
+                let patch = serde_json::json!({"metadata": {
+                    "managedFields": entries,
+                    "resourceVersion": current.resource_version(),
+                }});
+                match api
+                    .patch(
                         &name,
                         &crate::labels::update_params(),
                         &Patch::Merge(&patch),
                     )
                     .await
-                    .map_err(failed)?
+                {
+                    Ok(recorded) => break recorded,
+                    Err(kube::Error::Api(s)) if s.code == 409 && tries < 3 => {
+                        tries += 1;
+                        match api.get_opt(&name).await.map_err(failed)? {
+                            Some(now) if now.uid() == uid => current = now,
+                            // Deleted or replaced since: judged again (a 409).
+                            _ => return Err(failed(kube::Error::Api(s))),
+                        }
+                    }
+                    Err(e) => return Err(failed(e)),
                 }
             }
         }

@@ -330,37 +330,48 @@ pub fn label_later(ctx: &Context, id: &str, claim: Option<&PersistentVolumeClaim
 
 /// Labels `volume` with the site labels of `id` unless it already has them, only while it is
 /// bound to the site's claim (`labels_for_site`; the volume and the claim read from the API
-/// server when the label is due), at the version read. Errors are logged: the label only helps
-/// a later re-creation find the volume.
+/// server when the label is due), at the version read: a volume changed meanwhile (its status
+/// written by the volume controller) is read and judged again, a few times. Errors are logged:
+/// the label only helps a later re-creation find the volume.
 async fn label_volume(client: kube::Client, namespace: String, volume: String, id: String) {
+    const TRIES: usize = 4;
     let api: Api<Volume> = Api::all(client.clone());
-    match api.get_opt(&volume).await {
-        Ok(Some(pv)) if pv.labels().get(ID_LABEL) == Some(&id) => {}
-        Ok(Some(pv)) => {
-            let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &namespace);
-            let claim = match claims.get_opt(&id).await {
-                Ok(claim) => claim,
-                Err(e) => {
-                    tracing::warn!(site = %id, error = %e, "cannot read the site claim");
-                    return;
-                }
-            };
-            if !labels_for_site(&pv, claim.as_ref(), &namespace, &id) {
-                tracing::info!(site = %id, volume = %volume, "the volume is not bound to the site's claim; not labelled");
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &namespace);
+    for _ in 0..TRIES {
+        let pv = match api.get_opt(&volume).await {
+            Ok(Some(pv)) if pv.labels().get(ID_LABEL) == Some(&id) => return,
+            Ok(Some(pv)) => pv,
+            Ok(None) => {
+                tracing::info!(site = %id, volume = %volume, "volume not found; not labelled");
                 return;
             }
-            let patch = label_patch(&id, pv.metadata.resource_version.as_deref());
-            if let Err(e) = apply::patch_volume(&client, &volume, &patch).await {
+            Err(e) => {
+                tracing::warn!(site = %id, volume = %volume, error = %e, "cannot read the site volume");
+                return;
+            }
+        };
+        let claim = match claims.get_opt(&id).await {
+            Ok(claim) => claim,
+            Err(e) => {
+                tracing::warn!(site = %id, error = %e, "cannot read the site claim");
+                return;
+            }
+        };
+        if !labels_for_site(&pv, claim.as_ref(), &namespace, &id) {
+            tracing::info!(site = %id, volume = %volume, "the volume is not bound to the site's claim; not labelled");
+            return;
+        }
+        let patch = label_patch(&id, pv.metadata.resource_version.as_deref());
+        match apply::patch_volume(&client, &volume, &patch).await {
+            Ok(()) => return,
+            Err(kube::Error::Api(s)) if s.code == 409 => continue,
+            Err(e) => {
                 tracing::warn!(site = %id, volume = %volume, error = %e, "cannot label the site volume");
+                return;
             }
         }
-        Ok(None) => {
-            tracing::info!(site = %id, volume = %volume, "volume not found; not labelled")
-        }
-        Err(e) => {
-            tracing::warn!(site = %id, volume = %volume, error = %e, "cannot read the site volume")
-        }
     }
+    tracing::warn!(site = %id, volume = %volume, "the volume kept changing; not labelled");
 }
 
 #[cfg(test)]
