@@ -17,7 +17,6 @@ use std::fmt::Debug;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event as K8sEvent;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
@@ -81,12 +80,13 @@ pub enum Written {
 /// differs (None: not in the cache, so probably missing) or its managed content drifted from
 /// what the operator wrote. Returns what the API server stored when it wrote.
 ///
-/// What was judged is what is written (SPEC 4.6): an object judged to exist is applied with its
-/// uid, which the API server holds the apply to (one deleted since is not created again: 409;
-/// one deleted and created again by someone else is not taken over: 422, `metadata.uid` is
-/// immutable); an object judged absent is created (POST), so that one someone else created
-/// meanwhile is not taken over either (409). Either answer is [`Error::Apply`] with that code
-/// ([`judged_again`]): the caller judges the object again.
+/// What was judged is what is written (SPEC 4.6): an object judged to exist is applied, forced,
+/// with its uid, which the API server holds the apply to (one deleted since is not created
+/// again: 409; one deleted and created again by someone else is not taken over: 422,
+/// `metadata.uid` is immutable); an object judged absent is created by an apply that is not
+/// forced, so that one someone else created meanwhile is not taken over either (409 from the
+/// API server, or from here when the answer shows another writer). Either answer is
+/// [`Error::Apply`] with that code ([`judged_again`]): the caller judges the object again.
 pub async fn apply<K>(
     ctx: &Context,
     stored: Option<&Kept<K>>,
@@ -127,47 +127,21 @@ where
                 .map_err(failed)?
         }
         None => {
-            let params = PostParams {
-                field_manager: Some(FIELD_MANAGER.into()),
-                ..PostParams::default()
-            };
-            let created = api.create(&params, desired).await.map_err(failed)?;
-            // A creation is recorded as an update of its writer; the operator's fields are
-            // recorded as its apply, so that a later apply without a field removes it, and
-            // so that no entry of the operator's name but an apply is ever the operator's
-            // (`labels::other_manager`). Another writer may change the new object meanwhile
-            // (a claim's binder): then it is read again, at most a few times.
-            let uid = created.uid();
-            let mut current = created;
-            let mut tries = 0;
-            loop {
-                let Some(entries) = applied_entries(current.meta()) else {
-                    break current;
-                };
-                let patch = serde_json::json!({"metadata": {
-                    "managedFields": entries,
-                    "resourceVersion": current.resource_version(),
-                }});
-                match api
-                    .patch(
-                        &name,
-                        &crate::labels::update_params(),
-                        &Patch::Merge(&patch),
-                    )
-                    .await
-                {
-                    Ok(recorded) => break recorded,
-                    Err(kube::Error::Api(s)) if s.code == 409 && tries < 3 => {
-                        tries += 1;
-                        match api.get_opt(&name).await.map_err(failed)? {
-                            Some(now) if now.uid() == uid => current = now,
-                            // Deleted or replaced since: judged again (a 409).
-                            _ => return Err(failed(kube::Error::Api(s))),
-                        }
-                    }
-                    Err(e) => return Err(failed(e)),
-                }
+            // Created by an apply that takes nothing from anyone (not forced): an object that
+            // someone else created meanwhile is not taken over. A field of theirs with another
+            // value fails the apply (409); one whose fields agree, or that has others beside
+            // them, is found with their entry in what the apply returns. Either is judged again.
+            let params = PatchParams::apply(FIELD_MANAGER);
+            let written = api
+                .patch(&name, &params, &Patch::Apply(&*desired))
+                .await
+                .map_err(failed)?;
+            if let Some(other) = crate::labels::other_manager(written.meta()) {
+                let message = format!("created meanwhile by another writer ({other})");
+                let status = kube::core::Status::failure(&message, "Conflict").with_code(409);
+                return Err(failed(kube::Error::Api(Box::new(status))));
             }
+            written
         }
     };
     // Server-side apply keeps owner references other managers set; the Site must be the only
@@ -229,30 +203,6 @@ where
 /// again: the uid the apply carries is not the object's). The object is judged again.
 pub fn judged_again(e: &Error) -> bool {
     matches!(e, Error::Apply { .. }) && matches!(e.status_code(), Some(409 | 422))
-}
-
-/// The `managedFields` of a new object with the operator's own entry of the creation (operation
-/// `Update`) recorded as its apply (None: there is no such entry). The fields are the same: what
-/// the creation wrote is what an apply of the same object owns.
-fn applied_entries(meta: &ObjectMeta) -> Option<Vec<ManagedFieldsEntry>> {
-    let entries = meta.managed_fields.as_ref()?;
-    let ours = |e: &ManagedFieldsEntry| {
-        e.manager.as_deref() == Some(FIELD_MANAGER)
-            && e.operation.as_deref() == Some("Update")
-            && e.subresource.as_deref().unwrap_or_default().is_empty()
-    };
-    entries.iter().any(ours).then(|| {
-        entries
-            .iter()
-            .map(|e| {
-                let mut e = e.clone();
-                if ours(&e) {
-                    e.operation = Some("Apply".into());
-                }
-                e
-            })
-            .collect()
-    })
 }
 
 /// A merge patch removing the keys of the maps `K` renders whole ([`Managed::WHOLE`]) that

@@ -183,19 +183,16 @@ async fn a_site_converges_and_an_unchanged_site_costs_no_writes() {
 async fn objects_are_created_in_order_and_a_failure_stops_the_sequence() {
     let c = Cluster::start(false).await;
     prepare(&c).await;
-    // StatefulSet creation (a POST; a write of an existing one is a PATCH) fails: the objects
-    // before it exist, the ones after it do not (LIFE-01).
-    for verb in ["create", "patch"] {
-        c.emulator()
-            .faults()
-            .add(sites_emulator::faults::FaultRule {
-                verb: Some(verb.into()),
-                resource: Some("statefulsets.apps".into()),
-                rate: 1.0,
-                codes: vec![500],
-                latency_ms: 0,
-            });
-    }
+    // StatefulSet creation fails: the objects before it exist, the ones after it do not (LIFE-01).
+    c.emulator()
+        .faults()
+        .add(sites_emulator::faults::FaultRule {
+            verb: Some("patch".into()),
+            resource: Some("statefulsets.apps".into()),
+            rate: 1.0,
+            codes: vec![500],
+            latency_ms: 0,
+        });
     let op = operator(&c, config(RoutingMode::Ingress)).await;
     sites(&c)
         .create(&PostParams::default(), &example("site.yaml"))
