@@ -62,6 +62,9 @@ pub struct Conn {
     blocked: AtomicU64,
     /// Requests begun and not yet answered in full.
     in_flight: AtomicU32,
+    /// Whether the transport had nothing to read since the last request began: a request that
+    /// begins without such a wait was already there (pipelined behind others).
+    read_waited: AtomicBool,
     /// Milliseconds since `epoch` at which the last request ended.
     last_end: AtomicU64,
     /// Answers being written: their number, in order of the handler's return, and when.
@@ -107,6 +110,7 @@ impl Conn {
             read: AtomicU64::new(0),
             blocked: AtomicU64::new(0),
             in_flight: AtomicU32::new(0),
+            read_waited: AtomicBool::new(true),
             last_end: AtomicU64::new(0),
             answers: Mutex::default(),
             linger: AtomicBool::new(false),
@@ -122,6 +126,12 @@ impl Conn {
 
     fn at(&self, ms: u64) -> Instant {
         self.epoch + Duration::from_millis(ms)
+    }
+
+    /// Whether a request beginning now was already read, behind others, rather than awaited:
+    /// such a request waits for its turn behind the other connections' (see [`Tracking`]).
+    fn queued(&self) -> bool {
+        !self.read_waited.swap(false, Relaxed)
     }
 
     /// A request begins: it is in flight until the returned guard goes.
@@ -298,10 +308,18 @@ impl hyper::service::Service<http::Request<hyper::body::Incoming>> for Tracking 
 
     fn call(&self, mut req: http::Request<hyper::body::Incoming>) -> Self::Future {
         let mut in_flight = self.conn.begin();
+        let queued = self.conn.queued();
         req.extensions_mut().insert(self.conn.clone());
         // A Router is always ready.
         let answered = tower::Service::call(&mut self.app.clone(), req);
         Box::pin(async move {
+            // A request that was already read behind others (HTTP/1.1 pipelining) goes to the
+            // back of the scheduler's queue first: each connection gets one request judged per
+            // round, so a client pipelining thousands cannot make another's wait behind them.
+            // The API server sends a request once the previous answer came: never queued.
+            if queued {
+                tokio::task::yield_now().await;
+            }
             let Ok(response) = answered.await;
             in_flight.answering();
             Ok(response.map(|body| Answer {
@@ -337,6 +355,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> AsyncRead for Tracked<S
         let read = buf.filled().len() - before;
         if read > 0 {
             self.conn.read(read);
+        }
+        if polled.is_pending() {
+            self.conn.read_waited.store(true, Relaxed);
         }
         polled
     }

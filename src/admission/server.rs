@@ -605,6 +605,10 @@ const ROOMY_READ: usize = 64 * KIB;
 const H2_WINDOW: u32 = 65_535;
 const H2_STREAMS: u32 = 16;
 
+/// The kernel's send buffer of a connection (Linux doubles it): far more than an answer, which is
+/// at most tens of KiB.
+const SEND_BUFFER: usize = 64 * KIB;
+
 /// What the bodies of one connection's requests may hold of the memory budget at once: two of
 /// the largest (HTTP/1.1 reads one request at a time; HTTP/2 streams share this).
 const CONNECTION_BODIES: usize = 2 * BODY_LIMIT;
@@ -690,6 +694,11 @@ pub async fn serve_tls_limited(
         // for the client's delayed ACK: ~40 ms per request.
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!(%peer, error = %e, "cannot set TCP_NODELAY");
+        }
+        // A fixed send buffer (the kernel would grow it to megabytes): a client that does not
+        // read finds the server's writes refused after a few hundred answers, not thousands.
+        if let Err(e) = socket2::SockRef::from(&stream).set_send_buffer_size(SEND_BUFFER) {
+            tracing::debug!(%peer, error = %e, "cannot set SO_SNDBUF");
         }
         let open = metrics.as_ref().map(|m| Counted::new(&m.open_connections));
         let conn = Conn::new(
