@@ -24,6 +24,16 @@ fn open_connections(s: &Server) -> f64 {
     metric_line(&s.registry, "sites_webhook_open_connections").unwrap_or(-1.0)
 }
 
+/// Waits until no memory is held and no connection is open.
+async fn given_back(s: &Server) {
+    eventually(
+        "the budget and the connections to come back",
+        Duration::from_secs(10),
+        || async { (in_use(s) == 0.0 && open_connections(s) == 0.0).then_some(()) },
+    )
+    .await;
+}
+
 /// An ordinary client sends `n` Site reviews, one connection each: every one is a 200.
 async fn all_served(s: &Server, n: usize) {
     let client = Client::new(&s.bundle.ca_pem);
@@ -115,12 +125,7 @@ async fn http2_answers_held_by_a_shut_window_hold_only_their_bytes_until_the_ans
             .expect("the connection dropped after the answer timeout");
         assert!(ended.unwrap().is_err(), "dropped, not closed cleanly");
     }
-    eventually(
-        "the budget and the connections to come back",
-        Duration::from_secs(10),
-        || async { (in_use(&s) == 0.0 && open_connections(&s) == 0.0).then_some(()) },
-    )
-    .await;
+    given_back(&s).await;
 }
 
 /// An HTTP/1.1 client that pipelines Site reviews and never reads a byte: once its socket is
@@ -174,12 +179,7 @@ async fn an_http1_client_that_never_reads_is_dropped_after_the_answer_timeout() 
         );
     }
     all_served(&s, 1).await;
-    eventually(
-        "the budget and the connections to come back",
-        Duration::from_secs(10),
-        || async { (in_use(&s) == 0.0 && open_connections(&s) == 0.0).then_some(()) },
-    )
-    .await;
+    given_back(&s).await;
 }
 
 /// Requests refused before their bodies were read (a body announced past the limit: 413), each
