@@ -14,7 +14,7 @@ KUBERNETES_VALIDATE_VERSION := 1.37.0
 # Kubernetes version the manifests are validated against (the emulator's and kubectl's).
 KUBERNETES_VERSION := 1.32.0
 
-.PHONY: control-plane real-apiserver-test merge-table merge-table-check rbac-mutation-check bench bench-ab bench-hostile bench-full prometheus-tools all build run test lint fmt fmt-check clippy unit crd crd-check validate-manifests promtool-test kind-e2e-check image kind-e2e fuzz tools clean
+.PHONY: lock-check control-plane real-apiserver-test merge-table merge-table-check rbac-mutation-check bench bench-ab bench-hostile bench-full prometheus-tools all build run test lint fmt fmt-check clippy unit crd crd-check validate-manifests promtool-test kind-e2e-check image kind-e2e fuzz tools clean
 
 all: build
 
@@ -28,7 +28,13 @@ run:
 
 ## test: formatting, lints, every test, CRD drift, manifest validation, kind-e2e dry run, and
 ## the bounded fuzzing run.
-test: fmt-check clippy unit real-apiserver-test rbac-mutation-check crd-check merge-table-check validate-manifests promtool-test kind-e2e-check fuzz
+test: lock-check fmt-check clippy unit real-apiserver-test rbac-mutation-check crd-check merge-table-check validate-manifests promtool-test kind-e2e-check fuzz
+
+## lock-check: both lock files (the workspace's and the fuzz crate's) match their manifests;
+## checked first so a stale lock fails in seconds, not after the tests.
+lock-check:
+	$(CARGO) tree --locked --depth 0 >/dev/null
+	$(CARGO) tree --locked --depth 0 --manifest-path fuzz/Cargo.toml >/dev/null
 
 ## lint: formatting and clippy with warnings as errors.
 lint: fmt-check clippy

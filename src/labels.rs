@@ -252,9 +252,9 @@ impl<'a> Ownership<'a> {
 
 /// The first writer of the object itself (no subresource) that is not the operator: any
 /// `managedFields` entry but the operator's server-side apply (manager [`FIELD_MANAGER`],
-/// operation `Apply`). The operator writes owned objects only by server-side apply (what it
-/// creates, it creates by POST and then records as applied: `apply::apply`), so an entry of
-/// its name with another operation is a client that chose the name
+/// operation `Apply`). The operator creates and writes owned objects by server-side apply
+/// (`apply::apply`), so an entry of its name with another operation is a client that chose
+/// the name
 /// (`--field-manager=sites-operator`): it is named with its operation. An entry without a
 /// manager is another writer too.
 pub fn other_manager(meta: &ObjectMeta) -> Option<std::borrow::Cow<'_, str>> {

@@ -12,8 +12,10 @@ use kube::{Resource, ResourceExt};
 use crate::controller::cache::kept::{self, Keep, Kept, Managed};
 
 /// The fingerprints ([`kept::fingerprint`]) of the managed content of the owned objects as the
-/// API server returned them after the operator's last write (or, after a restart, as first seen):
-/// a watch event showing another fingerprint is drift, repaired by the next apply. One short
+/// API server returned them after the operator's last write (or, after a restart, as first seen;
+/// an edit made while no operator ran is told at first sight by the fields other writers hold,
+/// [`crate::controller::cache::held`]): a watch event showing another fingerprint is drift,
+/// repaired by the next apply. One short
 /// record per object (keyed by its kind and name, hashed), not the objects. The records are
 /// spread over [`SHARDS`] tables by key: a table that outgrows its room is copied into one twice
 /// its size, old and new held at once, and with 800,000 records (100,000 Sites) one table's copy

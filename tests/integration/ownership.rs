@@ -982,6 +982,38 @@ async fn an_edit_made_while_no_operator_runs_is_repaired_at_start() {
         edited.metadata.annotations, own.metadata.annotations,
         "hash kept"
     );
+    // Fields outside the maps rendered whole: the replicas and the site container's image.
+    let sts = api::<StatefulSet>(&c).get("docs-handbook").await.unwrap();
+    let spec = |s: &StatefulSet| {
+        let spec = s.spec.clone().unwrap();
+        let image = spec.template.spec.unwrap().containers[0].image.clone();
+        (spec.replicas, image)
+    };
+    let rendered = spec(&sts);
+    api::<StatefulSet>(&c)
+        .patch(
+            "docs-handbook",
+            &kube::api::PatchParams {
+                field_manager: Some("kubectl-edit".into()),
+                ..Default::default()
+            },
+            &kube::api::Patch::<()>::Json(
+                serde_json::from_value(json!([
+                    {"op": "replace", "path": "/spec/replicas", "value": 3},
+                    {"op": "replace", "path": "/spec/template/spec/containers/0/image",
+                     "value": "registry.evil/site:planted"},
+                ]))
+                .unwrap(),
+            ),
+        )
+        .await
+        .unwrap();
+    let edited = api::<StatefulSet>(&c).get("docs-handbook").await.unwrap();
+    assert_eq!(
+        edited.metadata.annotations, sts.metadata.annotations,
+        "hash kept"
+    );
+    assert_ne!(spec(&edited), rendered);
 
     let op = operator(&c, config(RoutingMode::Ingress)).await;
     let repaired = eventually("the offline edit repaired", WAIT, || async {
@@ -990,6 +1022,18 @@ async fn an_edit_made_while_no_operator_runs_is_repaired_at_start() {
     })
     .await;
     assert!(!repaired.contains_key("HTTPS_PROXY"));
+    eventually("the offline StatefulSet edit repaired", WAIT, || async {
+        let sts = api::<StatefulSet>(&c).get("docs-handbook").await.ok()?;
+        (spec(&sts) == rendered).then_some(())
+    })
+    .await;
+    op.settled().await;
+    op.stop().await;
+    // Repaired for good: the repair took the fields back from the editor, so the next start
+    // judges every object up to date and writes nothing.
+    let op = operator(&c, config(RoutingMode::Ingress)).await;
+    op.settled_after(0.0).await;
+    assert_eq!(op.writes(), 0.0, "{:?}", op.writes_by_resource());
     op.stop().await;
 }
 

@@ -648,4 +648,71 @@ async fn real_apiserver_webhooks_leases_and_restarts() {
         "{}",
         written.join("\n")
     );
+
+    // An edit made while no replica runs, the hash annotation kept: the replicas and the site
+    // container's image of the StatefulSet. The next leader repairs it at first sight, with
+    // exactly one write.
+    let (code, _) = a2.process.stop();
+    assert_eq!(code, Some(0));
+    let spec = "jsonpath={.spec.replicas} {.spec.template.spec.containers[0].image}";
+    let get_spec = || {
+        c.kubectl(&["get", "statefulset", "docs-handbook", "-n", NS, "-o", spec])
+            .stdout
+    };
+    let rendered = get_spec();
+    c.kubectl_ok(&[
+        "patch",
+        "statefulset",
+        "docs-handbook",
+        "-n",
+        NS,
+        "--type=json",
+        "-p",
+        r#"[{"op":"replace","path":"/spec/replicas","value":3},
+            {"op":"replace","path":"/spec/template/spec/containers/0/image","value":"registry.invalid/planted:1"}]"#,
+    ]);
+    assert_ne!(get_spec(), rendered);
+    let a3 = deployed::run_deployment(&c, NS, "sites-operator", t.timeout, 0).await;
+    eventually_every(
+        "the offline edit repaired",
+        t.timeout,
+        Duration::from_millis(250),
+        || {
+            let now = get_spec();
+            let rendered = rendered.clone();
+            async move { (now == rendered).then_some(()) }
+        },
+    )
+    .await;
+    let metrics = eventually_every(
+        "the third leader to settle",
+        t.timeout,
+        Duration::from_millis(250),
+        || {
+            let (pod, token) = (&a3, token.clone());
+            async move {
+                let m = e2e::scrape_with(pod, &token).await;
+                let done = metric(
+                    &m,
+                    "controller_runtime_reconcile_total",
+                    &["result=\"success\""],
+                );
+                let queued = metric(&m, "workqueue_depth", &[]);
+                (done >= 1.0 && queued == 0.0).then_some(m)
+            }
+        },
+    )
+    .await;
+    // Of the owned objects, only the StatefulSet is written, once (the Site's status and its
+    // pods may follow the pods the edit rolled).
+    let owned: Vec<String> = writes(&metrics)
+        .into_iter()
+        .filter(|w| !w.contains("/status") && !w.contains(" pods:"))
+        .collect();
+    assert_eq!(
+        owned,
+        vec!["patch statefulsets.apps: 1".to_string()],
+        "{}",
+        a3.process.log()
+    );
 }

@@ -23,6 +23,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Resource;
 
+use crate::controller::cache::held::{self, Held};
 use crate::controller::status::SitePod;
 use crate::crd::{OPERATOR_BOUND_ANNOTATION, Site};
 use crate::labels::{self, ControllerRef, LABEL_KEYS, LAST_APPLIED_ANNOTATION, Ownership, hashed};
@@ -236,6 +237,8 @@ struct Rare {
     site_id: Option<Box<str>>,
     /// [`labels::Ownership::other_manager`].
     other_manager: Option<Box<str>>,
+    /// The fields of the object other writers hold, with their values ([`held::held_by_others`]).
+    held: Box<[Held]>,
 }
 
 /// What the reconciler decides from about an existing object of an owned kind: who controls it
@@ -289,7 +292,7 @@ impl SiteId {
 }
 
 impl Facts {
-    pub fn of<K: Resource + Managed>(obj: &K) -> Facts {
+    pub fn of<K: Resource + Managed + serde::Serialize>(obj: &K) -> Facts {
         let meta = obj.meta();
         let ownership = Ownership::of(meta);
         let controller = ownership.controller.as_ref();
@@ -306,6 +309,8 @@ impl Facts {
             }),
             site_id: None,
             other_manager: ownership.other_manager.as_deref().map(Into::into),
+            held: held::held_by_others(meta, || serde_json::to_value(obj).unwrap_or_default())
+                .into(),
         };
         let name: &str = meta.name.as_deref().unwrap_or_default();
         let site_id = SiteId::of(ownership.site_id, name);
@@ -395,10 +400,13 @@ impl Facts {
     /// exactly the desired owner references (LIFE-12), the desired labels (the operator's
     /// labels are [`LABEL_KEYS`]; a rendering with another label is never up to date), and
     /// exactly the maps the rendering has of those it renders whole ([`whole_print`]: an edit
-    /// of them that kept the hash annotation, made while no operator ran, is seen at start).
-    pub fn up_to_date<K: Resource + Managed>(&self, desired: &K) -> bool {
+    /// of them that kept the hash annotation, made while no operator ran, is seen at start),
+    /// and the rendering's value in every field another writer holds ([`held`]: an edit of a
+    /// rendered field, made while no operator ran, is seen at start too).
+    pub fn up_to_date<K: Resource + Managed + serde::Serialize>(&self, desired: &K) -> bool {
         let meta = desired.meta();
         self.whole == whole_print(desired)
+            && self.held_agree(desired)
             && self.desired().is_some()
             && self.desired() == desired_of(meta)
             && self.owners == owners_print(meta.owner_references.as_deref().unwrap_or_default())
@@ -411,6 +419,19 @@ impl Facts {
     }
 }
 
+impl Facts {
+    /// Whether `desired` has the stored value in every field another writer holds.
+    fn held_agree<K: serde::Serialize>(&self, desired: &K) -> bool {
+        match self.rare.as_deref().map(|r| &*r.held) {
+            None | Some([]) => true,
+            Some(held) => {
+                let rendering = serde_json::to_value(desired).unwrap_or_default();
+                held.iter().all(|h| h.agrees(&rendering))
+            }
+        }
+    }
+}
+
 /// The desired-hash annotation of an object, hashed (never 0).
 pub fn desired_of(meta: &ObjectMeta) -> Option<u64> {
     meta.annotations
@@ -420,7 +441,7 @@ pub fn desired_of(meta: &ObjectMeta) -> Option<u64> {
 }
 
 /// An owned kind as the caches keep it.
-pub trait Keep: Resource<DynamicType = ()> + Managed + Sized {
+pub trait Keep: Resource<DynamicType = ()> + Managed + serde::Serialize + Sized {
     /// The content the reconciler reads back, if any.
     type Body: Clone + std::fmt::Debug + PartialEq + Default + Send + Sync + 'static;
     /// Takes the body out of the object (`managed`: the object carries the operator's label).

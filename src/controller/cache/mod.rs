@@ -62,6 +62,7 @@
 //! Beside the caches, [`crate::controller::fingerprints::Fingerprints`] keeps a 40-byte record
 //! per owned object of what the operator last wrote and the watch last showed (drift).
 
+pub mod held;
 pub mod index;
 pub mod kept;
 pub mod table;
