@@ -565,12 +565,6 @@ fn as_upstream_publishes(crd: CustomResourceDefinition) -> CustomResourceDefinit
     crd
 }
 
-/// The HTTPRoute CRD of [`gateway_api_crds`].
-pub fn http_route_crd() -> CustomResourceDefinition {
-    let [http_route, _] = gateway_api_crds();
-    http_route
-}
-
 /// The Site CustomResourceDefinition as YAML, exactly as committed in `manifests/base/crd.yaml`.
 pub fn crd_yaml() -> String {
     serde_yaml_ng::to_string(&crd()).expect("a CustomResourceDefinition always serialises to YAML")
@@ -610,6 +604,12 @@ impl<S: Str> SiteRef<'_, S> {
     /// The site path: `/<space>/<name>`.
     pub fn path(&self) -> String {
         ["/", &*self.configuration.space, "/", self.name].concat()
+    }
+
+    /// The path users open, with its trailing slash: `/<space>/<name>/` (the status, the site
+    /// pod's `SITE_PATH`, conflict messages).
+    pub fn public_path(&self) -> String {
+        ["/", &*self.configuration.space, "/", self.name, "/"].concat()
     }
 }
 

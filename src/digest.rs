@@ -1,5 +1,6 @@
-//! Hex text and SHA-256 digests: the desired hash of an object, the qualifying-properties hash,
-//! the drift fingerprints, derived secrets and tokens all write bytes the same way.
+//! Hex text, SHA-256 digests and random bytes: the desired hash of an object, the
+//! qualifying-properties hash, the drift fingerprints, derived secrets and tokens all write bytes
+//! the same way.
 
 /// `bytes` as lower-case hex digits.
 pub fn hex(bytes: &[u8]) -> String {
@@ -10,6 +11,14 @@ pub fn hex(bytes: &[u8]) -> String {
         out.push(char::from(DIGITS[usize::from(b & 0xf)]));
     }
     out
+}
+
+/// `N` bytes from the system's random source (None: the source failed, which waiting does not
+/// repair).
+pub fn random_bytes<const N: usize>() -> Option<[u8; N]> {
+    let mut bytes = [0u8; N];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes).ok()?;
+    Some(bytes)
 }
 
 /// The SHA-256 of `text`.

@@ -7,7 +7,7 @@
 
 use k8s_openapi::jiff::civil::Date;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
+use kube::api::{Api, DeleteParams, ListParams, Patch, Preconditions};
 use serde_json::json;
 
 use crate::config::Retention;
@@ -161,9 +161,13 @@ async fn apply_one(
                     },
                     "spec": {"configuration": {"enabled": false}}
                 });
-                api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await
-                    .map(drop)
+                api.patch(
+                    &name,
+                    &crate::labels::update_params(),
+                    &Patch::Merge(&patch),
+                )
+                .await
+                .map(drop)
             }
             Action::Delete => {
                 let params = DeleteParams {

@@ -298,13 +298,13 @@ pub fn reserved_names(meta: &ObjectMeta, reserved: impl Fn(&str) -> bool) -> Opt
     ))
 }
 
-/// One path, one Site: `users` are the other Sites whose public path is `site_path`, the
-/// Site's.
-pub fn path_in_use(site_path: &str, users: &[String]) -> Option<FieldError> {
+/// One path, one Site: `users` are the other Sites whose public path is `public_path`
+/// ([`crate::crd::SiteRef::public_path`]), the Site's.
+pub fn path_in_use(public_path: &str, users: &[String]) -> Option<FieldError> {
     let other = users.iter().min()?;
     Some(FieldError::new(
         "spec.configuration.space",
-        format!("the path {site_path}/ is already used by Site {other}"),
+        format!("the path {public_path} is already used by Site {other}"),
     ))
 }
 

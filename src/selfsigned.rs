@@ -11,7 +11,7 @@ use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PostParams};
 use rustls::pki_types::UnixTime;
 use rustls::pki_types::pem::{PemObject as _, SectionKind};
 use serde_json::json;
@@ -308,7 +308,7 @@ pub async fn patch_ca_bundles(
                 }
                 let patch: json_patch::Patch = serde_json::from_value(serde_json::Value::Array(ops))
                     .expect("JSON patch operations built above");
-                api.patch(name, &PatchParams::default(), &Patch::<()>::Json(patch))
+                api.patch(name, &crate::labels::update_params(), &Patch::<()>::Json(patch))
                     .await
                     .map_err(err)?;
                 tracing::info!(configuration = %name, "patched the webhook CA bundle");

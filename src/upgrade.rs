@@ -63,11 +63,6 @@ impl std::fmt::Display for Outcome {
     }
 }
 
-/// The image changes an upgrade makes to `site` (`application: old -> new`).
-pub fn image_changes(site: &Site, cfg: &PlatformConfig) -> Vec<String> {
-    changes(site, &upgraded_applications(site, cfg))
-}
-
 /// The applications of `site` with an image recorded for each built-in application that has
 /// none: its pin ([`pinned`]: the image the status records, else the image of its container in
 /// `running` — the Site's StatefulSet, when the Site controls it —, else the catalogue image at
@@ -226,7 +221,7 @@ impl One<'_> {
             }
             let params = PatchParams {
                 dry_run: self.dry_run,
-                ..Default::default()
+                ..crate::labels::update_params()
             };
             match self.api.patch(&name, &params, &Patch::Merge(&patch)).await {
                 Ok(_) => outcome.written = true,

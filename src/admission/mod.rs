@@ -282,7 +282,7 @@ impl Platform {
                 meta.name.as_deref().unwrap_or_default(),
                 &path,
             );
-            v.extend(crate::rules::path_in_use(&path, &users));
+            v.extend(crate::rules::path_in_use(&site.public_path(), &users));
         }
         v
     }

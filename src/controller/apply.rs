@@ -257,8 +257,9 @@ pub fn delete_params(uid: Option<String>) -> DeleteParams {
     }
 }
 
-/// Deletes the object `name` whose uid is `uid` (already gone: done).
-pub async fn delete<K>(ctx: &Context, name: &str, uid: Option<String>) -> Result<(), kube::Error>
+/// Deletes the object `name` whose uid is `uid` (already gone: done). [`Error::Delete`] names
+/// the object; one replaced since it was judged is a 409 ([`delete_params`]).
+pub async fn delete<K>(ctx: &Context, name: &str, uid: Option<String>) -> Result<()>
 where
     K: Resource<Scope = kube::core::NamespaceResourceScope> + Clone + DeserializeOwned + Debug,
     K::DynamicType: Default,
@@ -273,7 +274,10 @@ where
             ctx.fingerprints.forget::<K>(name);
             Ok(())
         }
-        Err(e) => Err(e),
+        Err(source) => Err(Error::Delete {
+            target: Target::of::<K>(name),
+            source: Box::new(source),
+        }),
     }
 }
 
@@ -341,17 +345,20 @@ pub async fn patch_volume(
     client: &kube::Client,
     name: &str,
     patch: &serde_json::Value,
-) -> Result<(), kube::Error> {
+) -> Result<()> {
     let api: Api<Volume> = Api::all(client.clone());
     api.patch(name, &crate::labels::update_params(), &Patch::Merge(patch))
         .await
         .map(drop)
+        .map_err(|source| Error::PatchVolume {
+            target: Target::of::<Volume>(name),
+            source: Box::new(source),
+        })
 }
 
 /// LIFE-15: after a StatefulSet update, pods that are not Running and Ready and not terminating
 /// are deleted so the controller recreates them from the new template. Errors are logged only.
 pub async fn delete_not_ready_pods(ctx: &Context, id: &str) {
-    let api: Api<Pod> = ctx.api();
     let pods = ctx.caches.pods_by_site.get(&ctx.caches.pods, id);
     for pod in pods {
         if pod.ready || pod.terminating {
@@ -361,12 +368,12 @@ pub async fn delete_not_ready_pods(ctx: &Context, id: &str) {
         // Only the pod judged not ready: one replaced since (by the StatefulSet controller) is
         // a 409 and left alone.
         let uid = pod.uid.map(|u| uuid::Uuid::from_bytes(u).to_string());
-        match api.delete(name, &delete_params(uid)).await {
-            Ok(_) => {
+        match delete::<Pod>(ctx, name, uid).await {
+            Ok(()) => {
                 tracing::info!(site = id, pod = %name, "deleted a not-ready pod so the rollout can go on")
             }
-            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
-            Err(kube::Error::Api(s)) if s.code == 403 => {
+            Err(e) if e.status_code() == Some(409) => {}
+            Err(e) if e.status_code() == Some(403) => {
                 tracing::error!(site = id, pod = %name, "not allowed to delete pods (403): the Role must grant pods/delete")
             }
             Err(e) => {

@@ -434,7 +434,7 @@ async fn apply_in_order(
     routes(ctx, mode, site, route, writes).await?;
     match taken {
         Some(other) => Err(Error::PathConflict {
-            path: format!("{}/", render::apps::site_path(site)),
+            path: render::apps::public_path(site),
             site: other,
         }),
         None => Ok(()),
@@ -633,12 +633,7 @@ where
             writes.record::<K>(&id, written);
             Ok(())
         }
-        (None, Some(existing)) => apply::delete::<K>(ctx, &id, existing.facts.uid())
-            .await
-            .map_err(|source| Error::Delete {
-                target: Target::of::<K>(&id),
-                source: Box::new(source),
-            }),
+        (None, Some(existing)) => apply::delete::<K>(ctx, &id, existing.facts.uid()).await,
         (None, None) => Ok(()),
     }
 }
@@ -658,9 +653,9 @@ where
     }
     apply::delete::<K>(ctx, &id, stored.facts.uid())
         .await
-        .map_err(|source| Error::DeleteOtherModeRoute {
-            target: Target::of::<K>(&id),
-            source: Box::new(source),
+        .map_err(|e| match e {
+            Error::Delete { target, source } => Error::DeleteOtherModeRoute { target, source },
+            e => e,
         })
 }
 
@@ -758,13 +753,12 @@ fn status_up_to_date(
 
 /// 48 hex digits from the system's random source (site tokens).
 fn random_token() -> String {
-    let mut bytes = [0u8; 24];
-    if ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes).is_err() {
+    match crate::digest::random_bytes::<24>() {
+        Some(bytes) => crate::digest::hex(&bytes),
         // The system random source failing is not recoverable by waiting; fall back to UUIDs,
         // which come from the same source through another path.
-        return uuid::Uuid::new_v4().simple().to_string();
+        None => uuid::Uuid::new_v4().simple().to_string(),
     }
-    crate::digest::hex(&bytes)
 }
 
 #[cfg(test)]

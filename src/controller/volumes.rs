@@ -273,12 +273,7 @@ pub async fn rebind(ctx: &Context, site: &Site, pv: &Volume, claim_uid: &str) ->
         claim_uid,
         fresh.metadata.resource_version.as_deref(),
     );
-    apply::patch_volume(&ctx.client, &name, &patch)
-        .await
-        .map_err(|source| Error::PatchVolume {
-            target: Target::of::<Volume>(&name),
-            source: Box::new(source),
-        })?;
+    apply::patch_volume(&ctx.client, &name, &patch).await?;
     tracing::info!(site = %id, volume = %name, "re-binding a retained volume");
     apply::publish(
         ctx,
@@ -316,9 +311,7 @@ pub fn label_later(ctx: &Context, id: &str, claim: Option<&PersistentVolumeClaim
     let jitter = if spread == 0 {
         0
     } else {
-        let mut b = [0u8; 8];
-        let _ = ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut b);
-        u64::from_le_bytes(b) % spread
+        crate::digest::random_bytes().map_or(0, u64::from_le_bytes) % spread
     };
     let due = tokio::time::Instant::now() + low + Duration::from_millis(jitter);
     let client = ctx.client.clone();
@@ -364,7 +357,7 @@ async fn label_volume(client: kube::Client, namespace: String, volume: String, i
         let patch = label_patch(&id, pv.metadata.resource_version.as_deref());
         match apply::patch_volume(&client, &volume, &patch).await {
             Ok(()) => return,
-            Err(kube::Error::Api(s)) if s.code == 409 => continue,
+            Err(e) if e.status_code() == Some(409) => continue,
             Err(e) => {
                 tracing::warn!(site = %id, volume = %volume, error = %e, "cannot label the site volume");
                 return;

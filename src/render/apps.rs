@@ -148,6 +148,11 @@ pub fn site_path(site: &Site) -> String {
     site.parts().path()
 }
 
+/// The path users open: `/<space>/<name>/` ([`crate::crd::SiteRef::public_path`]).
+pub fn public_path(site: &Site) -> String {
+    site.parts().public_path()
+}
+
 /// The application serving the site path: among the built-in applications declaring no paths,
 /// the one first in the catalogue (so reordering the Site's list changes nothing).
 pub fn site_app<'s, 'a, S>(apps: &'s [ResolvedApp<'a, S>]) -> Option<&'s ResolvedApp<'a, S>> {

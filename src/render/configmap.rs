@@ -89,7 +89,7 @@ pub fn env_configmap(
     let handling = ErrorHandling::of(site);
     let c = &site.spec.configuration;
     let share = c.share.clone().unwrap_or_default();
-    let path = format!("{}/", apps::site_path(site));
+    let path = apps::public_path(site);
     let data = BTreeMap::from([
         ("SITE_ID".to_string(), id.to_string()),
         ("SITE_NAME".into(), site.spec.name.clone()),

@@ -382,28 +382,40 @@ fn writers_in_the_table(doc: &str) -> std::collections::BTreeSet<String> {
         .collect()
 }
 
-/// Kube's `Api` methods that create, change or delete: a call of one of them is an API write.
+/// Kube's `Api` methods that create, change or delete, subresources included, and the
+/// client's raw requests (which can write anything): a call of one of them is an API write.
 /// `Api::create` takes `&PostParams` first (a `DirBuilder` or `OpenOptions` takes a path or a
 /// flag).
-const WRITING_CALLS: [&str; 7] = [
+const WRITING_CALLS: [&str; 14] = [
     ".create(&",
     ".patch(",
     ".patch_status(",
     ".patch_metadata(",
+    ".patch_scale(",
     ".delete(",
     ".delete_collection(",
     ".replace_status(",
+    ".replace_scale(",
+    "_subresource(",
+    ".request::<",
+    ".request_text(",
+    ".request_status(",
+    ".request_events(",
 ];
 
-/// Whether the code calls a writing API method: one of [`WRITING_CALLS`], or `replace` with
+/// Whether the code calls a writing API method: one of [`WRITING_CALLS`], `replace` with
 /// `PostParams` (kube's `Api::replace`; a string's or a set's `replace` takes nothing of the
-/// kind).
+/// kind), or `request` with an argument (kube's `Client::request`; an admission review's
+/// `request()` takes none).
 fn writes(code: &str) -> bool {
     WRITING_CALLS.iter().any(|call| code.contains(call))
         || code.match_indices(".replace(").any(|(i, _)| {
             let args: String = code[i..].chars().take(120).collect();
             args.contains("PostParams")
         })
+        || code
+            .match_indices(".request(")
+            .any(|(i, call)| !code[i + call.len()..].starts_with(')'))
 }
 
 /// Every file of `src/` that writes through the API is named in docs/architecture.md's table
@@ -444,6 +456,12 @@ fn the_table_of_writes_names_every_file_that_writes() {
     assert!(!writes(
         "seen.replace(Entry(obj)); path.replace('~', \"~0\")"
     ));
+    assert!(writes(
+        "api.create_subresource(\"token\", &name, &pp, body)"
+    ));
+    assert!(writes("client.request::<Status>(req).await"));
+    assert!(writes("client.request(req).await"));
+    assert!(!writes("let (types, r) = review.request()?;"));
 }
 
 /// The check finds what it is for: an upward import planted in a low module and in a low file
@@ -522,5 +540,74 @@ fn a_planted_upward_import_is_found() {
             .iter()
             .any(|v| v.contains("newcomer is not in the layer table")),
         "{found:?}"
+    );
+}
+
+/// The `Type::name` pairs a module's documentation names (`//!` lines), each with whether
+/// `src/` defines `Type` in a file that also defines `fn name`.
+fn named_in_docs(doc_file: &str) -> Vec<(String, bool)> {
+    let src = repo_file("src");
+    let sources = sources(&src);
+    let text = std::fs::read_to_string(repo_file(doc_file)).unwrap();
+    let doc: String = text
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("//!"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut pairs = std::collections::BTreeSet::new();
+    for (i, _) in doc.match_indices("::") {
+        let before = &doc[..i];
+        let ty: String = before
+            .chars()
+            .rev()
+            .take_while(|c| word(*c))
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        let name: String = doc[i + 2..].chars().take_while(|c| word(*c)).collect();
+        // `Type::name` only: a path through modules (`kept::Facts`) names a type, which rustdoc
+        // checks where it is a link.
+        if ty.starts_with(|c: char| c.is_ascii_uppercase())
+            && name.starts_with(|c: char| c.is_ascii_lowercase())
+        {
+            pairs.insert((ty, name));
+        }
+    }
+    pairs
+        .into_iter()
+        .map(|(ty, name)| {
+            // `struct Type`, `trait Type`, ... followed by anything but a word character.
+            let defines_type = |code: &str| {
+                ["struct", "enum", "trait", "type"].iter().any(|k| {
+                    let at = format!("{k} {ty}");
+                    code.match_indices(&at)
+                        .any(|(i, _)| !code[i + at.len()..].starts_with(|c: char| word(c)))
+                })
+            };
+            let found = sources.values().any(|code| {
+                defines_type(code)
+                    && (code.contains(&format!("fn {name}("))
+                        || code.contains(&format!("fn {name}<")))
+            });
+            (format!("{ty}::{name}"), found)
+        })
+        .collect()
+}
+
+/// The words the caches' glossary uses for methods (`Table::apply`, `Index::observe`, ...) name
+/// methods that exist: a rename that leaves the glossary behind fails here.
+#[test]
+fn the_glossarys_names_exist() {
+    let named = named_in_docs("src/controller/cache/mod.rs");
+    assert!(
+        named.len() >= 5,
+        "the glossary names methods as Type::name: {named:?}"
+    );
+    let missing: Vec<&String> = named.iter().filter(|(_, ok)| !ok).map(|(n, _)| n).collect();
+    assert!(
+        missing.is_empty(),
+        "src/controller/cache/mod.rs names what src/ does not define: {missing:?}"
     );
 }

@@ -10,10 +10,10 @@
 //!                         │ Kept::new: Facts::of + Keep::body  kept.rs
 //!                         ▼
 //!                      Kept<StatefulSet> { facts, body }
-//!                         │ changed? (equal to the cached one: stop here)
+//!                         │ changed? (equal to the cached one: cached, key not queued)
 //!                         ▼
 //!                      Table::apply ──▶ Records<StatefulSet>   table.rs
-//!                         │ Index::apply (pods, volumes, Sites)  index.rs
+//!                         │ Index::observe (pods, volumes, Sites) index.rs
 //!                         │ Fingerprints::observe (drift)        ../fingerprints.rs
 //!                         ▼
 //!                      the id label (`facts.site_id()`) ──▶ Queue ──▶ a worker reconciles

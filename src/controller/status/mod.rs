@@ -333,7 +333,7 @@ pub fn site_status(
     ];
     SiteStatus {
         phase: Some(pod_status.phase),
-        path: Some(format!("{}/", crate::render::apps::site_path(site))),
+        path: Some(crate::render::apps::public_path(site)),
         problems: pod_status.problems,
         all_steps_started: Some(pod_status.all_steps_started),
         observed_generation: generation,

@@ -179,7 +179,7 @@ pub async fn install_http_routes(c: &Cluster) {
     let _ = Api::<CustomResourceDefinition>::all(c.client.clone())
         .create(
             &PostParams::default(),
-            &sites_operator::crd::http_route_crd(),
+            &sites_operator::crd::gateway_api_crds()[0],
         )
         .await;
 }
