@@ -62,7 +62,8 @@ unit: prometheus-tools
 
 ## control-plane: a real Kubernetes 1.20.2 control plane (etcd, kube-apiserver,
 ## kube-controller-manager), built once from Debian's source package into
-## ~/.cache/sites-operator (KUBE_ASSETS_CACHE); `scripts/control-plane.sh start DIR` runs one.
+## ~/.cache/sites-operator (KUBE_ASSETS_CACHE), or prebuilt binaries in KUBE_ASSETS (only
+## checked then); `scripts/control-plane.sh start DIR` runs one.
 control-plane:
 	scripts/control-plane.sh install
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A real Kubernetes control plane on loopback, as envtest gives kubebuilder projects: etcd,
 # kube-apiserver and kube-controller-manager of Kubernetes $KUBE_VERSION, built once from
-# Debian's source package into a cache outside the checkout.
+# Debian's source package into a cache outside the checkout, or prebuilt ones from KUBE_ASSETS.
 #
 #   scripts/control-plane.sh install          # apt-get what it needs, build into the cache (once)
 #   scripts/control-plane.sh start DIR        # start on free loopback ports; DIR/kubeconfig
@@ -13,18 +13,76 @@
 # `--watch-pid PID` the control plane stops by itself when that process ends (tests use it so
 # that a killed test leaves nothing behind).
 #
-# Environment: KUBE_ASSETS_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/sites-operator), KUBE_VERSION.
+# Building needs Debian bookworm's apt: it installs etcd-server, openssl, curl, golang-1.19-go
+# and golang-github-modern-go-reflect2-dev, and adds a deb-src entry for bookworm (copied from
+# the machine's own bookworm entry) to fetch the `kubernetes` source package. Elsewhere, set
+# KUBE_ASSETS to a directory holding prebuilt executables `etcd`, `kube-apiserver` and
+# `kube-controller-manager` (Kubernetes v$KUBE_VERSION, etcd 3.4.23 or later): then nothing is
+# built or installed, `install` only checks them and `start` runs them. Either way start needs
+# openssl, curl, python3 and kubectl on PATH.
+#
+# Environment: KUBE_ASSETS (an absolute path; unset: build), KUBE_ASSETS_CACHE (default
+# ${XDG_CACHE_HOME:-~/.cache}/sites-operator), KUBE_VERSION (default 1.20.2), APT_ETC (where
+# the machine's apt sources are read from, default /etc/apt).
 set -euo pipefail
 
 KUBE_VERSION=${KUBE_VERSION:-1.20.2}
 DEBIAN_VERSION=1.20.5+really${KUBE_VERSION}
 CACHE=${KUBE_ASSETS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sites-operator}
-ASSETS=$CACHE/kubernetes-$KUBE_VERSION
+KUBE_ASSETS=${KUBE_ASSETS:-}
+ASSETS=${KUBE_ASSETS:-$CACHE/kubernetes-$KUBE_VERSION}
+# Debian's etcd-server puts etcd on PATH; prebuilt assets bring their own.
+ETCD=${KUBE_ASSETS:+$KUBE_ASSETS/etcd}
+ETCD=${ETCD:-etcd}
+APT_ETC=${APT_ETC:-/etc/apt}
 GO=/usr/lib/go-1.19/bin/go
 SUDO=$([ "$(id -u)" = 0 ] || echo sudo)
 
 log() { echo "control-plane: $*" >&2; }
 die() { log "$*"; exit 1; }
+
+# Paths removed however the script exits (die and failed commands included): add to the list
+# rather than setting another EXIT trap.
+CLEANUP=()
+cleanup() { [ ${#CLEANUP[@]} -eq 0 ] || rm -rf "${CLEANUP[@]}"; }
+trap cleanup EXIT
+
+need() { # COMMAND...: exit naming those not on PATH
+  local missing=() c
+  for c in "$@"; do command -v "$c" >/dev/null || missing+=("$c"); done
+  [ ${#missing[@]} -eq 0 ] || die "not on PATH: ${missing[*]} (install them first)"
+}
+
+need_apt() { # WHY: exit with what to do instead when this is not Debian with apt
+  if command -v apt-get >/dev/null && command -v apt-cache >/dev/null \
+      && { [ -z "$SUDO" ] || command -v sudo >/dev/null; }; then
+    return
+  fi
+  log "$1 needs apt-get and apt-cache${SUDO:+ and sudo}, which this machine does not have. Without KUBE_ASSETS"
+  log "this script needs Debian bookworm: it apt-gets etcd-server, openssl, curl and Go 1.19 and builds"
+  log "kube-apiserver and kube-controller-manager from bookworm's kubernetes source package (deb-src)."
+  log "To bring your own binaries instead, set KUBE_ASSETS to an absolute directory holding the executables"
+  log "etcd (3.4.23 or later), kube-apiserver and kube-controller-manager of Kubernetes v$KUBE_VERSION (as in"
+  log "https://dl.k8s.io/release/v$KUBE_VERSION/bin/linux/amd64/), and install openssl, curl, python3 and kubectl."
+  exit 1
+}
+
+check_assets() { # the prebuilt binaries KUBE_ASSETS names
+  case $KUBE_ASSETS in /*) ;; *) die "KUBE_ASSETS=$KUBE_ASSETS must be an absolute path" ;; esac
+  local b missing=()
+  for b in etcd kube-apiserver kube-controller-manager; do
+    if [ ! -f "$KUBE_ASSETS/$b" ] || [ ! -x "$KUBE_ASSETS/$b" ]; then missing+=("$b"); fi
+  done
+  [ ${#missing[@]} -eq 0 ] \
+    || die "KUBE_ASSETS=$KUBE_ASSETS must hold the executables etcd, kube-apiserver and kube-controller-manager; missing or not executable: ${missing[*]}"
+  local version
+  version=$("$KUBE_ASSETS/kube-apiserver" --version 2>&1) \
+    || die "$KUBE_ASSETS/kube-apiserver --version failed: $version"
+  [ "$version" = "Kubernetes v$KUBE_VERSION" ] \
+    || die "$KUBE_ASSETS/kube-apiserver is '$version', not Kubernetes v$KUBE_VERSION (KUBE_VERSION sets the one expected)"
+}
+
+built() { [ -x "$ASSETS/kube-apiserver" ] && [ -x "$ASSETS/kube-controller-manager" ]; }
 
 packages() { # [build]: also what building needs
   local missing=()
@@ -36,10 +94,60 @@ packages() { # [build]: also what building needs
     [ -d /usr/share/gocode/src/github.com/modern-go/reflect2 ] || missing+=(golang-github-modern-go-reflect2-dev)
   fi
   if [ ${#missing[@]} -gt 0 ]; then
+    need_apt "installing ${missing[*]}"
     log "installing ${missing[*]}"
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   fi
+}
+
+# The machine's own bookworm entry (one-line in sources.list and sources.list.d/*.list, deb822
+# in sources.list.d/*.sources; the first `deb` entry of suite bookworm with component main, in
+# apt's order) as a deb-src stanza with its URIs, Suites and Signed-By; fails when there is none.
+bookworm_deb_src() {
+  local f
+  for f in "$APT_ETC/sources.list" "$APT_ETC"/sources.list.d/*; do
+    [ -f "$f" ] || continue
+    case $f in
+      *.list) awk '
+        { sub(/#.*/, "") }
+        $1 == "deb" {
+          opts = ""
+          if (match($0, /^[ \t]*deb[ \t]+\[[^]]*\]/)) {
+            opts = substr($0, RSTART, RLENGTH); $0 = "deb " substr($0, RSTART + RLENGTH)
+          }
+          if ($3 != "bookworm" || $2 ~ /^cdrom:/ || (" " $0 " ") !~ /[ \t]main[ \t]/) next
+          print "Types: deb-src"; print "URIs: " $2; print "Suites: " $3; print "Components: main"
+          if (match(opts, /signed-by=[^] \t]+/)) print "Signed-By: " substr(opts, RSTART + 10, RLENGTH - 10)
+          found = 1; exit
+        }
+        END { exit !found }' "$f" ;;
+      *.sources) awk '
+        BEGIN { RS = "" }
+        {
+          n = split($0, line, "\n"); split("", f); key = ""
+          for (i = 1; i <= n; i++) {
+            if (line[i] ~ /^#/) continue
+            if (line[i] ~ /^[ \t]/) { if (key != "") f[key] = f[key] "\n" line[i]; continue }
+            c = index(line[i], ":"); if (!c) continue
+            key = tolower(substr(line[i], 1, c - 1)); v = substr(line[i], c + 1)
+            sub(/^[ \t]+/, "", v); sub(/[ \t]+$/, "", v); f[key] = v
+          }
+          types = " " f["types"] " "; suites = " " f["suites"] " "; components = " " f["components"] " "
+          gsub(/[ \t]+/, " ", types); gsub(/[ \t]+/, " ", suites); gsub(/[ \t]+/, " ", components)
+          if (types !~ / deb / || suites !~ / bookworm / || components !~ / main / \
+              || tolower(f["enabled"]) == "no" || f["uris"] ~ /^cdrom:/) next
+          print "Types: deb-src"; print "URIs: " f["uris"]; print "Suites: " f["suites"]; print "Components: main"
+          if (f["signed-by"] != "") print "Signed-By: " f["signed-by"]
+          found = 1; exit
+        }
+        END { exit !found }' "$f" ;;
+      *) continue ;;
+    esac || continue
+    log "deb-src entry copied from the bookworm entry of $f"
+    return
+  done
+  return 1
 }
 
 # Debian's `kubernetes` source package is upstream's tree with vendor/; apt-get source needs a
@@ -48,33 +156,44 @@ fetch_source() {
   local work=$1
   if ! apt-cache showsrc kubernetes 2>/dev/null | grep -q "^Version: $DEBIAN_VERSION"; then
     log "adding a deb-src entry for bookworm"
-    $SUDO tee /etc/apt/sources.list.d/sites-operator-kubernetes-src.sources >/dev/null <<EOF
-Types: deb-src
-URIs: http://deb.debian.org/debian
-Suites: bookworm
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-EOF
+    local entry
+    entry=$(bookworm_deb_src) || {
+      log "no bookworm entry in $APT_ETC/sources.list or $APT_ETC/sources.list.d: using http://deb.debian.org/debian"
+      entry=$(printf '%s\n' 'Types: deb-src' 'URIs: http://deb.debian.org/debian' 'Suites: bookworm' \
+        'Components: main' 'Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg')
+    }
+    echo "$entry" | $SUDO tee /etc/apt/sources.list.d/sites-operator-kubernetes-src.sources >/dev/null
     $SUDO apt-get update -qq
   fi
-  (cd "$work" && apt-get source --download-only -qq "kubernetes=$DEBIAN_VERSION-1.1+deb12u1" >/dev/null 2>&1 \
-    || apt-get source --download-only -qq kubernetes >/dev/null 2>&1)
-  local orig
-  orig=$(ls "$work"/kubernetes_*.orig.tar.gz | head -1)
-  [ -f "$orig" ] || die "apt-get source kubernetes brought no orig tarball"
-  tar -C "$work" -xzf "$orig"
+  local out=$work/apt-get-source.log
+  (cd "$work" && { apt-get source --download-only -qq "kubernetes=$DEBIAN_VERSION-1.1+deb12u1" \
+    || apt-get source --download-only -qq kubernetes; }) >"$out" 2>&1 \
+    || { tail -20 "$out" >&2; die "apt-get source kubernetes failed (its output is above)"; }
+  local orig=("$work"/kubernetes_*.orig.tar.gz)
+  [ -f "${orig[0]}" ] || { tail -20 "$out" >&2; die "apt-get source kubernetes brought no orig tarball"; }
+  tar -C "$work" -xzf "${orig[0]}"
 }
 
 install() {
-  packages
-  if [ -x "$ASSETS/kube-apiserver" ] && [ -x "$ASSETS/kube-controller-manager" ]; then
+  if [ -n "$KUBE_ASSETS" ]; then
+    check_assets
+    need openssl curl python3 kubectl
+    log "using the prebuilt binaries in $KUBE_ASSETS: nothing to build"
     return
   fi
+  # What start needs and nothing here installs, checked before a build of several minutes.
+  need python3 kubectl
+  if ! built; then
+    need_apt "building Kubernetes $KUBE_VERSION"
+    need tar gzip find xargs awk
+  fi
+  packages
+  built && return
   packages build
   mkdir -p "$CACHE"
   local work
   work=$(mktemp -d "$CACHE/build.XXXXXX")
-  trap 'rm -rf "$work"' RETURN
+  CLEANUP+=("$work" "$ASSETS.tmp")
   log "building Kubernetes $KUBE_VERSION in $work (a few minutes)"
   fetch_source "$work"
   local tree=$work/kubernetes-$KUBE_VERSION
@@ -88,22 +207,22 @@ install() {
   mkdir -p "$gopath/src/k8s.io"
   ln -s "$tree" "$gopath/src/k8s.io/kubernetes"
   # The Go build cache goes with the build directory: only the binaries are kept.
-  export GOPATH=$gopath GO111MODULE=off GOCACHE=$work/go-build GOFLAGS= CGO_ENABLED=0
+  export GOPATH=$gopath GO111MODULE=off GOCACHE=$work/go-build GOFLAGS='' CGO_ENABLED=0
   local src=$gopath/src/k8s.io/kubernetes
   # pkg/generated/openapi is generated at build time upstream (build/root/Makefile.generated_files):
   # the packages tagged +k8s:openapi-gen, staging named as vendor/, less the code-generator
   # and sample-apiserver examples.
   (cd "$src" && "$GO" build -o "$work/openapi-gen" ./vendor/k8s.io/kube-openapi/cmd/openapi-gen)
   local inputs
-  inputs=$(cd "$src" && find -H . \( -path ./vendor -o -path './_*' -o -path './.*' \) -prune -o -name '*.go' -type f -print \
-    | xargs grep -l '^// *+k8s:openapi-gen=' \
+  inputs=$(cd "$src" && find -H . \( -path ./vendor -o -path './_*' -o -path './.*' \) -prune -o -name '*.go' -type f -print0 \
+    | xargs -0 grep -l '^// *+k8s:openapi-gen=' \
     | sed 's|^\./staging/src|vendor|; s|^\./||' | xargs -n1 dirname | LC_ALL=C sort -u \
     | grep -v -e '^vendor/k8s.io/code-generator/' -e '^vendor/k8s.io/sample-apiserver/' \
     | sed 's|^|k8s.io/kubernetes/|' | paste -sd, -)
   (cd "$src" && "$work/openapi-gen" --logtostderr -i "$inputs" -p k8s.io/kubernetes/pkg/generated/openapi \
     -O zz_generated.openapi -h vendor/k8s.io/code-generator/hack/boilerplate.go.txt \
     -r "$work/openapi-violations.report" >"$work/openapi-gen.log" 2>&1) \
-    || { tail -20 "$work/openapi-gen.log"; die "openapi-gen failed"; }
+    || { tail -20 "$work/openapi-gen.log" >&2; die "openapi-gen failed (its output is above)"; }
   local ldflags="-s -w" minor
   minor=$(echo "$KUBE_VERSION" | cut -d. -f2)
   for kv in gitVersion=v$KUBE_VERSION gitMajor=1 gitMinor=$minor gitTreeState=clean \
@@ -130,15 +249,16 @@ certs() {
   local dir=$1
   (
     cd "$dir"
-    openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj /CN=kubernetes-ca \
-      -keyout ca.key -out ca.crt >/dev/null 2>&1
-    openssl req -newkey rsa:2048 -nodes -subj /CN=kube-apiserver -keyout apiserver.key -out apiserver.csr >/dev/null 2>&1
+    : > openssl.log
+    ssl() { openssl "$@" >>openssl.log 2>&1 || { tail -20 openssl.log >&2; die "openssl $1 failed (its output is above)"; }; }
+    ssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj /CN=kubernetes-ca -keyout ca.key -out ca.crt
+    ssl req -newkey rsa:2048 -nodes -subj /CN=kube-apiserver -keyout apiserver.key -out apiserver.csr
     printf 'subjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc\n' > san.ext
-    openssl x509 -req -in apiserver.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
-      -extfile san.ext -out apiserver.crt >/dev/null 2>&1
-    openssl genrsa -out sa.key 2048 >/dev/null 2>&1
-    openssl rsa -in sa.key -pubout -out sa.pub >/dev/null 2>&1
-    rm -f apiserver.csr san.ext ca.srl
+    ssl x509 -req -in apiserver.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
+      -extfile san.ext -out apiserver.crt
+    ssl genrsa -out sa.key 2048
+    ssl rsa -in sa.key -pubout -out sa.pub
+    rm -f apiserver.csr san.ext ca.srl openssl.log
   )
 }
 
@@ -153,9 +273,14 @@ wait_for() { # DEADLINE-SECONDS PID COMMAND...: until COMMAND succeeds, PID live
 
 start() {
   local dir=$1 watch_pid=${2:-}
-  packages
-  [ -x "$ASSETS/kube-apiserver" ] && [ -x "$ASSETS/kube-controller-manager" ] \
-    || die "Kubernetes $KUBE_VERSION is not built in $ASSETS: run '$0 install' (make control-plane)"
+  need python3 kubectl awk tac
+  if [ -n "$KUBE_ASSETS" ]; then
+    check_assets
+    need openssl curl
+  else
+    packages
+    built || die "Kubernetes $KUBE_VERSION is not built in $ASSETS: run '$0 install' (make control-plane), or set KUBE_ASSETS to prebuilt binaries"
+  fi
   mkdir -p "$dir"
   dir=$(cd "$dir" && pwd)
   [ ! -s "$dir/pids" ] || die "$dir/pids exists: stop that control plane first"
@@ -166,7 +291,7 @@ start() {
   local etcd_port etcd_peer api_port cm_port
   etcd_port=$(free_port); etcd_peer=$(free_port); api_port=$(free_port); cm_port=$(free_port)
   : > "$dir/pids"
-  etcd --name control-plane --data-dir "$dir/etcd" \
+  "$ETCD" --name control-plane --data-dir "$dir/etcd" \
     --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
     --listen-peer-urls "http://127.0.0.1:$etcd_peer" --initial-advertise-peer-urls "http://127.0.0.1:$etcd_peer" \
     --initial-cluster "control-plane=http://127.0.0.1:$etcd_peer" \
@@ -227,10 +352,10 @@ EOF
     # It keeps the pids itself: the directory may be gone by the time the watched process is.
     local started
     started=$(awk '{print $2}' "$dir/pids" | tr '\n' ' ')
+    # shellcheck disable=SC2086 # $started is a list of pids
     ( trap '' HUP
       while kill -0 "$watch_pid" 2>/dev/null; do sleep 1; done
-      # shellcheck disable=SC2086
-      kill $started 2>/dev/null; sleep 5; kill -9 $started 2>/dev/null
+      kill $started 2>/dev/null; sleep 5; kill -9 $started 2>/dev/null || true
       rm -f "$dir/pids" ) </dev/null >/dev/null 2>&1 &
     echo "watchdog $!" >> "$dir/pids"
   fi
