@@ -13,7 +13,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use gateway_api::apis::standard::httproutes::HttpRoute;
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
@@ -22,7 +22,7 @@ use prometheus::IntCounterVec;
 
 use crate::controller::cache::index::{self, Index};
 use crate::controller::cache::kept::{self, Keep, Kept, Owned};
-use crate::controller::cache::table::{Cache, Records, Sites, Table, Volumes};
+use crate::controller::cache::table::{Cache, Hold, Named, Packed, Records, Sites, Table, Volumes};
 use crate::controller::context::{self, Caches, HttpRoutes, WrittenStatuses};
 use crate::controller::fingerprints::{self, Fingerprints};
 use crate::controller::queue::Queue;
@@ -121,67 +121,116 @@ fn route_key<K: Keep>(obj: &Kept<K>) -> Option<String> {
     obj.facts.site_id().map(str::to_string)
 }
 
-/// [`watch_kind_observed`] for an owned kind, kept as [`Kept`] records: every object the watch
-/// delivers is shown to the drift fingerprints (the cache has caught up with the operator's own
+/// One watched kind: what its cache keeps of each object ([`Watched::keep`]), which Site an
+/// object queues ([`Watched::key`]), whether an event changes what a reconcile does
+/// ([`Watched::changed`]) and what else follows an event once the cache holds it
+/// ([`Watched::after`]: indexes, the drift fingerprints, the written statuses). [`run`] drives
+/// every kind alike; a new kind is a type and these four methods.
+trait Watched: Send + 'static {
+    /// The kind as the API server sends it.
+    type Source: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static;
+    /// What the cache keeps of an object.
+    type Kept: Named + Clone + std::fmt::Debug + Send + Sync + 'static;
+    /// How the cache holds it ([`Table`]).
+    type Hold: Hold<Self::Kept>;
+    /// The cache the watch fills.
+    fn table(&self) -> &Table<Self::Kept, Self::Hold>;
+    /// What the cache keeps of `obj`.
+    fn keep(&mut self, obj: Self::Source) -> Self::Kept;
+    /// The Site (its name) that an event about `obj` queues, if any.
+    fn key(&self, obj: &Self::Kept) -> Option<String>;
+    /// Whether `event` can change what a reconcile does, judged before the cache applies it
+    /// (the cache still holds the previous version): false keeps its key out of the queue.
+    fn changed(&self, event: &watcher::Event<Self::Kept>) -> bool;
+    /// Called once the cache applied `event`.
+    fn after(&mut self, _event: &watcher::Event<Self::Kept>) {}
+}
+
+/// An owned kind, kept as [`Kept`] records: every object the watch delivers is shown to the
+/// drift fingerprints once the records hold it (the cache has caught up with the operator's own
 /// write once it shows it).
+struct OwnedWatch<K: Keep> {
+    records: Records<K>,
+    key: fn(&Kept<K>) -> Option<String>,
+    prints: Arc<Fingerprints>,
+    /// The version of the object [`Watched::keep`] last kept (the record drops it): shown to the
+    /// fingerprints in [`Watched::after`] of the same event, so a reconcile that learns its
+    /// write was seen finds that write (or a later version) in the cache. (The objects of a
+    /// re-list enter the cache together at its end but are shown as they arrive: a write seen
+    /// only through a re-list may be repeated once.)
+    version: u64,
+}
+
+impl<K> Watched for OwnedWatch<K>
+where
+    K: Keep + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K::Body: Send + Sync,
+{
+    type Source = K;
+    type Kept = Kept<K>;
+    type Hold = Arc<Kept<K>>;
+
+    fn table(&self) -> &Records<K> {
+        &self.records
+    }
+
+    fn keep(&mut self, obj: K) -> Kept<K> {
+        self.version = fingerprints::version(obj.meta());
+        Kept::new(obj)
+    }
+
+    fn key(&self, obj: &Kept<K>) -> Option<String> {
+        (self.key)(obj)
+    }
+
+    fn changed(&self, event: &watcher::Event<Kept<K>>) -> bool {
+        changed_by(&self.records, event, |old, new| old != new)
+    }
+
+    fn after(&mut self, event: &watcher::Event<Kept<K>>) {
+        match event {
+            watcher::Event::Apply(obj) | watcher::Event::InitApply(obj) => {
+                self.prints.observe(obj, self.version);
+            }
+            // A deleted object is forgotten: one made again by someone else (while the watch
+            // was down, say) is not taken for the operator's, and the records do not grow with
+            // Site churn.
+            watcher::Event::Delete(obj) => self.prints.forget::<K>(obj.name()),
+            watcher::Event::Init | watcher::Event::InitDone => {}
+        }
+    }
+}
+
+/// Starts the watch of an owned kind (`key`: the Site an object queues) and returns its records.
 fn watch_owned<K>(
     api: Api<K>,
     feed: &Feed,
-    key: impl Fn(&Kept<K>) -> Option<String> + Send + Sync + 'static,
+    key: fn(&Kept<K>) -> Option<String>,
     prints: Arc<Fingerprints>,
 ) -> Records<K>
 where
     K: Keep + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
     K::Body: Send + Sync,
 {
-    // The version is taken before the record is made, which drops it, and shown to the
-    // fingerprints only once the records hold the object: a reconcile that learns its write
-    // was seen must find that write (or a later version) in the cache. The stream passes one
-    // event through every stage before it pulls the next, so one slot carries the version
-    // between the stages. (The objects of a re-list enter the cache together at its end but are
-    // shown as they arrive: a write seen only through a re-list may be repeated once.)
-    let version = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let taken = version.clone();
     let records = Records::<K>::default();
-    let writer = records.clone();
-    watch_kind_observed(
+    run(
+        OwnedWatch {
+            records: records.clone(),
+            key,
+            prints,
+            version: 0,
+        },
         api,
         list_config(),
         feed,
-        move |obj: K| {
-            taken.store(
-                fingerprints::version(obj.meta()),
-                std::sync::atomic::Ordering::Relaxed,
-            );
-            Kept::new(obj)
-        },
-        records.clone(),
-        move |event| writer.apply(event),
-        key,
-        changed,
-        move |event: &watcher::Event<Kept<K>>| match event {
-            watcher::Event::Apply(obj) | watcher::Event::InitApply(obj) => {
-                prints.observe(obj, version.load(std::sync::atomic::Ordering::Relaxed));
-            }
-            // A deleted object is forgotten: one made again by someone else (while the watch
-            // was down, say) is not taken for the operator's, and the records do not grow with
-            // Site churn.
-            watcher::Event::Delete(obj) => prints.forget::<K>(obj.name()),
-            watcher::Event::Init | watcher::Event::InitDone => {}
-        },
     );
     records
 }
 
-/// Whether a watch event changes what the cache keeps of its object (kept copies are slimmed:
-/// an update of a status field, an annotation or the resourceVersion that the reconcile never
-/// reads leaves them equal). Events that change nothing are not queued.
-fn changed<K: PartialEq>(cache: &impl Cache<K>, event: &watcher::Event<K>) -> bool {
-    changed_by(cache, event, |old, new| old != new)
-}
-
-/// Whether a watch event changes its object as `differs(cached, new)` judges it: a new object
-/// (no cached copy) and a deletion always do.
+/// Whether a watch event changes its object as `differs(cached, new)` judges it (kept copies are
+/// slimmed: an update of a status field, an annotation or the resourceVersion that the
+/// reconcile never reads leaves them equal): a new object (no cached copy) and a deletion
+/// always do.
 fn changed_by<K>(
     cache: &impl Cache<K>,
     event: &watcher::Event<K>,
@@ -195,41 +244,23 @@ fn changed_by<K>(
     }
 }
 
-/// Starts a watch of `api` that keeps each object as `keep` makes it in `cache` (`store` applies
-/// an event to it) and feeds the keys of touched objects into the queue. Calls `before(cache,
-/// event)` with every watch event before the cache applies it (the cache still holds the
-/// previous version): false keeps the event's key out of the queue (the event cannot change what
-/// a reconcile does); and `after(event)` once the cache applied it.
+/// Starts the watch `w` of `api`: each object kept as [`Watched::keep`] makes it in its table,
+/// and the keys of the events that [`Watched::changed`] fed into the queue.
 ///
 /// An object deleted during a watch gap leaves no Delete event: the re-list that follows just
 /// leaves it out. When the re-list is done, every cached object it did not deliver is judged as
-/// deleted (`before` with a Delete event) and its key queued, so what was deleted in the gap is
+/// deleted (`changed` with a Delete event) and its key queued, so what was deleted in the gap is
 /// repaired (`after` sees that Delete too). The keys of a re-list are queued once the cache holds
 /// it, as client-go's informers replace their store before they notify.
-#[allow(clippy::too_many_arguments)]
-fn watch_kind_observed<S, K, C>(
-    api: Api<S>,
-    config: watcher::Config,
-    feed: &Feed,
-    mut keep: impl FnMut(S) -> K + Send + 'static,
-    cache: C,
-    mut store: impl FnMut(&watcher::Event<K>) + Send + 'static,
-    key: impl Fn(&K) -> Option<String> + Send + Sync + 'static,
-    before: impl Fn(&C, &watcher::Event<K>) -> bool + Send + 'static,
-    after: impl Fn(&watcher::Event<K>) + Send + 'static,
-) where
-    S: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
-    S::DynamicType: Default,
-    K: Clone + std::fmt::Debug + Send + Sync + 'static,
-    C: Cache<K>,
+fn run<W: Watched>(mut w: W, api: Api<W::Source>, config: watcher::Config, feed: &Feed)
+where
+    <W::Source as Resource>::DynamicType: Default,
 {
-    let kind = S::kind(&S::DynamicType::default()).into_owned();
+    let kind = W::Source::kind(&Default::default()).into_owned();
     let triggered = feed.triggers.with_label_values(&[&kind]);
     let queue = feed.queue.clone();
     let lists = feed.lists.clone();
-    let stream = watcher(api, config)
-        .default_backoff()
-        .map_ok(move |event| kept_event(event, &mut keep));
+    let stream = watcher(api, config).default_backoff();
     tokio::spawn(async move {
         futures::pin_mut!(stream);
         // The first list waits for its turn, which ends with the list or with the first error
@@ -239,26 +270,26 @@ fn watch_kind_observed<S, K, C>(
         // During a re-list (Init .. InitDone): the objects it delivered so far, and the keys to
         // queue once the cache holds the re-listed objects (a reconcile before that would read
         // the copies from before the re-list, and nothing would queue the key again).
-        let mut relist: Option<(HashSet<C::Id>, Vec<String>)> = None;
+        let mut relist: Option<(HashSet<Box<str>>, Vec<String>)> = None;
         while let Some(item) = stream.next().await {
             let event = match item {
-                Ok(event) => event,
+                Ok(event) => kept_event(event, |obj| w.keep(obj)),
                 Err(e) => {
                     turn.take();
-                    cache.watch_failed();
+                    w.table().watch_failed();
                     tracing::warn!(%kind, error = %e, "watch error; retrying");
                     continue;
                 }
             };
-            let relevant = before(&cache, &event);
+            let relevant = w.changed(&event);
             let mut keys = Vec::new();
             match &event {
                 watcher::Event::Init => relist = Some((HashSet::new(), Vec::new())),
                 watcher::Event::InitApply(obj) => {
                     let (seen, later) = relist.get_or_insert_default();
-                    seen.insert(C::id(obj));
+                    seen.insert(obj.name().into());
                     if relevant {
-                        later.extend(key(obj));
+                        later.extend(w.key(obj));
                     }
                 }
                 watcher::Event::InitDone => {
@@ -266,28 +297,28 @@ fn watch_kind_observed<S, K, C>(
                     let (seen, later) = relist.take().unwrap_or_default();
                     keys = later;
                     // One object at a time: a packed cache decodes each one it returns.
-                    for id in cache.ids() {
+                    for id in w.table().ids() {
                         if seen.contains(&id) {
                             continue;
                         }
-                        let Some(obj) = cache.get_id(&id) else {
+                        let Some(obj) = w.table().get_id(&id) else {
                             continue;
                         };
                         let gone = watcher::Event::Delete(obj.as_ref().clone());
-                        if before(&cache, &gone) {
-                            keys.extend(key(&obj));
+                        if w.changed(&gone) {
+                            keys.extend(w.key(&obj));
                         }
-                        after(&gone);
+                        w.after(&gone);
                     }
                 }
                 watcher::Event::Apply(obj) | watcher::Event::Delete(obj) => {
                     if relevant {
-                        keys.extend(key(obj));
+                        keys.extend(w.key(obj));
                     }
                 }
             }
-            store(&event);
-            after(&event);
+            w.table().apply(&event);
+            w.after(&event);
             for k in keys {
                 triggered.inc();
                 queue.add(k.into());
@@ -297,7 +328,7 @@ fn watch_kind_observed<S, K, C>(
 }
 
 /// A watch event with its objects as the cache keeps them.
-fn kept_event<S, K>(event: watcher::Event<S>, keep: &mut impl FnMut(S) -> K) -> watcher::Event<K> {
+fn kept_event<S, K>(event: watcher::Event<S>, mut keep: impl FnMut(S) -> K) -> watcher::Event<K> {
     match event {
         watcher::Event::Apply(obj) => watcher::Event::Apply(keep(obj)),
         watcher::Event::Delete(obj) => watcher::Event::Delete(keep(obj)),
@@ -315,39 +346,61 @@ fn watch_sites(
     feed: &Feed,
     written: Arc<WrittenStatuses>,
 ) -> (Sites, Index<Site, Sites>) {
-    let sites_by_path = Index::new(index::site_path_keys);
-    let path_index = sites_by_path.clone();
-    let sharers = (sites_by_path.clone(), feed.queue.clone());
-    let sites = Sites::default();
-    let writer = sites.clone();
-    watch_kind_observed(
-        Api::<Site>::namespaced(client.clone(), ns),
-        list_config(),
-        feed,
-        |mut s: Site| {
-            kept::site(&mut s);
-            s
-        },
-        sites.clone(),
-        move |event| writer.apply(event),
-        |s: &Site| s.metadata.name.clone(),
-        {
-            let written = written.clone();
-            move |before: &Sites, event: &watcher::Event<Site>| {
-                site_event_matters(before, event, &written, &sharers)
-            }
-        },
-        move |event: &watcher::Event<Site>| {
-            path_index.observe(event);
-            // Once the cache holds it: a reconcile that finds its status write shown finds it
-            // in the cache.
-            if let watcher::Event::Apply(s) | watcher::Event::InitApply(s) = event {
-                let relisted = matches!(event, watcher::Event::InitApply(_));
-                written.observe(&s.name_any(), s.status.as_ref(), relisted);
-            }
-        },
-    );
-    (sites, sites_by_path)
+    let w = SiteWatch {
+        sites: Sites::default(),
+        by_path: Index::new(index::site_path_keys),
+        written,
+        queue: feed.queue.clone(),
+    };
+    let caches = (w.sites.clone(), w.by_path.clone());
+    run(w, Api::namespaced(client.clone(), ns), list_config(), feed);
+    caches
+}
+
+struct SiteWatch {
+    sites: Sites,
+    by_path: Index<Site, Sites>,
+    written: Arc<WrittenStatuses>,
+    queue: Queue<Arc<str>>,
+}
+
+impl Watched for SiteWatch {
+    type Source = Site;
+    type Kept = Site;
+    type Hold = Packed<Site>;
+
+    fn table(&self) -> &Sites {
+        &self.sites
+    }
+
+    fn keep(&mut self, mut s: Site) -> Site {
+        kept::site(&mut s);
+        s
+    }
+
+    fn key(&self, s: &Site) -> Option<String> {
+        s.metadata.name.clone()
+    }
+
+    fn changed(&self, event: &watcher::Event<Site>) -> bool {
+        site_event_matters(
+            &self.sites,
+            event,
+            &self.written,
+            (&self.by_path, &self.queue),
+        )
+    }
+
+    fn after(&mut self, event: &watcher::Event<Site>) {
+        self.by_path.observe(event);
+        // Once the cache holds it: a reconcile that finds its status write shown finds it in
+        // the cache.
+        if let watcher::Event::Apply(s) | watcher::Event::InitApply(s) = event {
+            let relisted = matches!(event, watcher::Event::InitApply(_));
+            self.written
+                .observe(&s.name_any(), s.status.as_ref(), relisted);
+        }
+    }
 }
 
 /// Whether a Site watch event queues its Site (a change the reconcile acts on, or a status the
@@ -357,7 +410,7 @@ fn site_event_matters(
     before: &Sites,
     event: &watcher::Event<Site>,
     written: &WrittenStatuses,
-    (index, queue): &(Index<Site, Sites>, Queue<Arc<str>>),
+    (index, queue): (&Index<Site, Sites>, &Queue<Arc<str>>),
 ) -> bool {
     // A re-list (after a watch gap) delivers every Site again as InitApply while the store
     // still holds the previous copies: judged like an update, so only what changed in the gap
@@ -464,22 +517,45 @@ fn watch_site_pods(
     ns: &str,
     feed: &Feed,
 ) -> (Table<SitePod>, Index<SitePod, Table<SitePod>>) {
-    let pods_by_site = Index::new(index::pod_keys);
-    let index = pods_by_site.clone();
-    let pods = Table::<SitePod>::default();
-    let writer = pods.clone();
-    watch_kind_observed(
-        Api::<Pod>::namespaced(client.clone(), ns),
-        list_config().labels(ID_LABEL),
-        feed,
-        |p: Pod| kept::pod(&p),
-        pods.clone(),
-        move |event| writer.apply(event),
-        |p: &SitePod| index::pod_keys(p).pop(),
-        changed,
-        move |event: &watcher::Event<SitePod>| index.observe(event),
-    );
-    (pods, pods_by_site)
+    let w = PodWatch {
+        pods: Table::default(),
+        by_site: Index::new(index::pod_keys),
+    };
+    let caches = (w.pods.clone(), w.by_site.clone());
+    let api = Api::namespaced(client.clone(), ns);
+    run(w, api, list_config().labels(ID_LABEL), feed);
+    caches
+}
+
+struct PodWatch {
+    pods: Table<SitePod>,
+    by_site: Index<SitePod, Table<SitePod>>,
+}
+
+impl Watched for PodWatch {
+    type Source = Pod;
+    type Kept = SitePod;
+    type Hold = Arc<SitePod>;
+
+    fn table(&self) -> &Table<SitePod> {
+        &self.pods
+    }
+
+    fn keep(&mut self, p: Pod) -> SitePod {
+        kept::pod(&p)
+    }
+
+    fn key(&self, p: &SitePod) -> Option<String> {
+        index::pod_keys(p).pop()
+    }
+
+    fn changed(&self, event: &watcher::Event<SitePod>) -> bool {
+        changed_by(&self.pods, event, |old, new| old != new)
+    }
+
+    fn after(&mut self, event: &watcher::Event<SitePod>) {
+        self.by_site.observe(event);
+    }
 }
 
 /// The watch of the StatefulSets' `FailedCreate` Events (the controller manager's, on a pod it
@@ -487,50 +563,81 @@ fn watch_site_pods(
 /// says why its pods do not exist.
 fn watch_failed_creates(client: &kube::Client, ns: &str, feed: &Feed) -> Table<FailedCreate> {
     let failed = Table::<FailedCreate>::default();
-    let writer = failed.clone();
-    watch_kind_observed(
-        Api::<k8s_openapi::api::core::v1::Event>::namespaced(client.clone(), ns),
-        list_config().fields(status::FAILED_CREATE_EVENTS),
-        feed,
-        |e| FailedCreate::of(&e),
-        failed.clone(),
-        move |event| writer.apply(event),
-        |f: &FailedCreate| Some(f.statefulset.to_string()),
-        changed,
-        |_: &watcher::Event<FailedCreate>| {},
-    );
+    let api = Api::namespaced(client.clone(), ns);
+    let config = list_config().fields(status::FAILED_CREATE_EVENTS);
+    run(FailedCreateWatch(failed.clone()), api, config, feed);
     failed
+}
+
+struct FailedCreateWatch(Table<FailedCreate>);
+
+impl Watched for FailedCreateWatch {
+    type Source = k8s_openapi::api::core::v1::Event;
+    type Kept = FailedCreate;
+    type Hold = Arc<FailedCreate>;
+
+    fn table(&self) -> &Table<FailedCreate> {
+        &self.0
+    }
+
+    fn keep(&mut self, e: Self::Source) -> FailedCreate {
+        FailedCreate::of(&e)
+    }
+
+    fn key(&self, f: &FailedCreate) -> Option<String> {
+        Some(f.statefulset.to_string())
+    }
+
+    fn changed(&self, event: &watcher::Event<FailedCreate>) -> bool {
+        changed_by(&self.0, event, |old, new| old != new)
+    }
 }
 
 /// The watch of the volumes (cluster-wide) and their index by site: an event matters to the
 /// site a volume is labelled or claimed for.
 fn watch_volumes(client: &kube::Client, feed: &Feed) -> (Volumes, Index<Volume, Volumes>) {
-    let volumes_by_site = Index::new(volumes::volume_keys);
-    let index = volumes_by_site.clone();
-    let volumes = Volumes::default();
-    let writer = volumes.clone();
-    watch_kind_observed(
-        Api::<Volume>::all(client.clone()),
-        list_config(),
-        feed,
-        |mut v: Volume| {
-            kept::volume(&mut v);
-            v
-        },
-        volumes.clone(),
-        move |event| writer.apply(event),
-        |pv: &Volume| {
-            key_of(pv).or_else(|| {
-                let claim = pv.spec.as_ref()?.claim_ref.as_ref()?;
-                claim.name.clone()
-            })
-        },
-        |store: &Volumes, event: &watcher::Event<Volume>| {
-            changed_by(store, event, changes::volume_changed)
-        },
-        move |event: &watcher::Event<Volume>| index.observe(event),
-    );
-    (volumes, volumes_by_site)
+    let w = VolumeWatch {
+        volumes: Volumes::default(),
+        by_site: Index::new(volumes::volume_keys),
+    };
+    let caches = (w.volumes.clone(), w.by_site.clone());
+    run(w, Api::all(client.clone()), list_config(), feed);
+    caches
+}
+
+struct VolumeWatch {
+    volumes: Volumes,
+    by_site: Index<Volume, Volumes>,
+}
+
+impl Watched for VolumeWatch {
+    type Source = Volume;
+    type Kept = Volume;
+    type Hold = Packed<Volume>;
+
+    fn table(&self) -> &Volumes {
+        &self.volumes
+    }
+
+    fn keep(&mut self, mut v: Volume) -> Volume {
+        kept::volume(&mut v);
+        v
+    }
+
+    fn key(&self, pv: &Volume) -> Option<String> {
+        key_of(pv).or_else(|| {
+            let claim = pv.spec.as_ref()?.claim_ref.as_ref()?;
+            claim.name.clone()
+        })
+    }
+
+    fn changed(&self, event: &watcher::Event<Volume>) -> bool {
+        changed_by(&self.volumes, event, changes::volume_changed)
+    }
+
+    fn after(&mut self, event: &watcher::Event<Volume>) {
+        self.by_site.observe(event);
+    }
 }
 
 async fn wait_synced(c: &Caches) {
