@@ -12,6 +12,9 @@
 //! - [`context`]: what every reconcile shares (client, configuration, caches, recorder, cached
 //!   lookups of the session key and the master Ingress host);
 //! - [`reconcile`]: the reconcile of one Site, as a recipe;
+//! - [`routes`]: its routes step: the active mode's route, the other mode's removed;
+//! - [`owned`]: writing one owned object for a Site: looked up, judged (only what the Site
+//!   controls), applied where it differs;
 //! - [`configuration`]: follows the `sites-config` ConfigMap (live configuration);
 //! - [`apply`]: every write the reconciler makes to the cluster (docs/architecture.md lists
 //!   them, and the few writers outside it);
@@ -45,8 +48,10 @@ pub mod fingerprints;
 mod footprint;
 pub mod labeller;
 pub mod leader;
+pub mod owned;
 pub mod queue;
 pub mod reconcile;
+pub mod routes;
 pub mod status;
 pub mod volumes;
 mod watches;

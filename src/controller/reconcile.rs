@@ -6,9 +6,9 @@
 //! 3. **decide** whether the pods roll ([`crate::restart`]);
 //! 4. **render** every object ([`crate::render`], pure);
 //! 5. **apply** them in the LIFE-01 order, only objects the Site controls, writing only what
-//!    differs ([`apply`]);
-//! 6. **routes**: the active mode's route unless an older Site serves the path, then **prune**
-//!    this site's route of the other routing mode (LIFE-13);
+//!    differs ([`super::owned`], [`apply`]);
+//! 6. **routes** ([`super::routes`]): the active mode's route unless an older Site serves the
+//!    path, then **prune** this site's route of the other routing mode (LIFE-13);
 //! 7. write the **status** when it changed.
 //!
 //! Reads come from the caches ([`Context`]); every write goes through [`apply`]; errors are
@@ -18,24 +18,23 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::controller::events::EventType;
-use gateway_api::apis::standard::httproutes::HttpRoute;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
-use k8s_openapi::api::networking::v1::Ingress;
-use kube::{Resource, ResourceExt};
+use kube::ResourceExt;
 
 use crate::config::{PlatformConfig, RoutingMode};
 use crate::controller::apply::{self, Written};
-use crate::controller::cache::kept::{Keep, Kept, Owned, Pairs};
-use crate::controller::cache::table::Records;
+use crate::controller::cache::kept::{Kept, Pairs};
 use crate::controller::context::Context;
+use crate::controller::owned::{Writes, controlled, existing, step, write_owned};
+use crate::controller::routes::{path_taken_by, routes};
 use crate::controller::status::SitePod;
 use crate::controller::{status, volumes};
 use crate::crd::{Site, SiteStatus};
 use crate::labels::{self, Control};
-use crate::render::{self, Inputs, PodTemplateInputs, Rendered, Route, SiteTokens};
+use crate::render::{self, Inputs, PodTemplateInputs, Rendered, SiteTokens};
 use crate::watched::Volume;
-use crate::{Error, Result, Retry, Target, reasons, restart};
+use crate::{Error, Result, Retry, reasons, restart};
 
 /// What one reconcile asks of the queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,33 +58,6 @@ impl From<Retry> for Next {
             Retry::Backoff => Next::Backoff,
             Retry::After(delay) => Next::After(delay),
             Retry::Never => Next::Done,
-        }
-    }
-}
-
-/// What a reconcile wrote: the objects it created (for the one Created Event), and whether the
-/// StatefulSet is as the spec asks (only then may the status say what the spec asks for, e.g.
-/// Disabled).
-#[derive(Default)]
-struct Writes {
-    created: Vec<String>,
-    workload_current: bool,
-    /// An object was left as the operator last wrote it because the cache has not shown that
-    /// write yet: look again once it should have.
-    awaiting: bool,
-}
-
-impl Writes {
-    fn record<K: Resource>(&mut self, name: &str, written: Written)
-    where
-        K::DynamicType: Default,
-    {
-        match written {
-            Written::Created => self
-                .created
-                .push(format!("{} {name}", K::kind(&K::DynamicType::default()))),
-            Written::Awaiting => self.awaiting = true,
-            Written::Unchanged | Written::Updated => {}
         }
     }
 }
@@ -439,224 +411,6 @@ async fn apply_in_order(
         }),
         None => Ok(()),
     }
-}
-
-/// The older Site (creationTimestamp, then name) that serves this Site's public path, if any:
-/// the backstop for two Sites admitted with one path (webhook down, a race).
-fn path_taken_by(ctx: &Context, site: &Site) -> Option<String> {
-    let age = |s: &Site| (s.metadata.creation_timestamp.clone(), s.name_any());
-    ctx.caches
-        .sharing_path(site)
-        .into_iter()
-        .filter(|other| age(other) < age(site))
-        .min_by_key(|other| age(other))
-        .map(|other| other.name_any())
-}
-
-/// Whether this Site may write the existing object: it controls it; a deleted Site of the same
-/// name still does (wait for garbage collection); anything else is a conflict.
-fn controlled<K: Keep>(obj: &Kept<K>, site: &Site) -> Result<()> {
-    match obj.control(site) {
-        Control::ThisSite => Ok(()),
-        Control::PreviousSite => Err(Error::Waiting {
-            what: format!(
-                "the previous Site's {} to be deleted",
-                Target::of::<K>(obj.name())
-            ),
-        }),
-        Control::Other { controller } => Err(Error::ObjectConflict {
-            target: Target::of::<K>(obj.name()),
-            controller,
-        }),
-    }
-}
-
-/// Applies one object: what exists of that name (the cache holds every object of the owned
-/// kinds) is written only if this Site controls it, or nothing of that name exists, and it
-/// differs from the rendering.
-async fn step<K>(
-    ctx: &Context,
-    site: &Site,
-    writes: &mut Writes,
-    store: &Records<K>,
-    desired: K,
-) -> Result<(Written, Option<K>)>
-where
-    K: Owned,
-{
-    let stored = store.get(&desired.name_any());
-    write_owned(ctx, site, writes, stored, store.live(), desired).await
-}
-
-/// [`step`] with what exists already looked up (`live`: [`existing`]).
-async fn write_owned<K>(
-    ctx: &Context,
-    site: &Site,
-    writes: &mut Writes,
-    stored: Option<Arc<Kept<K>>>,
-    live: bool,
-    desired: K,
-) -> Result<(Written, Option<K>)>
-where
-    K: Owned,
-{
-    let name = desired.name_any();
-    let stored = existing(ctx, stored, live, &name).await?;
-    let judge = |obj: &Kept<K>| controlled(obj, site);
-    if let Some(existing) = &stored {
-        judge(existing)?;
-    }
-    let (written, obj) = apply_judged(ctx, stored, desired, judge).await?;
-    writes.record::<K>(&name, written);
-    Ok((written, obj))
-}
-
-/// Applies `desired` over `stored`, the object `judge` accepted (or nothing of its name). When
-/// the API server answers that the object is not the one judged ([`apply::judged_again`]:
-/// created, deleted or replaced by someone else since the cache showed it), the object is read
-/// and judged again, and applied only if it passes.
-async fn apply_judged<K>(
-    ctx: &Context,
-    stored: Option<Arc<Kept<K>>>,
-    mut desired: K,
-    judge: impl Fn(&Kept<K>) -> Result<()>,
-) -> Result<(Written, Option<K>)>
-where
-    K: Owned,
-{
-    match apply::apply(ctx, stored.as_deref(), &mut desired).await {
-        Err(e) if apply::judged_again(&e) => {
-            tracing::info!(error = %e, "not the object judged: judging it again");
-            let again = ctx.read_kept::<K>(&desired.name_any()).await?;
-            if let Some(obj) = &again {
-                judge(obj)?;
-            }
-            apply::apply(ctx, again.as_deref(), &mut desired).await
-        }
-        other => other,
-    }
-}
-
-/// What exists of the object `name`: the cache's copy (`stored`); when the cache has none, is not
-/// `live` ([`Records::live`]: its watch failed and has delivered nothing since, so an object
-/// created meanwhile may be missing) and the operator never wrote nor saw the object, the API
-/// server's. Nothing is applied, with force, onto an object that was not judged; a live cache
-/// costs no read. What a live watch has not delivered yet (an object created within its delay,
-/// milliseconds, before the apply) is not seen: that window is accepted.
-async fn existing<K>(
-    ctx: &Context,
-    stored: Option<Arc<Kept<K>>>,
-    live: bool,
-    name: &str,
-) -> Result<Option<Arc<Kept<K>>>>
-where
-    K: Owned,
-{
-    match stored {
-        None if !live && !ctx.fingerprints.known::<K>(name) => ctx.read_kept::<K>(name).await,
-        stored => Ok(stored),
-    }
-}
-
-/// The route of the active mode (created, updated, or deleted when the site has no public
-/// path), then the removal of this site's route of the other mode (LIFE-13). A route conflict
-/// does not keep the other mode's route. Routes are judged as every owned kind is: by their
-/// controller owner reference ([`labels::control`]), never by a label alone.
-async fn routes(
-    ctx: &Context,
-    mode: RoutingMode,
-    site: &Site,
-    desired: Option<Route>,
-    writes: &mut Writes,
-) -> Result<()> {
-    let c = &ctx.caches;
-    let (ingress, http_route) = match desired {
-        Some(Route::Ingress(i)) => (Some(i), None),
-        Some(Route::HttpRoute(r)) => (None, Some(r)),
-        None => (None, None),
-    };
-    let (active, pruned) = match mode {
-        RoutingMode::Ingress => (
-            active_route(ctx, writes, site, Some(&c.ingresses), ingress).await,
-            prune_route::<HttpRoute>(ctx, site, c.httproutes.get()).await,
-        ),
-        RoutingMode::Gateway => {
-            let every = ctx.tunables.gateway_probe;
-            let store = c.httproutes.serve(&ctx.client, &ctx.namespace, every).await;
-            (
-                active_route(ctx, writes, site, store, http_route).await,
-                prune_route::<Ingress>(ctx, site, Some(&c.ingresses)).await,
-            )
-        }
-    };
-    active.and(pruned)
-}
-
-/// The route of the active mode; `store` is None when the cluster does not serve its kind. A
-/// route of the site's name that the Site does not control is a [`Error::RouteConflict`]
-/// (RTG-03, LIFE-07): left alone, neither written nor deleted.
-async fn active_route<K>(
-    ctx: &Context,
-    writes: &mut Writes,
-    site: &Site,
-    store: Option<&Records<K>>,
-    desired: Option<K>,
-) -> Result<()>
-where
-    K: Owned,
-{
-    let id = site.name_any();
-    let Some(store) = store else {
-        return match desired {
-            Some(_) => Err(Error::NoHttpRoutes),
-            None => Ok(()),
-        };
-    };
-    let stored = match desired {
-        Some(_) => existing(ctx, store.get(&id), store.live(), &id).await?,
-        None => store.get(&id),
-    };
-    let judge = |existing: &Kept<K>| match controlled(existing, site) {
-        Err(Error::ObjectConflict { controller, .. }) => Err(Error::RouteConflict {
-            kind: K::kind(&K::DynamicType::default()).into_owned(),
-            name: id.clone(),
-            controller,
-        }),
-        other => other,
-    };
-    if let Some(existing) = stored.as_deref() {
-        judge(existing)?;
-    }
-    match (desired, stored) {
-        (Some(route), stored) => {
-            let (written, _) = apply_judged(ctx, stored, route, judge).await?;
-            writes.record::<K>(&id, written);
-            Ok(())
-        }
-        (None, Some(existing)) => apply::delete::<K>(ctx, &id, existing.facts.uid()).await,
-        (None, None) => Ok(()),
-    }
-}
-
-/// Deletes this site's route of the inactive mode: only one the Site controls; any other stays.
-async fn prune_route<K>(ctx: &Context, site: &Site, store: Option<&Records<K>>) -> Result<()>
-where
-    K: Owned,
-{
-    let id = site.name_any();
-    let Some(stored) = store.and_then(|s| s.get(&id)) else {
-        return Ok(());
-    };
-    if stored.control(site) != Control::ThisSite {
-        tracing::warn!(site = %id, "a route of the other routing mode with this name is not this site's; left alone");
-        return Ok(());
-    }
-    apply::delete::<K>(ctx, &id, stored.facts.uid())
-        .await
-        .map_err(|e| match e {
-            Error::Delete { target, source } => Error::DeleteOtherModeRoute { target, source },
-            e => e,
-        })
 }
 
 /// Records a Warning Event for a problem a user must act on, once per distinct problem: pod

@@ -524,7 +524,7 @@ const OTHER_PATHS: &[(&str, &str, &str)] = &[
     (
         "get",
         "httproutes.gateway.networking.k8s.io",
-        "src/controller/reconcile.rs (existing)",
+        "src/controller/owned.rs (existing)",
     ),
     (
         "get",
@@ -534,7 +534,7 @@ const OTHER_PATHS: &[(&str, &str, &str)] = &[
     (
         "get",
         "persistentvolumeclaims",
-        "src/controller/reconcile.rs (existing)",
+        "src/controller/owned.rs (existing)",
     ),
     (
         "create",

@@ -19,7 +19,8 @@ use std::time::Duration;
 
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, PersistentVolume, Pod};
+use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use sites_operator::crd::Site;
@@ -320,6 +321,28 @@ async fn flux_argo_cd_and_the_hub_reapply_sites_and_change_nothing() {
     let sts_before = g.generations(ALL).await;
     let pods_before = g.pods().await;
     assert_eq!(pods_before.len(), 4, "{pods_before:?}");
+    // The volumes' site labels come some seconds after their claims bind (a delayed write of
+    // its own): counted before the cycles, not as a write of theirs.
+    eventually("every site volume labelled", WAIT, || async {
+        let volumes = Api::<PersistentVolume>::all(g.c.client.clone())
+            .list(&ListParams::default())
+            .await
+            .ok()?;
+        let labelled = volumes
+            .items
+            .iter()
+            .filter(|v| v.labels().contains_key("sites.ecmwf.int/id"))
+            .count();
+        let patched = g
+            .writes()
+            .await
+            .get("patch persistentvolumes")
+            .copied()
+            .unwrap_or_default();
+        (labelled >= ALL.len() && patched >= ALL.len() as f64).then_some(())
+    })
+    .await;
+    g.idle().await;
     let writes_before = g.writes().await;
 
     let cycle = |round: usize| {
