@@ -318,7 +318,7 @@ pub fn ratchet<T: serde::Serialize>(
     new: &T,
 ) -> Vec<FieldError> {
     // Only a violation the stored Site had can go; its field's value is compared through
-    // fingerprints read from the serialised objects, which builds neither as a tree.
+    // hashes read from the serialised objects, which builds neither as a tree.
     let candidates: Vec<&str> = violations
         .iter()
         .filter(|v| before.contains(v))
@@ -329,7 +329,7 @@ pub fn ratchet<T: serde::Serialize>(
     }
     let at = |site: &T| {
         serde_json::to_vec(site)
-            .map(|json| crate::validation::fingerprints_at(&json, &candidates))
+            .map(|json| crate::validation::values::hashes_at(&json, &candidates))
             .unwrap_or_default()
     };
     let (old, new) = (at(old), at(new));

@@ -68,7 +68,7 @@ pub enum Written {
     /// Nothing: the stored object is up to date.
     Unchanged,
     /// Nothing: the operator's last write was this very object, and the cache has not shown it
-    /// yet (the reconcile looks again once it has: [`PENDING`](crate::controller::fingerprints::PENDING)).
+    /// yet (the reconcile looks again once it has: [`PENDING`](crate::controller::own_writes::PENDING)).
     Awaiting,
     /// The object did not exist and was created.
     Created,
@@ -98,14 +98,14 @@ where
     // The uid is not part of the rendering (nor of its hash): it names the object judged.
     desired.meta_mut().uid = None;
     stamp(desired);
-    match ctx.fingerprints.pending(desired) {
+    match ctx.own.objects.pending(desired) {
         Some(true) => return Ok((Written::Awaiting, None)),
         Some(false) => {}
         None => {
             if let Some(s) = stored
                 && s.facts.up_to_date(desired)
             {
-                if !ctx.fingerprints.drifted(s) {
+                if !ctx.own.objects.drifted(s) {
                     return Ok((Written::Unchanged, None));
                 }
                 tracing::info!(kind = %K::kind(&K::DynamicType::default()), object = %s.name(), "changed by someone else: restoring it");
@@ -193,7 +193,7 @@ where
     } else {
         Written::Created
     };
-    ctx.fingerprints.written(&written);
+    ctx.own.objects.answered(&written);
     tracing::info!(kind = %K::kind(&K::DynamicType::default()), object = %name, written = ?how, "wrote object");
     Ok((how, Some(written)))
 }
@@ -267,11 +267,11 @@ where
     match ctx.api::<K>().delete(name, &delete_params(uid)).await {
         Ok(_) => {
             tracing::info!(kind = %K::kind(&K::DynamicType::default()), object = name, "deleted");
-            ctx.fingerprints.forget::<K>(name);
+            ctx.own.objects.forget::<K>(name);
             Ok(())
         }
         Err(kube::Error::Api(s)) if s.code == 404 => {
-            ctx.fingerprints.forget::<K>(name);
+            ctx.own.objects.forget::<K>(name);
             Ok(())
         }
         Err(source) => Err(Error::Delete {

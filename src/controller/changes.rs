@@ -27,7 +27,7 @@ pub fn site_edited(old: &crate::crd::Site, new: &crate::crd::Site) -> bool {
 /// Whether a new version of a Site can change what its reconcile does: [`site_edited`], or a
 /// change of its deletion, owners or finalizers. A status-only update cannot; the watch still
 /// queues one that the operator did not write
-/// ([`WrittenStatuses`](crate::controller::context::WrittenStatuses)), so that the status is
+/// ([`Statuses`](crate::controller::own_writes::Statuses)), so that the status is
 /// repaired.
 pub fn site_changed(old: &crate::crd::Site, new: &crate::crd::Site) -> bool {
     site_edited(old, new)

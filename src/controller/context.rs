@@ -19,10 +19,10 @@ use crate::controller::cache::index::Index;
 use crate::controller::cache::kept::{Kept, Owned};
 use crate::controller::cache::table::{Records, Sites, Table, Volumes};
 use crate::controller::events::Recorder;
-use crate::controller::fingerprints;
 use crate::controller::labeller::Labeller;
+use crate::controller::own_writes::OwnWrites;
 use crate::controller::status::{FailedCreate, SitePod};
-use crate::crd::{Site, SiteStatus};
+use crate::crd::Site;
 use crate::watched::Volume;
 use crate::{Error, Result, Target};
 
@@ -197,148 +197,6 @@ impl Default for Tunables {
 /// A value read from the cluster, when, and for which reference.
 type Cached<R, T> = Mutex<Option<(Instant, R, T)>>;
 
-/// The last two statuses the operator wrote to each Site, hashed. A Site update that changes only
-/// the status is the operator's own write (nothing to do) when the new status is one of them, and
-/// someone else's edit otherwise: the Site is queued, and its reconcile writes back what the status
-/// mapping says. Two, because the event of one write may arrive after the next write was sent.
-///
-/// Each also knows whether the Site watch has shown the last write yet ([`Shown`]): until it
-/// has, the cached Site is older than that write, and a reconcile that maps the status to that
-/// same write has nothing to write.
-///
-/// Sites are keyed by their name's 64-bit hash: two names taken for one (one chance in 2^64)
-/// would cost a status write or leave an edited status until the next change.
-#[derive(Default)]
-pub struct WrittenStatuses(Mutex<std::collections::HashMap<u64, Written>>);
-
-/// The statuses written to one Site: the last two digests, newest first, and where the last
-/// write stands.
-#[derive(Clone, Copy)]
-struct Written {
-    digests: [u64; 2],
-    shown: Shown,
-}
-
-/// Where the operator's last status write to a Site stands, as the Site watch sees it. The watch
-/// delivers a Site's versions in order: until it shows the write, what it shows is older.
-#[derive(Clone, Copy, Debug)]
-enum Shown {
-    /// Sent, no answer yet, not shown.
-    Sending,
-    /// Sent, and shown (or re-listed) before its answer came.
-    Early,
-    /// Stored (answered) at this [`tick`](crate::controller::fingerprints::tick) and not shown
-    /// yet: the cached Site is older than the write, for at most
-    /// [`PENDING`](crate::controller::fingerprints::PENDING).
-    Awaited(std::num::NonZeroU32),
-    /// Shown, failed, or re-listed: the cache is to be believed.
-    Settled,
-}
-
-impl WrittenStatuses {
-    fn digest(status: &SiteStatus) -> u64 {
-        crate::labels::hashed(&serde_json::to_vec(status).unwrap_or_default())
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<u64, Written>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn key(site: &str) -> u64 {
-        crate::labels::hashed(site)
-    }
-
-    /// Records `status` as written to `site` (before the write is sent: its watch event may come
-    /// before the write's response). [`WrittenStatuses::sent`] says how the write went.
-    pub fn record(&self, site: &str, status: &SiteStatus) {
-        let digest = Self::digest(status);
-        let mut written = self.lock();
-        match written.get_mut(&Self::key(site)) {
-            Some(last) => {
-                last.digests = [digest, last.digests[0]];
-                last.shown = Shown::Sending;
-            }
-            None => {
-                written.insert(
-                    Self::key(site),
-                    Written {
-                        digests: [digest, digest],
-                        shown: Shown::Sending,
-                    },
-                );
-            }
-        }
-    }
-
-    /// The answer to the last recorded write to `site`: stored (`ok`) or not.
-    pub fn sent(&self, site: &str, ok: bool) {
-        if let Some(last) = self.lock().get_mut(&Self::key(site)) {
-            last.shown = match last.shown {
-                Shown::Sending if ok => Shown::Awaited(fingerprints::tick()),
-                _ => Shown::Settled,
-            };
-        }
-    }
-
-    /// The Site watch shows `site` with `status` (once the cache holds it); `relisted`: as one
-    /// of a re-list's objects, which are at least as new as every answered write.
-    pub fn observe(&self, site: &str, status: Option<&SiteStatus>, relisted: bool) {
-        let ours = status.map(Self::digest);
-        if let Some(last) = self.lock().get_mut(&Self::key(site)) {
-            let shown = relisted || ours == Some(last.digests[0]);
-            last.shown = match last.shown {
-                Shown::Sending if shown => Shown::Early,
-                Shown::Awaited(_) if shown => Shown::Settled,
-                other => other,
-            };
-        }
-    }
-
-    /// Whether `status` is the last one the operator wrote to `site` (None: it wrote none since
-    /// it started or since the Site was forgotten).
-    pub fn last_is(&self, site: &str, status: &SiteStatus) -> Option<bool> {
-        let last = self
-            .lock()
-            .get(&Self::key(site))
-            .map(|last| last.digests[0])?;
-        Some(last == Self::digest(status))
-    }
-
-    /// Whether `status` is the last one the operator wrote to `site`, stored and not yet shown by
-    /// the Site watch: the cached Site is older than that write, and there is nothing to write.
-    pub fn awaited(&self, site: &str, status: &SiteStatus) -> bool {
-        let digest = Self::digest(status);
-        let mut written = self.lock();
-        let Some(last) = written.get_mut(&Self::key(site)) else {
-            return false;
-        };
-        let Shown::Awaited(at) = last.shown else {
-            return false;
-        };
-        if fingerprints::expired(at) {
-            last.shown = Shown::Settled;
-            return false;
-        }
-        last.digests[0] == digest
-    }
-
-    /// Whether `status` is one the operator wrote to `site` (the last or the one before it).
-    pub fn is_ours(&self, site: &str, status: Option<&SiteStatus>) -> bool {
-        let Some(status) = status else {
-            return false;
-        };
-        let digest = Self::digest(status);
-        self.lock()
-            .get(&Self::key(site))
-            .is_some_and(|last| last.digests.contains(&digest))
-    }
-
-    /// Forgets a deleted Site.
-    pub fn forget(&self, site: &str) {
-        self.lock().remove(&Self::key(site));
-    }
-}
-
 /// Everything a reconcile needs.
 pub struct Context {
     pub client: kube::Client,
@@ -352,10 +210,9 @@ pub struct Context {
     master_host: Cached<(), Option<String>>,
     /// The schedule of the delayed volume labels.
     pub(crate) labeller: Labeller,
-    /// What the operator last wrote of each owned object (drift detection).
-    pub(crate) fingerprints: Arc<crate::controller::fingerprints::Fingerprints>,
-    /// The statuses the operator last wrote (a status edited by someone else is repaired).
-    pub(crate) statuses: Arc<WrittenStatuses>,
+    /// The record of the operator's own writes: what it last wrote of each owned object (drift
+    /// detection) and to each Site's status (a status edited by someone else is repaired).
+    pub(crate) own: Arc<OwnWrites>,
     /// Where the clock comes from (tests may pin it).
     pub now: fn() -> Time,
 }
@@ -383,8 +240,7 @@ impl Context {
             session_key: Mutex::new(None),
             master_host: Mutex::new(None),
             labeller: Labeller::default(),
-            fingerprints: Default::default(),
-            statuses: Default::default(),
+            own: Default::default(),
             now: system_now,
         }
     }
@@ -478,105 +334,4 @@ fn fresh<R: PartialEq, T: Clone>(cell: &Cached<R, T>, reference: &R) -> Option<T
 
 fn remember<R, T>(cell: &Cached<R, T>, reference: R, value: T) {
     *cell.lock().unwrap_or_else(|e| e.into_inner()) = Some((Instant::now(), reference, value));
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Three distinct statuses: Pending, Running, Failed.
-    fn statuses() -> [SiteStatus; 3] {
-        use crate::crd::Phase;
-        [Phase::Pending, Phase::Running, Phase::Failed].map(|phase| SiteStatus {
-            phase: Some(phase),
-            ..Default::default()
-        })
-    }
-
-    #[test]
-    fn the_last_written_status_is_known_per_site() {
-        let [pending, running, _] = statuses();
-        let written = WrittenStatuses::default();
-        assert_eq!(written.last_is("a", &running), None);
-        written.record("a", &pending);
-        written.record("a", &running);
-        assert_eq!(written.last_is("a", &running), Some(true));
-        assert_eq!(written.last_is("a", &pending), Some(false));
-        assert_eq!(written.last_is("b", &running), None);
-        written.forget("a");
-        assert_eq!(written.last_is("a", &running), None);
-    }
-
-    /// A stored status write is awaited until the Site watch shows it (or a re-list shows the
-    /// Site); what the watch shows before it is older. A write that failed, or was shown before
-    /// its answer, is not awaited.
-    #[test]
-    fn a_stored_status_is_awaited_until_the_watch_shows_it() {
-        let [pending, running, failed] = statuses();
-        let written = WrittenStatuses::default();
-        assert!(!written.awaited("a", &pending), "nothing written");
-        // Sent, answered, then shown.
-        written.record("a", &pending);
-        assert!(!written.awaited("a", &pending), "no answer yet");
-        written.sent("a", true);
-        assert!(written.awaited("a", &pending));
-        assert!(!written.awaited("a", &running), "only the status written");
-        assert!(!written.awaited("b", &pending), "per Site");
-        written.observe("a", None, false);
-        assert!(
-            written.awaited("a", &pending),
-            "an older version of the Site"
-        );
-        written.observe("a", Some(&pending), false);
-        assert!(!written.awaited("a", &pending), "shown");
-        // The status before the last write is older; the last write shown settles it.
-        written.record("a", &running);
-        written.sent("a", true);
-        written.observe("a", Some(&pending), false);
-        assert!(written.awaited("a", &running), "the one before");
-        written.observe("a", Some(&running), false);
-        assert!(!written.awaited("a", &running));
-        // Shown before the answer: not awaited once answered.
-        written.record("a", &failed);
-        written.observe("a", Some(&failed), false);
-        written.sent("a", true);
-        assert!(!written.awaited("a", &failed));
-        // A failed write is not awaited.
-        written.record("a", &pending);
-        written.sent("a", false);
-        assert!(!written.awaited("a", &pending));
-        // A re-list shows the Site as it is now: at least as new as every answered write.
-        written.record("a", &running);
-        written.sent("a", true);
-        written.observe("a", Some(&failed), true);
-        assert!(!written.awaited("a", &running));
-        // A re-list while the write is under way: not awaited once answered.
-        written.record("a", &pending);
-        written.observe("a", Some(&failed), true);
-        written.sent("a", true);
-        assert!(!written.awaited("a", &pending));
-        written.forget("a");
-        assert!(!written.awaited("a", &pending));
-    }
-
-    #[test]
-    fn a_status_is_ours_when_it_is_one_of_the_last_two_written() {
-        let [pending, running, failed] = statuses();
-        let written = WrittenStatuses::default();
-        // Nothing written yet (a new process): every status is someone else's.
-        assert!(!written.is_ours("a", Some(&pending)));
-        written.record("a", &pending);
-        assert!(written.is_ours("a", Some(&pending)));
-        assert!(!written.is_ours("b", Some(&pending)), "per Site");
-        assert!(!written.is_ours("a", None), "a removed status");
-        assert!(!written.is_ours("a", Some(&failed)), "an edit");
-        // The event of the first write may come after the second was sent.
-        written.record("a", &running);
-        assert!(written.is_ours("a", Some(&pending)));
-        assert!(written.is_ours("a", Some(&running)));
-        written.record("a", &failed);
-        assert!(!written.is_ours("a", Some(&pending)), "only the last two");
-        written.forget("a");
-        assert!(!written.is_ours("a", Some(&failed)));
-    }
 }

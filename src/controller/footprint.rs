@@ -33,9 +33,8 @@ use crate::controller::cache::index::{self, Index};
 use crate::controller::cache::kept::tests::{example_site, render_site, stored};
 use crate::controller::cache::kept::{self, Keep, Kept, Owned};
 use crate::controller::cache::table::{Records, Sites, Table, Volumes};
-use crate::controller::context::WrittenStatuses;
 use crate::controller::events::{EventType, Recorder, Reporter};
-use crate::controller::fingerprints::Fingerprints;
+use crate::controller::own_writes::{Objects, Statuses};
 use crate::controller::queue::{Backoff, Queue};
 use crate::controller::status::{self, SitePod};
 use crate::controller::volumes;
@@ -427,7 +426,7 @@ fn kept<K: Keep + serde::de::DeserializeOwned>(delivered: &[Vec<u8>]) -> Vec<(Ke
         .iter()
         .map(|json| {
             let obj = decode::<K>(json);
-            let version = crate::controller::fingerprints::version(obj.meta());
+            let version = crate::controller::own_writes::version(obj.meta());
             (Kept::new(obj), version)
         })
         .collect()
@@ -510,8 +509,8 @@ fn fingerprints(d: &Delivered) -> usize {
     let statefulsets = kept::<StatefulSet>(&d.statefulsets);
     let services = kept::<Service>(&d.services);
     let ingresses = kept::<Ingress>(&d.ingresses);
-    per_object(8, Fingerprints::default, |prints, range| {
-        fn observe<K: Keep>(prints: &Fingerprints, (record, version): &(Kept<K>, u64)) {
+    per_object(8, Objects::default, |prints, range| {
+        fn observe<K: Keep>(prints: &Objects, (record, version): &(Kept<K>, u64)) {
             prints.observe(record, *version);
         }
         for i in range {
@@ -527,11 +526,11 @@ fn fingerprints(d: &Delivered) -> usize {
     })
 }
 
-/// The statuses the operator wrote (one per Site, as [`WrittenStatuses::record`] keeps it).
+/// The statuses the operator wrote (one per Site, as [`Statuses::sending`] keeps it).
 fn written_statuses(d: &Delivered) -> usize {
-    per_object(1, WrittenStatuses::default, |written, range| {
+    per_object(1, Statuses::default, |written, range| {
         for i in range {
-            written.record(&d.names[i], &d.statuses[i]);
+            written.sending(&d.names[i], &d.statuses[i]);
         }
     })
 }

@@ -21,7 +21,8 @@
 //! - [`volumes`]: volume retention, in one file: retained volumes, claims of a previous Site,
 //!   re-binds, when a bound volume gets its labels;
 //! - [`labeller`]: the schedule of delayed volume labels (one task, a heap of due labels);
-//! - [`fingerprints`]: what the operator last wrote of each owned object (drift detection);
+//! - [`own_writes`]: the one record of the operator's own writes, per owned object and per
+//!   Site status: drift versus its own late writes;
 //! - [`cache`]: the caches the watches fill and the reconciler reads (tables of what is kept of
 //!   each object, indexes); its module doc is the glossary of their words;
 //! - [`status`]: the Site status as a pure function;
@@ -43,11 +44,11 @@ pub mod changes;
 pub mod configuration;
 pub mod context;
 pub mod events;
-pub mod fingerprints;
 #[cfg(test)]
 mod footprint;
 pub mod labeller;
 pub mod leader;
+pub mod own_writes;
 pub mod owned;
 pub mod queue;
 pub mod reconcile;
@@ -64,9 +65,9 @@ use prometheus::Registry;
 use tokio::sync::watch;
 
 use crate::config::live::{Follower, Live};
-use crate::controller::context::{Context, Tunables, WrittenStatuses};
+use crate::controller::context::{Context, Tunables};
 use crate::controller::events::Reporter;
-use crate::controller::fingerprints::Fingerprints;
+use crate::controller::own_writes::OwnWrites;
 use crate::controller::queue::{Backoff, Queue};
 use crate::metrics::{QueueMetrics, RECONCILER, ReconcileMetrics};
 
@@ -113,15 +114,13 @@ impl Controller {
             Some(QueueMetrics::register(registry, RECONCILER)?),
         );
         let metrics = ReconcileMetrics::register(registry)?;
-        let statuses = Arc::new(WrittenStatuses::default());
-        let prints = Arc::new(Fingerprints::default());
+        let own = Arc::new(OwnWrites::default());
         let caches = watches::start(
             &client,
             &ns,
             &queue,
             crate::metrics::register_triggers(registry)?,
-            statuses.clone(),
-            &prints,
+            &own,
         )
         .await;
 
@@ -150,8 +149,7 @@ impl Controller {
             Some(recorder),
             options.tunables.clone(),
         );
-        context.fingerprints = prints;
-        context.statuses = statuses;
+        context.own = own;
         let context = Arc::new(context);
 
         let pool = workers::start(&context, &queue, &metrics, &leading, options.workers);

@@ -145,7 +145,7 @@ where
     K: Owned,
 {
     match stored {
-        None if !live && !ctx.fingerprints.known::<K>(name) => ctx.read_kept::<K>(name).await,
+        None if !live && !ctx.own.objects.known::<K>(name) => ctx.read_kept::<K>(name).await,
         stored => Ok(stored),
     }
 }

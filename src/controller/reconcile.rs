@@ -76,7 +76,7 @@ pub async fn reconcile(ctx: &Context, name: &str) -> Next {
     let Some(pinned) = pin_images(ctx, &config, &site) else {
         // The pin is what the Site's own StatefulSet runs, and the cache does not show the
         // operator's last write of it yet: its watch event queues the Site again.
-        return Next::After(crate::controller::fingerprints::PENDING);
+        return Next::After(crate::controller::own_writes::PENDING);
     };
     let mut writes = Writes::default();
     let result = converge(ctx, &config, &pinned, &mut writes).await;
@@ -86,7 +86,7 @@ pub async fn reconcile(ctx: &Context, name: &str) -> Next {
         apply::publish(ctx, &site, EventType::Normal, reasons::CREATED, note).await;
     }
     let next = match &result {
-        Ok(()) if writes.awaiting => Next::After(crate::controller::fingerprints::PENDING),
+        Ok(()) if writes.awaiting => Next::After(crate::controller::own_writes::PENDING),
         Ok(()) => Next::Done,
         Err(e) => {
             tracing::warn!(site = name, error = %e, "reconcile incomplete");
@@ -134,7 +134,7 @@ fn pin_images<'s>(
 ) -> Option<std::borrow::Cow<'s, Site>> {
     let name = site.name_any();
     let cached = ctx.caches.statefulsets.get(&name);
-    let unseen = cached.is_none() && ctx.fingerprints.awaited::<StatefulSet>(&name);
+    let unseen = cached.is_none() && ctx.own.objects.awaited::<StatefulSet>(&name);
     let running = cached.filter(|sts| sts.control(site) == Control::ThisSite);
     pinned_site(
         site,
@@ -469,15 +469,15 @@ async fn write_status(
         .max_by(|a, b| a.event.cmp(&b.event));
     status::explain_missing_pods(&mut new, site, &pods, failed.as_deref());
     let name = site.name_any();
-    let last_written = ctx.statuses.last_is(&name, &new);
+    let last_written = ctx.own.statuses.last_is(&name, &new);
     if status_up_to_date(previous, &new, last_written, || {
-        ctx.statuses.awaited(&name, &new)
+        ctx.own.statuses.awaited(&name, &new)
     }) {
         return Ok(());
     }
-    ctx.statuses.record(&name, &new);
+    ctx.own.statuses.sending(&name, &new);
     let written = apply::patch_status(ctx, site, &new).await;
-    ctx.statuses.sent(&name, written.is_ok());
+    ctx.own.statuses.answered(&name, written.is_ok());
     written?;
     if previous.and_then(|s| s.phase) != new.phase {
         tracing::info!(site = %site.name_any(), phase = ?new.phase, problems = new.problems.len(), "status changed");

@@ -6,7 +6,7 @@
 //! Watched in the platform namespace: Sites (queued when [`site_event_matters`]), the objects of
 //! the owned kinds (every object, not only the operator's: an object of an owned name that the
 //! Site does not control must be seen to be left alone, SPEC 4.6; each one shown to the drift
-//! [`Fingerprints`]), site pods as [`SitePod`]s (selected by the id label), the StatefulSets'
+//! record of [`OwnWrites`]), site pods as [`SitePod`]s (selected by the id label), the StatefulSets'
 //! `FailedCreate` Events, HTTPRoutes when the cluster serves them; cluster-wide, the
 //! PersistentVolumes.
 
@@ -23,8 +23,8 @@ use prometheus::IntCounterVec;
 use crate::controller::cache::index::{self, Index};
 use crate::controller::cache::kept::{self, Keep, Kept, Owned};
 use crate::controller::cache::table::{Cache, Hold, Named, Packed, Records, Sites, Table, Volumes};
-use crate::controller::context::{self, Caches, HttpRoutes, WrittenStatuses};
-use crate::controller::fingerprints::{self, Fingerprints};
+use crate::controller::context::{self, Caches, HttpRoutes};
+use crate::controller::own_writes::{self, OwnWrites, Statuses};
 use crate::controller::queue::Queue;
 use crate::controller::status::{self, FailedCreate, SitePod};
 use crate::controller::{changes, volumes};
@@ -32,22 +32,21 @@ use crate::crd::{ID_LABEL, Site};
 use crate::watched::{Pod, Volume};
 
 /// Starts every watch and returns the caches they fill once each has made its first list
-/// (synced). `statuses` tells the Site watch which statuses the operator wrote; `prints` is
+/// (synced). `own` tells the Site watch which statuses the operator wrote, and is
 /// shown every object of the owned kinds the watches deliver.
 pub(super) async fn start(
     client: &kube::Client,
     ns: &str,
     queue: &Queue<Arc<str>>,
     triggers: IntCounterVec,
-    statuses: Arc<WrittenStatuses>,
-    prints: &Arc<Fingerprints>,
+    own: &Arc<OwnWrites>,
 ) -> Caches {
     let feed = Feed {
         queue: queue.clone(),
         triggers,
         lists: Arc::new(tokio::sync::Semaphore::new(LISTS_AT_ONCE)),
     };
-    let (sites, sites_by_path) = watch_sites(client, ns, &feed, statuses);
+    let (sites, sites_by_path) = watch_sites(client, ns, &feed, own.clone());
     let (pods, pods_by_site) = watch_site_pods(client, ns, &feed);
     let (volumes, volumes_by_site) = watch_volumes(client, &feed);
     let failed_creates = watch_failed_creates(client, ns, &feed);
@@ -55,7 +54,7 @@ pub(super) async fn start(
         client,
         ns,
         feed: &feed,
-        prints,
+        own,
     };
     let caches = Caches {
         sites_by_path,
@@ -66,7 +65,7 @@ pub(super) async fn start(
         statefulsets: owned.labelled(),
         services: owned.labelled(),
         ingresses: owned.routes(),
-        httproutes: watch_http_routes(client, ns, &feed, prints.clone()).await,
+        httproutes: watch_http_routes(client, ns, &feed, own.clone()).await,
         pods,
         pods_by_site,
         failed_creates,
@@ -152,7 +151,7 @@ trait Watched: Send + 'static {
 struct OwnedWatch<K: Keep> {
     records: Records<K>,
     key: fn(&Kept<K>) -> Option<String>,
-    prints: Arc<Fingerprints>,
+    own: Arc<OwnWrites>,
     /// The version of the object [`Watched::keep`] last kept (the record drops it): shown to the
     /// fingerprints in [`Watched::after`] of the same event, so a reconcile that learns its
     /// write was seen finds that write (or a later version) in the cache. (The objects of a
@@ -175,7 +174,7 @@ where
     }
 
     fn keep(&mut self, obj: K) -> Kept<K> {
-        self.version = fingerprints::version(obj.meta());
+        self.version = own_writes::version(obj.meta());
         Kept::new(obj)
     }
 
@@ -190,12 +189,12 @@ where
     fn after(&mut self, event: &watcher::Event<Kept<K>>) {
         match event {
             watcher::Event::Apply(obj) | watcher::Event::InitApply(obj) => {
-                self.prints.observe(obj, self.version);
+                self.own.objects.observe(obj, self.version);
             }
             // A deleted object is forgotten: one made again by someone else (while the watch
             // was down, say) is not taken for the operator's, and the records do not grow with
             // Site churn.
-            watcher::Event::Delete(obj) => self.prints.forget::<K>(obj.name()),
+            watcher::Event::Delete(obj) => self.own.objects.forget::<K>(obj.name()),
             watcher::Event::Init | watcher::Event::InitDone => {}
         }
     }
@@ -206,7 +205,7 @@ fn watch_owned<K>(
     api: Api<K>,
     feed: &Feed,
     key: fn(&Kept<K>) -> Option<String>,
-    prints: Arc<Fingerprints>,
+    own: Arc<OwnWrites>,
 ) -> Records<K>
 where
     K: Keep + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
@@ -217,7 +216,7 @@ where
         OwnedWatch {
             records: records.clone(),
             key,
-            prints,
+            own,
             version: 0,
         },
         api,
@@ -344,7 +343,7 @@ fn watch_sites(
     client: &kube::Client,
     ns: &str,
     feed: &Feed,
-    written: Arc<WrittenStatuses>,
+    written: Arc<OwnWrites>,
 ) -> (Sites, Index<Site, Sites>) {
     let w = SiteWatch {
         sites: Sites::default(),
@@ -360,7 +359,7 @@ fn watch_sites(
 struct SiteWatch {
     sites: Sites,
     by_path: Index<Site, Sites>,
-    written: Arc<WrittenStatuses>,
+    written: Arc<OwnWrites>,
     queue: Queue<Arc<str>>,
 }
 
@@ -386,7 +385,7 @@ impl Watched for SiteWatch {
         site_event_matters(
             &self.sites,
             event,
-            &self.written,
+            &self.written.statuses,
             (&self.by_path, &self.queue),
         )
     }
@@ -398,6 +397,7 @@ impl Watched for SiteWatch {
         if let watcher::Event::Apply(s) | watcher::Event::InitApply(s) = event {
             let relisted = matches!(event, watcher::Event::InitApply(_));
             self.written
+                .statuses
                 .observe(&s.name_any(), s.status.as_ref(), relisted);
         }
     }
@@ -409,7 +409,7 @@ impl Watched for SiteWatch {
 fn site_event_matters(
     before: &Sites,
     event: &watcher::Event<Site>,
-    written: &WrittenStatuses,
+    written: &Statuses,
     (index, queue): (&Index<Site, Sites>, &Queue<Arc<str>>),
 ) -> bool {
     // A re-list (after a watch gap) delivers every Site again as InitApply while the store
@@ -465,21 +465,21 @@ struct Watch<'a> {
     client: &'a kube::Client,
     ns: &'a str,
     feed: &'a Feed,
-    prints: &'a Arc<Fingerprints>,
+    own: &'a Arc<OwnWrites>,
 }
 
 impl Watch<'_> {
     /// The watch of an owned kind the operator labels: an event queues the Site of the label.
     fn labelled<K: Owned>(&self) -> Records<K> {
         let api = Api::namespaced(self.client.clone(), self.ns);
-        watch_owned(api, self.feed, owned_key, self.prints.clone())
+        watch_owned(api, self.feed, owned_key, self.own.clone())
     }
 
     /// The watch of a route kind, unfiltered: a same-named route of another owner must be seen
     /// to be left alone (RTG-03).
     fn routes<K: Owned>(&self) -> Records<K> {
         let api = Api::namespaced(self.client.clone(), self.ns);
-        watch_owned(api, self.feed, route_key, self.prints.clone())
+        watch_owned(api, self.feed, route_key, self.own.clone())
     }
 }
 
@@ -489,7 +489,7 @@ async fn watch_http_routes(
     client: &kube::Client,
     ns: &str,
     feed: &Feed,
-    prints: Arc<Fingerprints>,
+    own: Arc<OwnWrites>,
 ) -> HttpRoutes {
     let httproutes = HttpRoutes::new(Arc::new({
         let (client, ns, feed) = (client.clone(), ns.to_string(), feed.clone());
@@ -498,7 +498,7 @@ async fn watch_http_routes(
                 Api::<HttpRoute>::namespaced(client.clone(), &ns),
                 &feed,
                 route_key,
-                prints.clone(),
+                own.clone(),
             )
         }
     }));

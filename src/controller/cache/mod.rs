@@ -14,7 +14,7 @@
 //!                         ▼
 //!                      Table::apply ──▶ Records<StatefulSet>   table.rs
 //!                         │ Index::observe (pods, volumes, Sites) index.rs
-//!                         │ Fingerprints::observe (drift)        ../fingerprints.rs
+//!                         │ Objects::observe (drift)             ../own_writes.rs
 //!                         ▼
 //!                      the id label (`facts.site_id()`) ──▶ Queue ──▶ a worker reconciles
 //!                      that Site and reads Records::get(name).facts / .body
@@ -59,7 +59,7 @@
 //! - [`index::Index`]: index key → names, fed the cache's watch events, so "the pods of this
 //!   site" costs the matches, not a scan.
 //!
-//! Beside the caches, [`crate::controller::fingerprints::Fingerprints`] keeps a 40-byte record
+//! Beside the caches, [`crate::controller::own_writes::Objects`] keeps a 40-byte record
 //! per owned object of what the operator last wrote and the watch last showed (drift).
 
 pub mod held;

@@ -37,7 +37,7 @@ pub const HANG_GUARD: Duration = Duration::from_secs(120);
 /// errors (backoff from 5 ms, 1 s waits). Longer delays are the slow retries of states only the
 /// Site or the cluster can end (a route conflict, 60 s; a forbidden request, 5 min): they count
 /// only once they are that close.
-pub const DELAYED_WORK: Duration = sites_operator::controller::fingerprints::PENDING;
+pub const DELAYED_WORK: Duration = sites_operator::controller::own_writes::PENDING;
 
 /// The controller running in this process, with its own metrics registry (its
 /// `sites_api_requests_total` counts this operator's requests only).
