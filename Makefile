@@ -145,7 +145,8 @@ promtool-test: prometheus-tools $(VENV)/bin/kubernetes-validate
 	done
 	cd $(TOOLS)/promtool && promtool test rules $(notdir $(wildcard $(MONITORING)/tests/*.yaml))
 
-## bench: the quick benchmarks: reconcile scale at 1,000 Sites and 10 s of webhook load.
+## bench: the quick benchmarks: reconcile scale at 1,000 Sites and 5 s of webhook load for each
+## of the three quick cases (typical Site, 16 http/1.1 connections: validate, fixed, bare).
 bench:
 	SCALE_SITES=1000 $(CARGO) bench --locked --bench scale
 	WEBHOOK_QUICK=1 WEBHOOK_SECONDS=5 $(CARGO) bench --locked --bench webhook

@@ -3,6 +3,10 @@
 //! folder, in the layer order docs/architecture.md draws ("Layers"). And every file of `src/`
 //! that writes through the API is named in its table "Where each API write happens". Test code
 //! (`mod tests`, `tests.rs`, the test fixtures) is not held to either.
+//!
+//! The docs that point into the code are held to it too: every `path::name` reference of
+//! docs/requirements.md names an item its file defines, every requirement ID has one row, no row
+//! is over 600 characters, and BENCHMARKS.md stays under 600 lines.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -610,4 +614,396 @@ fn the_glossarys_names_exist() {
         missing.is_empty(),
         "src/controller/cache/mod.rs names what src/ does not define: {missing:?}"
     );
+}
+
+/// A line of docs/requirements.md that names a requirement and its code.
+struct Named {
+    /// Its line number.
+    line: usize,
+    /// A table row (else a list item).
+    row: bool,
+    /// A row's cells, without the outer pipes; a list item `- ID: ...`: its ID, then the item.
+    cells: Vec<String>,
+}
+
+/// The table rows and the list items `- ID: ...` of docs/requirements.md.
+fn requirement_lines(doc: &str) -> Vec<Named> {
+    doc.lines()
+        .enumerate()
+        .filter_map(|(i, line)| {
+            if line.starts_with('|') {
+                let cells = cells(line);
+                let header = cells
+                    .first()
+                    .is_none_or(|c| c == "ID" || c.starts_with("---"));
+                (!header).then_some(Named {
+                    line: i + 1,
+                    row: true,
+                    cells,
+                })
+            } else {
+                let item = line.strip_prefix("- ")?;
+                let (id, _) = item.split_once(':')?;
+                is_requirement_id(id).then(|| Named {
+                    line: i + 1,
+                    row: false,
+                    cells: vec![id.to_string(), item.to_string()],
+                })
+            }
+        })
+        .collect()
+}
+
+/// The cells of a table row: split at each `|` outside code spans and not escaped (`\|`).
+fn cells(row: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cell = String::new();
+    let mut code = false;
+    let mut chars = row.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => {
+                cell.push(c);
+                cell.extend(chars.next());
+            }
+            '`' => {
+                code = !code;
+                cell.push(c);
+            }
+            '|' if !code => out.push(std::mem::take(&mut cell)),
+            _ => cell.push(c),
+        }
+    }
+    out.push(cell);
+    // Nothing before the first pipe nor after the last.
+    out.pop();
+    out.into_iter()
+        .skip(1)
+        .map(|c| c.trim().to_string())
+        .collect()
+}
+
+/// A requirement ID: two to five capital letters, a dash and two digits (`LIFE-01`, `SEC-06`).
+fn is_requirement_id(word: &str) -> bool {
+    match word.split_once('-') {
+        Some((area, number)) => {
+            (2..=5).contains(&area.len())
+                && area.chars().all(|c| c.is_ascii_uppercase())
+                && number.len() == 2
+                && number.chars().all(|c| c.is_ascii_digit())
+        }
+        None => false,
+    }
+}
+
+/// Every requirement ID the text mentions (`OWN-01`, `SEC-02's`), in order.
+fn requirement_ids(text: &str) -> Vec<String> {
+    text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+        .map(|w| w.trim_matches('-'))
+        .filter(|w| is_requirement_id(w))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Whether a line of Rust defines an item of that name: `fn`, `struct`, `enum`, `trait`,
+/// `const`, `type`, `mod`, `static`, `union` or `macro_rules!`, after any visibility and
+/// qualifiers (`pub(crate) async fn name`, `const fn name`).
+fn defines(line: &str, name: &str) -> bool {
+    const KEYWORDS: [&str; 10] = [
+        "fn",
+        "struct",
+        "enum",
+        "trait",
+        "const",
+        "type",
+        "mod",
+        "static",
+        "union",
+        "macro_rules!",
+    ];
+    const QUALIFIERS: [&str; 4] = ["async ", "const ", "unsafe ", "extern \"C\" "];
+    let mut rest = line.trim_start();
+    if let Some(after) = rest.strip_prefix("pub") {
+        let after = match after.strip_prefix('(') {
+            Some(scope) => scope.split_once(')').map_or("", |(_, r)| r),
+            None => after,
+        };
+        if after.starts_with(' ') {
+            rest = after.trim_start();
+        }
+    }
+    loop {
+        let named = KEYWORDS.iter().any(|k| {
+            rest.strip_prefix(k)
+                .and_then(|r| r.strip_prefix(' '))
+                .and_then(|r| r.trim_start().strip_prefix(name))
+                .is_some_and(|r| !r.starts_with(|c: char| c.is_alphanumeric() || c == '_'))
+        });
+        if named {
+            return true;
+        }
+        match QUALIFIERS.iter().find_map(|q| rest.strip_prefix(q)) {
+            Some(r) => rest = r,
+            None => return false,
+        }
+    }
+}
+
+/// The references of docs/requirements.md that do not resolve, one line each. A code span
+/// `path.rs::…::name` names an item `name` defined in the file `path.rs`; `::…::name`
+/// continues the last `.rs` path of its cell; a code span whose first segment is a folder of
+/// the repository (`manifests/base/`, `tests/integration/ownership.rs`) names something that
+/// exists.
+fn unresolved_references(root: &Path, doc: &str) -> Vec<String> {
+    let folders: Vec<String> = std::fs::read_dir(root)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().is_dir())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| !name.starts_with('.'))
+        .collect();
+    let mut out = Vec::new();
+    for Named { line, cells, .. } in requirement_lines(doc) {
+        let id = &cells[0];
+        for cell in &cells[1..] {
+            let mut last: Option<&str> = None;
+            for span in cell.split('`').skip(1).step_by(2) {
+                let at = format!("docs/requirements.md:{line} ({id}): `{span}`");
+                let Some((path, items)) = span.split_once("::") else {
+                    let first = span.split('/').next().unwrap_or_default();
+                    if span.contains('/')
+                        && !span.contains(' ')
+                        && folders.iter().any(|f| f == first)
+                    {
+                        if !root.join(span).exists() {
+                            out.push(format!("{at}: no such file or folder"));
+                        }
+                        if span.ends_with(".rs") {
+                            last = Some(span);
+                        }
+                    }
+                    continue;
+                };
+                let path = match path {
+                    "" => match last {
+                        Some(path) => path,
+                        None => {
+                            out.push(format!("{at}: continues no path of its cell"));
+                            continue;
+                        }
+                    },
+                    p if p.ends_with(".rs") && p.contains('/') => {
+                        last = Some(p);
+                        p
+                    }
+                    // Not a path of the tree: a type's item (`Error::is_transient`).
+                    _ => continue,
+                };
+                let name = items.rsplit("::").next().unwrap_or_default();
+                match std::fs::read_to_string(root.join(path)) {
+                    Err(_) => out.push(format!("{at}: no file {path}")),
+                    Ok(text) if !text.lines().any(|l| defines(l, name)) => {
+                        out.push(format!("{at}: {path} defines no `{name}`"))
+                    }
+                    Ok(_) => {}
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The longest a row of the requirements table may be, in characters: a requirement in a
+/// sentence, where it is implemented and its main tests; details belong in the module docs.
+const MAX_ROW_CHARS: usize = 600;
+
+/// The rows of docs/requirements.md longer than [`MAX_ROW_CHARS`].
+fn long_rows(doc: &str) -> Vec<String> {
+    doc.lines()
+        .enumerate()
+        .filter(|(_, l)| l.starts_with('|') && l.chars().count() > MAX_ROW_CHARS)
+        .map(|(i, l)| {
+            let id = cells(l).into_iter().next().unwrap_or_default();
+            format!(
+                "docs/requirements.md:{} ({id}): {} characters",
+                i + 1,
+                l.chars().count()
+            )
+        })
+        .collect()
+}
+
+/// The problems with the requirement IDs of docs/requirements.md: an ID with more than one row,
+/// and an ID the document mentions (in a row, a list item or the text) that has no row.
+fn id_problems(doc: &str) -> Vec<String> {
+    let mut rows: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for named in requirement_lines(doc).into_iter().filter(|n| n.row) {
+        rows.entry(named.cells[0].clone())
+            .or_default()
+            .push(named.line);
+    }
+    let mut out: Vec<String> = rows
+        .iter()
+        .filter(|(_, lines)| lines.len() > 1)
+        .map(|(id, lines)| format!("{id} has {} rows, at lines {lines:?}", lines.len()))
+        .collect();
+    for (i, line) in doc.lines().enumerate() {
+        for id in requirement_ids(line) {
+            if !rows.contains_key(&id) {
+                out.push(format!(
+                    "docs/requirements.md:{}: {id} has no row in the table",
+                    i + 1
+                ));
+            }
+        }
+    }
+    out
+}
+
+fn requirements() -> String {
+    std::fs::read_to_string(repo_file("docs/requirements.md")).unwrap()
+}
+
+/// Every reference of docs/requirements.md resolves: `path::name` names an item the file
+/// defines, a path names something that exists. A renamed test or a moved function fails here
+/// until the table follows it.
+#[test]
+fn every_reference_of_the_requirements_table_resolves() {
+    let found = unresolved_references(&repo_file(""), &requirements());
+    assert!(
+        found.is_empty(),
+        "references of docs/requirements.md that do not resolve:\n{}",
+        found.join("\n")
+    );
+}
+
+/// No row of docs/requirements.md is longer than 600 characters.
+#[test]
+fn requirement_rows_are_short() {
+    let found = long_rows(&requirements());
+    assert!(
+        found.is_empty(),
+        "rows of docs/requirements.md over {MAX_ROW_CHARS} characters (keep the requirement \
+         in a sentence, the main functions and tests; move details to the module docs):\n{}",
+        found.join("\n")
+    );
+}
+
+/// Every requirement ID docs/requirements.md mentions has exactly one row.
+#[test]
+fn every_requirement_id_has_one_row() {
+    let found = id_problems(&requirements());
+    assert!(
+        found.is_empty(),
+        "requirement IDs of docs/requirements.md:\n{}",
+        found.join("\n")
+    );
+}
+
+/// The longest BENCHMARKS.md may be, in lines: a reference of current figures, not a diary.
+const MAX_BENCHMARK_LINES: usize = 600;
+
+/// BENCHMARKS.md stays a reference: under 600 lines (what changed the figures is in the commit
+/// history).
+#[test]
+fn benchmarks_md_stays_under_600_lines() {
+    let lines = std::fs::read_to_string(repo_file("BENCHMARKS.md"))
+        .unwrap()
+        .lines()
+        .count();
+    assert!(
+        lines < MAX_BENCHMARK_LINES,
+        "BENCHMARKS.md has {lines} lines, at most {} allowed: fold superseded measurements \
+         and history into a short summary",
+        MAX_BENCHMARK_LINES - 1
+    );
+}
+
+/// The checks of docs/requirements.md find what they are for: a reference to a test that does
+/// not exist, to a file that does not exist, a `::name` without a path before it, a long row,
+/// a second row of one ID and an ID without a row, each planted in the real document.
+#[test]
+fn a_planted_bad_reference_long_row_and_repeated_id_are_found() {
+    let root = repo_file("");
+    let doc = requirements();
+    let row = doc
+        .lines()
+        .find(|l| l.starts_with("| LIFE-11 "))
+        .expect("docs/requirements.md has a row LIFE-11");
+    let plant = |new: &str| doc.replacen(row, new, 1);
+
+    let renamed = plant(&row.replace(
+        "reconcile.rs::hand_edits_are_repaired",
+        "reconcile.rs::hand_edits_are_repaired_twice",
+    ));
+    let found = unresolved_references(&root, &renamed);
+    assert!(
+        found
+            .iter()
+            .any(|f| f.contains("(LIFE-11)")
+                && f.contains("defines no `hand_edits_are_repaired_twice`")),
+        "{found:?}"
+    );
+    let moved = plant(&row.replace("src/controller/watches.rs", "src/controller/watch.rs"));
+    let found = unresolved_references(&root, &moved);
+    assert!(
+        found
+            .iter()
+            .any(|f| f.contains("no file src/controller/watch.rs")),
+        "{found:?}"
+    );
+    let gone = plant(&row.replace(
+        "| `src/controller/reconcile.rs::apply_in_order`",
+        "| `src/gone/`",
+    ));
+    let found = unresolved_references(&root, &gone);
+    assert!(
+        found
+            .iter()
+            .any(|f| f.contains("`src/gone/`: no such file")),
+        "{found:?}"
+    );
+    let orphan = plant(&row.replace(
+        "| `src/controller/reconcile.rs::apply_in_order`, ",
+        "| `::apply_in_order`, ",
+    ));
+    let found = unresolved_references(&root, &orphan);
+    assert!(
+        found.iter().any(|f| f.contains("continues no path")),
+        "{found:?}"
+    );
+
+    let long = plant(&row.replace(
+        "is recreated instead of failing.",
+        &format!("is recreated instead of failing{}.", " at once".repeat(60)),
+    ));
+    let found = long_rows(&long);
+    assert!(found.iter().any(|f| f.contains("(LIFE-11)")), "{found:?}");
+
+    let twice = plant(&format!("{row}\n{row}"));
+    let found = id_problems(&twice);
+    assert!(
+        found.iter().any(|f| f.starts_with("LIFE-11 has 2 rows")),
+        "{found:?}"
+    );
+    let unknown = plant(&row.replace("instead of failing", "instead of failing (XYZ-99)"));
+    let found = id_problems(&unknown);
+    assert!(
+        found
+            .iter()
+            .any(|f| f.contains("XYZ-99 has no row in the table")),
+        "{found:?}"
+    );
+    // The real definitions are found, and a name is not a prefix of another.
+    assert!(defines(
+        "pub(crate) async fn apply_in_order(",
+        "apply_in_order"
+    ));
+    assert!(defines("    pub const fn new() -> Self {", "new"));
+    assert!(defines(
+        "const ROUTE_CONFLICT_RETRY: Duration",
+        "ROUTE_CONFLICT_RETRY"
+    ));
+    assert!(!defines("fn apply_in_order_twice()", "apply_in_order"));
+    assert!(!defines("    apply_in_order(&ctx).await", "apply_in_order"));
 }
