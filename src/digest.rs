@@ -1,4 +1,4 @@
-//! Hex text, SHA-256 digests and random bytes: the desired hash of an object, the
+//! Hex text, SHA-256 digests, short hashes and random bytes: the desired hash of an object, the
 //! qualifying-properties hash, the drift fingerprints, derived secrets and tokens all write bytes
 //! the same way.
 
@@ -11,6 +11,14 @@ pub fn hex(bytes: &[u8]) -> String {
         out.push(char::from(DIGITS[usize::from(b & 0xf)]));
     }
     out
+}
+
+/// A value that is only compared for equality (label values, hashes), as a number.
+pub fn hashed(value: &(impl std::hash::Hash + ?Sized)) -> u64 {
+    use std::hash::Hasher;
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    value.hash(&mut h);
+    h.finish()
 }
 
 /// `N` bytes from the system's random source (None: the source failed, which waiting does not

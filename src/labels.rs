@@ -281,14 +281,6 @@ pub fn is_operators_apply(
     entry.manager.as_deref() == Some(FIELD_MANAGER) && entry.operation.as_deref() == Some("Apply")
 }
 
-/// A value that is only compared for equality (label values, hashes), as a number.
-pub fn hashed(value: &(impl std::hash::Hash + ?Sized)) -> u64 {
-    use std::hash::Hasher;
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    value.hash(&mut h);
-    h.finish()
-}
-
 /// Who controls the object with this metadata, for `site` ([`control_of`]).
 pub fn control(meta: &ObjectMeta, site: &Site) -> Control {
     control_of(&Ownership::of(meta), site)

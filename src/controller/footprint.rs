@@ -54,8 +54,8 @@ const NAMESPACE: &str = "sites";
 /// A UUID of its own for object `kind` of Site `i`, as the API server assigns them (lower-case,
 /// hyphenated: kept as numbers by the caches).
 fn uid(i: usize, kind: u32) -> String {
-    let bits = crate::labels::hashed(&(i, kind)) as u128;
-    let bits = (bits << 64) | crate::labels::hashed(&(kind, i)) as u128;
+    let bits = crate::digest::hashed(&(i, kind)) as u128;
+    let bits = (bits << 64) | crate::digest::hashed(&(kind, i)) as u128;
     uuid::Builder::from_random_bytes(bits.to_be_bytes())
         .into_uuid()
         .to_string()
@@ -157,7 +157,7 @@ impl Delivered {
             }
         }
         // Tokens as the operator generates them: 48 hex digits.
-        let token = |n: u32| format!("{:048x}", crate::labels::hashed(&(i, n)));
+        let token = |n: u32| format!("{:048x}", crate::digest::hashed(&(i, n)));
         let tokens = SiteTokens {
             api_token: token(1),
             secret_key: token(2),
@@ -618,7 +618,7 @@ fn cache_bytes_per_kind() {
         ("Pod site index", 1, pods_by_site(&d), 95, "site id hashed -> [pod name]"),
         ("PersistentVolume", 1, volumes(&d), 325, "Volumes table: name, packed JSON (labels, claimRef, status)"),
         ("Volume index", 1, volumes_by_site(&d), 250, "id:<site>, claim:<ns>/<claim> hashed -> [volume name]"),
-        ("Fingerprint", 8, fingerprints(&d), 115, "a Print per owned object, by (kind, name) hashed"),
+        ("Fingerprint", 8, fingerprints(&d), 115, "an ObjectRecord per owned object, by (kind, name) hashed"),
         ("Written status", 1, written_statuses(&d), 80, "Site name hashed -> its last two status digests, whether the last is shown"),
         ("Event memory", 1, events(&d, &runtime), 165, "the Created Event: key hashed -> name, count, time"),
         ("Queue", 1, queue(&d, &runtime), 10, "capacity kept once every Site queued at once was taken (given back)"),

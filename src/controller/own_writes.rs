@@ -115,7 +115,7 @@ pub(crate) fn expired(since: NonZeroU32) -> bool {
 
 /// A resourceVersion, compared for equality only (it is opaque), as a number.
 pub(crate) fn version(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> u64 {
-    crate::labels::hashed(&meta.resource_version)
+    crate::digest::hashed(&meta.resource_version)
 }
 
 /// The desired hash an object carries (0: none).
@@ -128,7 +128,7 @@ impl Objects {
     where
         K::DynamicType: Default,
     {
-        crate::labels::hashed(&(K::kind(&K::DynamicType::default()), name))
+        crate::digest::hashed(&(K::kind(&K::DynamicType::default()), name))
     }
 
     /// The table holding the record of `key`. Keys are hashes: their low bits pick the shard.
@@ -299,7 +299,7 @@ enum Shown {
 
 impl Statuses {
     fn digest(status: &SiteStatus) -> u64 {
-        crate::labels::hashed(&serde_json::to_vec(status).unwrap_or_default())
+        crate::digest::hashed(&serde_json::to_vec(status).unwrap_or_default())
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, StatusRecord>> {
@@ -307,7 +307,7 @@ impl Statuses {
     }
 
     fn key(site: &str) -> u64 {
-        crate::labels::hashed(site)
+        crate::digest::hashed(site)
     }
 
     /// Records `status` as written to `site` (before the write is sent: its watch event may come

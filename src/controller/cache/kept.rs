@@ -26,7 +26,8 @@ use kube::Resource;
 use crate::controller::cache::held::{self, Held};
 use crate::controller::status::SitePod;
 use crate::crd::{OPERATOR_BOUND_ANNOTATION, Site};
-use crate::labels::{self, ControllerRef, LABEL_KEYS, LAST_APPLIED_ANNOTATION, Ownership, hashed};
+use crate::digest::hashed;
+use crate::labels::{self, ControllerRef, LABEL_KEYS, LAST_APPLIED_ANNOTATION, Ownership};
 use crate::watched::{Pod, Volume};
 
 /// Prefix of the annotations the operator reads back from objects it owns.
