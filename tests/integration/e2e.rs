@@ -26,8 +26,6 @@ pub(crate) struct Target {
     cache: PathBuf,
     pub(crate) timeout: Duration,
     pub(crate) local: Option<(Cluster, Pod)>,
-    /// Where a real API server's webhooks reach the operator (0: the emulator routes them).
-    pub(crate) webhook_port: u16,
 }
 
 impl Target {
@@ -39,33 +37,33 @@ impl Target {
                 cache,
                 timeout: Duration::from_secs(300),
                 local: None,
-                webhook_port: 0,
             };
         }
-        Target::deployed(deployed::authorizing_cluster().await, None).await
+        Target::deployed(deployed::authorizing_cluster().await).await
     }
 
     /// A real kube-apiserver 1.20 ([`Cluster::real`]), the operator deployed from
-    /// `manifests/overlays/local-1.20` (webhooks by URL to the port it listens on).
+    /// `manifests/overlays/local-1.20`: webhooks by URL to the port its webhook server picked
+    /// ([`real::point_webhooks_at`]).
     pub(crate) async fn real() -> Target {
-        let port = real::free_port();
-        Target::deployed(Cluster::real().await, Some(port)).await
+        Target::deployed(Cluster::real().await).await
     }
 
-    /// The operator installed on `c` as a user installs it, and run as its Deployment's pod.
-    /// `webhook_port`: a real API server's webhooks reach it there (the emulator routes the
-    /// webhook Service instead).
-    async fn deployed(c: Cluster, webhook_port: Option<u16>) -> Target {
+    /// The operator installed on `c` as a user installs it, and run as its Deployment's pod. On
+    /// the emulator, the webhook Service is routed to the pod; a real API server's webhooks name
+    /// the pod's port by URL, once it has reported it.
+    async fn deployed(c: Cluster) -> Target {
+        let real = c.real_plane().is_some();
         let t = Target {
             kubeconfig: c.kubeconfig(),
             cache: c.dir.join("cache"),
-            timeout: Duration::from_secs(if webhook_port.is_some() { 120 } else { 60 }),
+            timeout: Duration::from_secs(if real { 120 } else { 60 }),
             local: None,
-            webhook_port: webhook_port.unwrap_or(0),
         };
-        let overlay = match webhook_port {
-            Some(port) => real::local_overlay(&deployed::manifests(), &c.dir, port),
-            None => deployed::manifest("overlays/kind-e2e"),
+        let overlay = if real {
+            real::local_overlay(&deployed::manifests(), &c.dir, real::NO_REPLICA)
+        } else {
+            deployed::manifest("overlays/kind-e2e")
         };
         // As scripts/kind-e2e.sh installs it: the storage class, the overlay, the session key.
         t.ok(&[
@@ -93,14 +91,10 @@ impl Target {
             NS,
             "SITES_OPERATOR_LOG_LEVEL=debug",
         ]);
-        let pod = deployed::run_deployment(
-            &c,
-            NS,
-            "sites-operator",
-            t.timeout,
-            webhook_port.unwrap_or(0),
-        )
-        .await;
+        let pod = deployed::run_deployment(&c, NS, "sites-operator", t.timeout).await;
+        if real {
+            real::point_webhooks_at(&c, &pod, t.timeout).await;
+        }
         Target {
             local: Some((c, pod)),
             ..t

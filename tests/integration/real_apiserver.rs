@@ -10,7 +10,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use crate::e2e::{self, Target};
-use crate::support::{Cluster, deployed, eventually_every};
+use crate::support::{Cluster, deployed, eventually_every, real};
 
 const NS: &str = "sites";
 
@@ -509,7 +509,7 @@ async fn real_apiserver_webhooks_leases_and_restarts() {
     assert!(holder_is(&a.name).is_some());
 
     // A second replica waits; the first crashes: no replica serves the webhooks.
-    let b = deployed::run_deployment(&c, NS, "sites-operator", t.timeout, 0).await;
+    let b = deployed::run_deployment(&c, NS, "sites-operator", t.timeout).await;
     let mut a = a;
     a.process.kill();
     let other = t.kubeconfig.parent().unwrap().join("other.yaml");
@@ -549,7 +549,8 @@ async fn real_apiserver_webhooks_leases_and_restarts() {
     .await;
 
     // A replica serving the webhooks again (a follower); the leader reconciles an edit.
-    let a2 = deployed::run_deployment(&c, NS, "sites-operator", t.timeout, t.webhook_port).await;
+    let a2 = deployed::run_deployment(&c, NS, "sites-operator", t.timeout).await;
+    real::point_webhooks_at(&c, &a2, t.timeout).await;
     c.kubectl_ok(&[
         "patch",
         "site",
@@ -672,7 +673,7 @@ async fn real_apiserver_webhooks_leases_and_restarts() {
             {"op":"replace","path":"/spec/template/spec/containers/0/image","value":"registry.invalid/planted:1"}]"#,
     ]);
     assert_ne!(get_spec(), rendered);
-    let a3 = deployed::run_deployment(&c, NS, "sites-operator", t.timeout, 0).await;
+    let a3 = deployed::run_deployment(&c, NS, "sites-operator", t.timeout).await;
     eventually_every(
         "the offline edit repaired",
         t.timeout,

@@ -62,15 +62,10 @@ fn kubectl_json(c: &Cluster, args: &[&str]) -> Value {
 }
 
 /// Starts the first container of Deployment `namespace/name` as its pod would run it, routes the
-/// Services selecting the pod to it (on the emulator; on a real API server the webhooks name
-/// `127.0.0.1:webhook_port` by URL), and waits until it is ready. `webhook_port` 0: any.
-pub async fn run_deployment(
-    c: &Cluster,
-    namespace: &str,
-    name: &str,
-    timeout: Duration,
-    webhook_port: u16,
-) -> Pod {
+/// Services selecting the pod to it (on the emulator; on a real API server the webhooks name the
+/// port the pod reported by URL, once [`super::real::point_webhooks_at`] points them at it), and
+/// waits until it is ready.
+pub async fn run_deployment(c: &Cluster, namespace: &str, name: &str, timeout: Duration) -> Pod {
     let deployment = kubectl_json(
         c,
         &["get", "deployment", name, "-n", namespace, "-o", "json"],
@@ -157,7 +152,7 @@ pub async fn run_deployment(
         .envs(env)
         .env("KUBECONFIG", &kubeconfig)
         .current_dir(&root);
-    let process = OperatorProcess::launch_at(command, &root.join("operator"), webhook_port);
+    let process = OperatorProcess::launch(command, &root.join("operator"));
     let listening = process.listening(timeout).await;
     if c.real_plane().is_some() {
         process.ready(timeout).await;

@@ -68,26 +68,16 @@ impl OperatorProcess {
 
     /// Starts `command` (the binary with its arguments for `run`), listening on ports it picks
     /// and reporting them; its log and report are files beside `base` (`<base>.<run>.log`).
-    pub fn launch(command: Command, base: &std::path::Path) -> OperatorProcess {
-        Self::launch_at(command, base, 0)
-    }
-
-    /// [`launch`](Self::launch) with the webhook server on `127.0.0.1:webhook_port` (0: any
-    /// free port), for webhook configurations that name their URL before the process starts.
-    pub fn launch_at(
-        mut command: Command,
-        base: &std::path::Path,
-        webhook_port: u16,
-    ) -> OperatorProcess {
+    pub fn launch(mut command: Command, base: &std::path::Path) -> OperatorProcess {
         // Per start: a restarted operator must not be taken for its predecessor.
         let run = uuid::Uuid::new_v4().simple().to_string();
         let log = base.with_extension(format!("{run}.log"));
         let report = base.with_extension(format!("{run}.listening"));
         let file = std::fs::File::create(&log).expect("log file");
         let child = command
-            .arg("--webhook-addr")
-            .arg(format!("127.0.0.1:{webhook_port}"))
             .args([
+                "--webhook-addr",
+                "127.0.0.1:0",
                 "--metrics-addr",
                 "127.0.0.1:0",
                 "--health-addr",

@@ -9,10 +9,25 @@
 //! them (`--run-ignored only`).
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::deployed::{self, Pod};
+use super::{Cluster, eventually_every};
 
 /// The storage class the example configuration names (`manifests/dev/`), provisioned by the
 /// kubelet.
 pub const STORAGE_CLASS: &str = "sites-retain";
+
+/// The overlay's namespace.
+const NS: &str = "sites";
+
+/// The webhook port [`local_overlay`] is rendered with before the operator has reported the port
+/// its webhook server got: nothing can listen on port 0, so until [`point_webhooks_at`] names a
+/// replica the API server's calls fail at once, as with no replica serving (Site validation
+/// fails closed, the rest open), and never reach another process on this machine.
+pub const NO_REPLICA: u16 = 0;
 
 pub use sites_emulator::control_plane::ControlPlane;
 
@@ -36,10 +51,70 @@ pub fn local_overlay(manifests: &Path, dir: &Path, port: u16) -> PathBuf {
     overlay
 }
 
-/// A free loopback port (for a server that must listen where a webhook URL already points).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+/// Points the webhooks at `pod`, one of the operator's replicas, which listens on a port its
+/// webhook server picked (`--listen-report`): `manifests/overlays/local-1.20` rendered for that
+/// port ([`local_overlay`]) and its two webhook configurations applied, nothing else. The
+/// `caBundle` that `--self-signed` patched into them when the first replica started (the
+/// configurations are applied with the overlay before it, by URL to [`NO_REPLICA`]) is not in the
+/// manifests and stays. A replica that takes the webhooks over from one that stopped is pointed
+/// at the same way.
+///
+/// Returns once the API server calls `pod`, its configurations being in force by watch, not at
+/// once: a server-side dry run of a new Site comes back mutated (the image recorded) and one of an
+/// invalid Site is denied by the validating webhook.
+pub async fn point_webhooks_at(c: &Cluster, pod: &Pod, timeout: Duration) {
+    let port = pod
+        .process
+        .reported()
+        .expect("the operator listens")
+        .webhook
+        .port();
+    let manifests = deployed::manifests();
+    let overlay = local_overlay(&manifests, &c.dir, port);
+    let rendered = c.kubectl_ok(&["kustomize", &overlay.display().to_string()]);
+    let webhooks: Vec<String> = serde_yaml_ng::Deserializer::from_str(&rendered)
+        .map(|doc| <Value as serde::Deserialize>::deserialize(doc).expect("kustomize prints YAML"))
+        .filter(|o| {
+            matches!(
+                o["kind"].as_str(),
+                Some("MutatingWebhookConfiguration" | "ValidatingWebhookConfiguration")
+            )
+        })
+        .map(|o| serde_yaml_ng::to_string(&o).unwrap())
+        .collect();
+    assert_eq!(webhooks.len(), 2, "{rendered}");
+    c.kubectl_ok_stdin(&["apply", "-f", "-"], &webhooks.join("---\n"));
+
+    // A Site of its own name and path (an existing one's is denied), so that only the webhook
+    // can have recorded its image.
+    let mut probe: Value = serde_yaml_ng::from_str(
+        &std::fs::read_to_string(manifests.join("examples/site.yaml")).unwrap(),
+    )
+    .unwrap();
+    probe["metadata"]["name"] = "webhook-probe".into();
+    probe["spec"]["name"] = "webhook-probe".into();
+    let probe = probe.to_string();
+    let invalid = manifests.join("examples/invalid/port.yaml");
+    let invalid = invalid.display().to_string();
+    let dry_run = ["create", "--dry-run=server", "-n", NS, "-f"];
+    eventually_every(
+        &format!("the API server to call the webhooks on port {port}"),
+        timeout,
+        Duration::from_millis(250),
+        || {
+            let mutated = c.kubectl_stdin(
+                &[&dry_run[..], &["-", "-o", "json"][..]].concat(),
+                Some(&probe),
+            );
+            let mutated = mutated.status.success()
+                && String::from_utf8_lossy(&mutated.stdout).contains("\"image\"");
+            let denied = c.kubectl(&[&dry_run[..], &[invalid.as_str()][..]].concat());
+            let denied = !denied.status.success()
+                && String::from_utf8_lossy(&denied.stderr).contains(
+                    "admission webhook \"validate-sites.sites.ecmwf.int\" denied the request",
+                );
+            async move { (mutated && denied).then_some(()) }
+        },
+    )
+    .await;
 }
