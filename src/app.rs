@@ -95,7 +95,7 @@ pub struct RunOptions {
 }
 
 /// The webhook asks the controller's Site cache who uses a public path.
-impl admission::SiteDirectory for crate::controller::context::Caches {
+impl admission::SiteDirectory for crate::controller::caches::Caches {
     fn path_users(&self, namespace: &str, name: &str, site_path: &str) -> Vec<String> {
         self.sharing(namespace, name, site_path)
             .iter()

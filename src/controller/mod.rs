@@ -11,6 +11,8 @@
 //! - `footprint.rs` (tests only): the bytes the caches and bookkeeping hold per Site, by kind;
 //! - [`context`]: what every reconcile shares (client, configuration, caches, recorder, cached
 //!   lookups of the session key and the master Ingress host);
+//! - [`caches`]: the set of caches a reconcile reads, and the HTTPRoute records watched once the
+//!   cluster serves them;
 //! - [`reconcile`]: the reconcile of one Site, as a recipe;
 //! - [`routes`]: its routes step: the active mode's route, the other mode's removed;
 //! - [`owned`]: writing one owned object for a Site: looked up, judged (only what the Site
@@ -40,6 +42,7 @@
 pub mod accounting;
 pub mod apply;
 pub mod cache;
+pub mod caches;
 pub mod changes;
 pub mod configuration;
 pub mod context;

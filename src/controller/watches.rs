@@ -6,9 +6,9 @@
 //! Watched in the platform namespace: Sites (queued when [`site_event_matters`]), the objects of
 //! the owned kinds (every object, not only the operator's: an object of an owned name that the
 //! Site does not control must be seen to be left alone, SPEC 4.6; each one shown to the drift
-//! record of [`OwnWrites`]), site pods as [`SitePod`]s (selected by the id label), the StatefulSets'
-//! `FailedCreate` Events, HTTPRoutes when the cluster serves them; cluster-wide, the
-//! PersistentVolumes.
+//! record of [`OwnWrites`]), site pods as [`SitePod`]s (selected by the id label), the
+//! StatefulSets' `FailedCreate` Events, HTTPRoutes when the cluster serves them; cluster-wide,
+//! the PersistentVolumes. Each kind is a [`Watched`] type that [`run`] drives.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -23,7 +23,7 @@ use prometheus::IntCounterVec;
 use crate::controller::cache::index::{self, Index};
 use crate::controller::cache::kept::{self, Keep, Kept, Owned};
 use crate::controller::cache::table::{Cache, Hold, Named, Packed, Records, Sites, Table, Volumes};
-use crate::controller::context::{self, Caches, HttpRoutes};
+use crate::controller::caches::{self, Caches, HttpRoutes};
 use crate::controller::own_writes::{self, OwnWrites, Statuses};
 use crate::controller::queue::Queue;
 use crate::controller::status::{self, FailedCreate, SitePod};
@@ -32,8 +32,8 @@ use crate::crd::{ID_LABEL, Site};
 use crate::watched::{Pod, Volume};
 
 /// Starts every watch and returns the caches they fill once each has made its first list
-/// (synced). `own` tells the Site watch which statuses the operator wrote, and is
-/// shown every object of the owned kinds the watches deliver.
+/// (synced). `own`, the record of the operator's own writes, is shown every Site status and
+/// every object of the owned kinds the watches deliver.
 pub(super) async fn start(
     client: &kube::Client,
     ns: &str,
@@ -502,7 +502,7 @@ async fn watch_http_routes(
             )
         }
     }));
-    if context::serves_http_routes(client, ns).await {
+    if caches::serves_http_routes(client, ns).await {
         httproutes.start();
     } else {
         tracing::info!("the cluster does not serve gateway.networking.k8s.io/v1 HTTPRoutes");

@@ -61,7 +61,7 @@ impl Operator {
     }
 
     /// The controller's caches (what its watches delivered so far).
-    pub fn caches(&self) -> &sites_operator::controller::context::Caches {
+    pub fn caches(&self) -> &sites_operator::controller::caches::Caches {
         &self.controller.as_ref().expect("running").context.caches
     }
 
