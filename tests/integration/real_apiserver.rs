@@ -417,6 +417,21 @@ fn metric(text: &str, name: &str, labels: &[&str]) -> f64 {
         .sum()
 }
 
+/// The metrics of `pod` once it has reconciled at least once and its queue is empty.
+async fn settled(pod: &deployed::Pod, token: &str, what: &str, timeout: Duration) -> String {
+    eventually_every(what, timeout, Duration::from_millis(250), || async {
+        let m = e2e::scrape_with(pod, token).await;
+        let done = metric(
+            &m,
+            "controller_runtime_reconcile_total",
+            &["result=\"success\""],
+        );
+        let queued = metric(&m, "workqueue_depth", &[]);
+        (done >= 1.0 && queued == 0.0).then_some(m)
+    })
+    .await
+}
+
 /// Writes the operator made, by `verb resource`, but for its Lease, its Events and the reviews
 /// of who reads its metrics.
 fn writes(metrics: &str) -> Vec<String> {
@@ -614,23 +629,11 @@ async fn real_apiserver_webhooks_leases_and_restarts() {
         },
     )
     .await;
-    let metrics = eventually_every(
+    let metrics = settled(
+        &a2,
+        &token,
         "the new leader to reconcile the Site",
         t.timeout,
-        Duration::from_millis(250),
-        || {
-            let (pod, token) = (&a2, token.clone());
-            async move {
-                let m = e2e::scrape_with(pod, &token).await;
-                let done = metric(
-                    &m,
-                    "controller_runtime_reconcile_total",
-                    &["result=\"success\""],
-                );
-                let queued = metric(&m, "workqueue_depth", &[]);
-                (done >= 1.0 && queued == 0.0).then_some(m)
-            }
-        },
     )
     .await;
     assert_eq!(
@@ -685,25 +688,7 @@ async fn real_apiserver_webhooks_leases_and_restarts() {
         },
     )
     .await;
-    let metrics = eventually_every(
-        "the third leader to settle",
-        t.timeout,
-        Duration::from_millis(250),
-        || {
-            let (pod, token) = (&a3, token.clone());
-            async move {
-                let m = e2e::scrape_with(pod, &token).await;
-                let done = metric(
-                    &m,
-                    "controller_runtime_reconcile_total",
-                    &["result=\"success\""],
-                );
-                let queued = metric(&m, "workqueue_depth", &[]);
-                (done >= 1.0 && queued == 0.0).then_some(m)
-            }
-        },
-    )
-    .await;
+    let metrics = settled(&a3, &token, "the third leader to settle", t.timeout).await;
     // Of the owned objects, only the StatefulSet is written, once (the Site's status and its
     // pods may follow the pods the edit rolled).
     let owned: Vec<String> = writes(&metrics)
