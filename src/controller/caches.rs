@@ -18,7 +18,7 @@ use crate::crd::Site;
 use crate::watched::Volume;
 
 /// The cluster state the reconciler reads (tables of records, kept warm by watches).
-/// Objects of the owned kinds are kept as [`Kept`] records.
+/// Objects of the owned kinds are kept as [`Kept`](crate::controller::cache::kept::Kept) records.
 #[derive(Clone)]
 pub struct Caches {
     pub sites: Sites,

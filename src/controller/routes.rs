@@ -1,5 +1,5 @@
 //! The routes of a Site (SPEC 4.5, LIFE-13, RTG-03): the route of the active routing mode
-//! (an Ingress or an HTTPRoute; none when an older Site serves the path: [`path_taken_by`]),
+//! (an Ingress or an HTTPRoute; none when an older Site serves the path: `path_taken_by`),
 //! then the removal of this Site's route of the other mode. Routes are judged as every owned
 //! kind is ([`super::owned`]).
 
