@@ -254,16 +254,12 @@ impl<'a> Ownership<'a> {
 /// `managedFields` entry but the operator's server-side apply (manager [`FIELD_MANAGER`],
 /// operation `Apply`). The operator creates and writes owned objects by server-side apply
 /// (`apply::apply`), so an entry of its name with another operation is a client that chose
-/// the name
-/// (`--field-manager=sites-operator`): it is named with its operation. An entry without a
-/// manager is another writer too.
+/// the name (`--field-manager=sites-operator`): it is named with its operation. An entry
+/// without a manager is another writer too.
 pub fn other_manager(meta: &ObjectMeta) -> Option<std::borrow::Cow<'_, str>> {
     use std::borrow::Cow;
-    meta.managed_fields
-        .iter()
-        .flatten()
-        .filter(|e| e.subresource.as_deref().unwrap_or_default().is_empty())
-        .find(|e| !is_operators_apply(e))
+    other_writers(meta)
+        .next()
         .map(|e| match e.manager.as_deref().filter(|m| !m.is_empty()) {
             Some(FIELD_MANAGER) => Cow::Owned(format!(
                 "{FIELD_MANAGER} ({})",
@@ -272,6 +268,18 @@ pub fn other_manager(meta: &ObjectMeta) -> Option<std::borrow::Cow<'_, str>> {
             Some(m) => Cow::Borrowed(m),
             None => Cow::Borrowed("an unnamed field manager"),
         })
+}
+
+/// The `managedFields` entries of writers of the object itself (no subresource) other than the
+/// operator's server-side apply ([`is_operators_apply`]), in the object's order.
+pub fn other_writers(
+    meta: &ObjectMeta,
+) -> impl Iterator<Item = &k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry> {
+    meta.managed_fields
+        .iter()
+        .flatten()
+        .filter(|e| e.subresource.as_deref().unwrap_or_default().is_empty())
+        .filter(|e| !is_operators_apply(e))
 }
 
 /// Whether a `managedFields` entry is the operator's server-side apply.

@@ -289,10 +289,9 @@ enum Shown {
     Sending,
     /// Sent, and shown (or re-listed) before its answer came.
     Early,
-    /// Stored (answered) at this [`tick`]([`tick`]) and not shown
-    /// yet: the cached Site is older than the write, for at most
-    /// [`PENDING`].
-    Awaited(std::num::NonZeroU32),
+    /// Stored (answered) at this [`tick`] and not shown yet: the cached Site is older than the
+    /// write, for at most [`PENDING`].
+    Awaited(NonZeroU32),
     /// Shown, failed, or re-listed: the cache is to be believed.
     Settled,
 }

@@ -343,12 +343,12 @@ fn watch_sites(
     client: &kube::Client,
     ns: &str,
     feed: &Feed,
-    written: Arc<OwnWrites>,
+    own: Arc<OwnWrites>,
 ) -> (Sites, Index<Site, Sites>) {
     let w = SiteWatch {
         sites: Sites::default(),
         by_path: Index::new(index::site_path_keys),
-        written,
+        own,
         queue: feed.queue.clone(),
     };
     let caches = (w.sites.clone(), w.by_path.clone());
@@ -359,7 +359,7 @@ fn watch_sites(
 struct SiteWatch {
     sites: Sites,
     by_path: Index<Site, Sites>,
-    written: Arc<OwnWrites>,
+    own: Arc<OwnWrites>,
     queue: Queue<Arc<str>>,
 }
 
@@ -385,7 +385,7 @@ impl Watched for SiteWatch {
         site_event_matters(
             &self.sites,
             event,
-            &self.written.statuses,
+            &self.own.statuses,
             (&self.by_path, &self.queue),
         )
     }
@@ -396,7 +396,7 @@ impl Watched for SiteWatch {
         // the cache.
         if let watcher::Event::Apply(s) | watcher::Event::InitApply(s) = event {
             let relisted = matches!(event, watcher::Event::InitApply(_));
-            self.written
+            self.own
                 .statuses
                 .observe(&s.name_any(), s.status.as_ref(), relisted);
         }

@@ -1027,6 +1027,18 @@ async fn an_edit_made_while_no_operator_runs_is_repaired_at_start() {
         (spec(&sts) == rendered).then_some(())
     })
     .await;
+    // The pods the edit and its repair rolled are back and ready, and the operator has written
+    // the status they map to.
+    eventually("the site's pods rolled back and ready", WAIT, || async {
+        let sts = api::<StatefulSet>(&c).get("docs-handbook").await.ok()?;
+        let (spec, status) = (sts.spec?, sts.status?);
+        (status.observed_generation == sts.metadata.generation
+            && status.current_revision.is_some()
+            && status.current_revision == status.update_revision
+            && status.ready_replicas == spec.replicas)
+            .then_some(())
+    })
+    .await;
     op.settled().await;
     op.stop().await;
     // Repaired for good: the repair took the fields back from the editor, so the next start

@@ -418,9 +418,7 @@ impl Facts {
                 .all(|(k, _)| LABEL_KEYS.contains(&k.as_str()))
             && self.labels == labels_print(meta)
     }
-}
 
-impl Facts {
     /// Whether `desired` has the stored value in every field another writer holds.
     fn held_agree<K: serde::Serialize>(&self, desired: &K) -> bool {
         match self.rare.as_deref().map(|r| &*r.held) {
