@@ -10,13 +10,21 @@
 //! and the operator's peak resident memory (VmHWM).
 //!
 //! Run: `cargo bench --bench scale` (N=1000; override with `SCALE_SITES`; `SCALE_STEPS=none`
-//! skips steps 3 and 4; `SCALE_HISTORY` sets the emulator's watch history, 200,000 events).
+//! skips steps 3 and 4; `SCALE_HISTORY` sets the emulator's watch history, 200,000 events;
+//! `SCALE_KUBELET_PACE_MS` the least time its kubelet leaves a pod in each state, 0).
 //! The emulator's resident memory (this process) is printed after the creation.
+//!
+//! With `SCALE_APISERVER=real`, `SCALE_STEPS=chaos` adds chaos: a configuration change rolls
+//! every Site while N/10 more are created, and etcd, kube-apiserver, kube-controller-manager and
+//! the operator are SIGKILLed one at a time and together; then the time to all rolled and
+//! Available, writes per object against those the changes need (from the audit log), and a
+//! fresh operator's writes.
 //!
 //! `SCALE_APISERVER=real` runs steps 1, 2, 4 and 5 against a real kube-apiserver 1.20.2 with etcd
 //! and its controller manager (`scripts/control-plane.sh`, `make control-plane` first), the
-//! emulator's kubelet as the node; writes are then the operator's own count
-//! (`sites_api_requests_total`), and the storm (which drives the emulator's kubelet) is skipped.
+//! emulator's kubelet as the node; writes are then those of the operator's User-Agent in the
+//! API server's audit log, cross-checked with its own count (`sites_api_requests_total`), and
+//! the storm (which drives the emulator's kubelet) is skipped.
 
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
@@ -376,33 +384,87 @@ fn print_writes(stats: &serde_json::Value, n: usize) {
     }
 }
 
-/// Where the Sites live: the emulator in this process, or a real control plane.
+/// Where the Sites live: the emulator in this process, or a real control plane (held until the
+/// end: dropping it stops it) and where its audit log was at the last [`Backend::reset`].
 enum Backend {
     Emulator(Emulator),
-    /// Held until the end: dropping it stops the control plane.
-    Real(#[allow(dead_code)] sites_emulator::control_plane::ControlPlane),
+    Real(
+        sites_emulator::control_plane::ControlPlane,
+        std::cell::Cell<sites_emulator::audit::Mark>,
+    ),
 }
+
+/// The operator's User-Agent prefix (`sites_operator::app::identify`): its requests in the
+/// audit log, the bench's own (same credentials) left out.
+const OPERATOR_AGENT: &str = "sites-operator/";
 
 impl Backend {
     fn emulator(&self) -> Option<&Emulator> {
         match self {
             Backend::Emulator(e) => Some(e),
-            Backend::Real(_) => None,
+            Backend::Real(..) => None,
+        }
+    }
+
+    fn plane(&self) -> Option<&sites_emulator::control_plane::ControlPlane> {
+        match self {
+            Backend::Emulator(_) => None,
+            Backend::Real(plane, _) => Some(plane),
         }
     }
 
     fn reset(&self) {
-        if let Some(e) = self.emulator() {
-            e.stats().reset();
+        match self {
+            Backend::Emulator(e) => e.stats().reset(),
+            Backend::Real(plane, mark) => mark.set(plane.audit().mark()),
+        }
+    }
+
+    /// The operator's stored writes since the last [`reset`](Self::reset), by the API server's
+    /// audit log (real only).
+    fn audited(&self) -> Option<Vec<sites_emulator::audit::Write>> {
+        match self {
+            Backend::Emulator(_) => None,
+            Backend::Real(plane, mark) => {
+                Some(plane.audit().stored_by_agent(OPERATOR_AGENT, mark.get()))
+            }
         }
     }
 
     /// Writes since the last [`reset`](Self::reset): the emulator's count less the bench's own
-    /// `own` creations, or, on a real API server, the operator's own count less `before`.
+    /// `own` creations, or, on a real API server, the operator's writes the audit log holds,
+    /// cross-checked with the operator's own count less `before` (printed when they differ).
     fn writes(&self, op: &Operator, own: usize, before: f64) -> f64 {
-        match self {
-            Backend::Emulator(e) => e.stats().writes() as f64 - own as f64,
-            Backend::Real(_) => operator_writes(op) - before,
+        match self.audited() {
+            None => self.emulator().unwrap().stats().writes() as f64 - own as f64,
+            Some(audited) => {
+                let counted = operator_writes(op) - before;
+                if audited.len() as f64 != counted {
+                    println!(
+                        "  (the operator counted {counted} writes, {} of them stored: the rest failed)",
+                        audited.len()
+                    );
+                }
+                audited.len() as f64
+            }
+        }
+    }
+
+    /// The operator's writes by `verb resource` per Site: the emulator's count, or the audit
+    /// log's on a real API server.
+    fn print_writes(&self, n: usize) {
+        match (self.emulator(), self.audited()) {
+            (Some(emulator), _) => print_writes(&emulator.stats().to_json(), n),
+            (None, Some(audited)) => {
+                let by_kind = sites_emulator::audit::count(audited.iter().map(|w| w.kind()));
+                for (kind, count) in by_kind {
+                    println!(
+                        "  {kind}: {:.2} per Site (audit log)",
+                        count as f64 / n as f64
+                    );
+                }
+            }
+            (None, None) => {}
         }
     }
 }
@@ -419,31 +481,6 @@ fn operator_writes(op: &Operator) -> f64 {
         })
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .fold(0.0, |a, b| a + b)
-}
-
-/// The operator's writes so far by `verb resource`, per Site.
-fn print_operator_writes(op: &Operator, n: usize) {
-    for line in op
-        .scrape()
-        .lines()
-        .filter(|l| l.starts_with("sites_api_requests_total{"))
-    {
-        let label = |name: &str| {
-            let start = line.find(&format!("{name}=\""))? + name.len() + 2;
-            line[start..].split('"').next().map(str::to_string)
-        };
-        let (Some(verb), Some(resource)) = (label("verb"), label("resource")) else {
-            continue;
-        };
-        let count: f64 = line
-            .rsplit(' ')
-            .next()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0.0);
-        if matches!(verb.as_str(), "create" | "update" | "patch" | "delete") && count > 0.0 {
-            println!("  {verb} {resource}: {:.2} per Site", count / n as f64);
-        }
-    }
 }
 
 /// What the operator did so far, per Site: reconciles by result, requests by verb, and the
@@ -494,7 +531,8 @@ async fn real_control_plane(dir: &std::path::Path) -> Backend {
     .await
     .unwrap_or_else(|e| panic!("{e}"));
     std::fs::copy(plane.kubeconfig(), dir.join("kubeconfig")).unwrap();
-    Backend::Real(plane)
+    let mark = plane.audit().mark();
+    Backend::Real(plane, std::cell::Cell::new(mark))
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -503,9 +541,10 @@ async fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1000);
-    // Which of the later steps run (creation and restart always do): `storm` (pod events) and
+    // Which of the later steps run (creation and restart always do): `storm` (pod events),
+    // `rollout` (configuration changes that roll every Site under the change budget) and
     // `changes` (audit-only and quota changes). Default: all.
-    let steps = std::env::var("SCALE_STEPS").unwrap_or_else(|_| "storm,changes".into());
+    let steps = std::env::var("SCALE_STEPS").unwrap_or_else(|_| "storm,rollout,changes".into());
     let real = std::env::var("SCALE_APISERVER").is_ok_and(|v| v == "real");
     let steps = if real {
         steps.replace("storm", "")
@@ -528,6 +567,14 @@ async fn main() {
             options.history = history;
         }
         let emulator = Emulator::start(options).await.unwrap();
+        // SCALE_KUBELET_PACE_MS: the least time a pod stays in each state (the pace of a real
+        // node, so that the operator sees the states a real run shows; default 0, every tick).
+        if let Some(pace) = std::env::var("SCALE_KUBELET_PACE_MS")
+            .ok()
+            .and_then(|p| p.parse().ok())
+        {
+            emulator.kubelet().set_pace(Duration::from_millis(pace));
+        }
         emulator.write_kubeconfig(&kubeconfig).unwrap();
         Backend::Emulator(emulator)
     };
@@ -540,7 +587,7 @@ async fn main() {
     let client = kube::Client::try_from(config).unwrap();
     let pp = PostParams::default();
     Api::<CustomResourceDefinition>::all(client.clone())
-        .create(&pp, &sites_operator::crd::crd())
+        .create(&pp, &sites_operator::definitions::crd())
         .await
         .unwrap();
     Api::<Namespace>::all(client.clone())
@@ -642,10 +689,7 @@ async fn main() {
         converged.as_secs_f64(),
         writes / n as f64
     );
-    match backend.emulator() {
-        Some(emulator) => print_writes(&emulator.stats().to_json(), n),
-        None => print_operator_writes(&op, n),
-    }
+    backend.print_writes(n);
     print_operator_work(&op, n);
     // The wall time also measures the emulator (both share the machine): the operator's own CPU.
     let cpu = op.metric("process_cpu_seconds_total");
@@ -699,11 +743,12 @@ async fn main() {
         }
         None => {
             println!(
-                "restart: every Site verified after {:.1} s (process start included); {} writes",
+                "restart: every Site verified after {:.1} s (process start included); {} writes ({} in the audit log)",
                 verified.as_secs_f64(),
-                operator_writes(&op)
+                operator_writes(&op),
+                backend.audited().map_or(0, |a| a.len())
             );
-            print_operator_writes(&op, n);
+            backend.print_writes(n);
         }
     }
 
@@ -781,6 +826,257 @@ async fn main() {
         );
     }
 
+    // 4. Platform rollouts (`rollout`): a configuration change of every Site's pod template
+    // under a budget of 10%, then another with no budget to speak of (100%): the time until the
+    // operator reports the rollout done and every Site Available, and the writes per Site.
+    if steps.contains("rollout") {
+        let configmaps =
+            Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), NS);
+        let mut text = config.clone();
+        for (budget, memory) in [("10%", "48Mi"), ("100%", "64Mi")] {
+            let previous = text.clone();
+            text = previous
+                .replace("max_rolling: 25%", &format!("max_rolling: {budget}"))
+                .replace("max_rolling: 10%", &format!("max_rolling: {budget}"))
+                .replacen(
+                    &format!("memory: {}", if memory == "48Mi" { "32Mi" } else { "48Mi" }),
+                    &format!("memory: {memory}"),
+                    1,
+                );
+            assert_ne!(text, previous, "the change edits the configuration");
+            backend.reset();
+            let written = operator_writes(&op);
+            let start = Instant::now();
+            configmaps
+                .patch(
+                    "sites-config",
+                    &PatchParams::default(),
+                    &Patch::Merge(&json!({"data": {"config.yaml": text}})),
+                )
+                .await
+                .unwrap();
+            let status = async || -> Option<sites_operator::controller::rollout::RolloutStatus> {
+                let cm = configmaps
+                    .get_opt(sites_operator::controller::rollout::STATUS_CONFIGMAP)
+                    .await
+                    .ok()??;
+                serde_json::from_str(
+                    cm.data?
+                        .get(sites_operator::controller::rollout::STATUS_KEY)?,
+                )
+                .ok()
+            };
+            let before = status().await.map(|s| s.version);
+            wait_for("the rollout done", Duration::from_secs(3600), async || {
+                status().await.is_some_and(|s| {
+                    Some(&s.version) != before.as_ref() && s.done() && s.rolled == n
+                }) && seen.all_available(n)
+            })
+            .await;
+            // The bench's own write: the ConfigMap.
+            let writes = backend.writes(&op, 1, written);
+            println!(
+                "rollout under max_rolling {budget}: {n} Sites rolled and Available after {:.1} s; operator writes per Site {:.2}",
+                start.elapsed().as_secs_f64(),
+                writes / n as f64
+            );
+            backend.print_writes(n);
+        }
+    }
+
+    // Chaos on the real control plane (`chaos`, real only): a configuration change rolls every
+    // Site (the memory request, under the configured budget) while a tenth as many Sites again
+    // are created, retried until stored; meanwhile etcd, kube-apiserver, kube-controller-manager
+    // and the operator are SIGKILLed one at a time and then all together, each started again
+    // after a pause. Then: the time until every Site is rolled and Available, the writes per
+    // object the audit log holds against those the changes need, and what a fresh operator
+    // writes (nothing, when every object is as rendered).
+    let mut op = op;
+    let mut total = n;
+    if let (Some(plane), true) = (backend.plane(), steps.contains("chaos")) {
+        let configmaps =
+            Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), NS);
+        let statefulsets =
+            Api::<k8s_openapi::api::apps::v1::StatefulSet>::namespaced(client.clone(), NS);
+        let current =
+            configmaps.get("sites-config").await.unwrap().data.unwrap()["config.yaml"].clone();
+        // The first `memory:` is the containers' request (manifests/base/config.yaml).
+        let at = current.find("memory: ").unwrap() + "memory: ".len();
+        let end = at + current[at..].find("Mi").unwrap();
+        let memory = format!("{}Mi", current[at..end].parse::<u32>().unwrap() + 8);
+        let changed = format!("{}{memory}{}", &current[..at], &current[end + 2..]);
+        let extra = (n / 10).max(1);
+        total = n + extra;
+        backend.reset();
+        let start = Instant::now();
+        configmaps
+            .patch(
+                "sites-config",
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"data": {"config.yaml": changed}})),
+            )
+            .await
+            .unwrap();
+        let creator = tokio::spawn({
+            let (sites, template) = (sites.clone(), template.clone());
+            async move {
+                let mut refused = 0u64;
+                for i in 0..extra {
+                    let mut s = template.clone();
+                    s.metadata.name = Some(format!("chaos-{i}"));
+                    s.spec.name = format!("chaos-{i}");
+                    loop {
+                        match sites.create(&PostParams::default(), &s).await {
+                            // 409: stored by an attempt whose answer was lost.
+                            Ok(_) => break,
+                            Err(kube::Error::Api(e)) if e.code == 409 => break,
+                            Err(_) => {
+                                refused += 1;
+                                tokio::time::sleep(Duration::from_millis(250)).await;
+                            }
+                        }
+                    }
+                }
+                refused
+            }
+        });
+        let components = ["etcd", "kube-apiserver", "kube-controller-manager"];
+        let mut pause = sites_emulator::faults::Lcg(55);
+        let mut kills = 0;
+        for component in components {
+            tokio::time::sleep(pause.millis(500, 3000)).await;
+            plane.kill(component).await.unwrap();
+            tokio::time::sleep(pause.millis(1000, 5000)).await;
+            plane.restart(component).await.unwrap();
+            kills += 1;
+        }
+        for together in [false, true] {
+            tokio::time::sleep(pause.millis(500, 3000)).await;
+            op.signal("-KILL");
+            let _ = op.child.wait();
+            if together {
+                for component in components {
+                    plane.kill(component).await.unwrap();
+                }
+            }
+            tokio::time::sleep(pause.millis(1000, 5000)).await;
+            if together {
+                for component in components {
+                    plane.restart(component).await.unwrap();
+                }
+            }
+            kills += if together { 4 } else { 1 };
+            op = Operator::start(&kubeconfig, &dir);
+            wait_for("operator ready", Duration::from_secs(120), async || {
+                op.ready()
+            })
+            .await;
+        }
+        let refused = creator.await.unwrap();
+        wait_for(
+            "every Site rolled and Available after the chaos",
+            Duration::from_secs(3600),
+            async || {
+                seen.all_available(total)
+                    && statefulsets.list(&Default::default()).await.is_ok_and(|l| {
+                        l.items.len() == total
+                            && l.items.iter().all(|s| {
+                                s.spec
+                                    .as_ref()
+                                    .and_then(|s| s.template.spec.as_ref())
+                                    .and_then(|p| p.containers[0].resources.as_ref())
+                                    .and_then(|r| r.requests.as_ref())
+                                    .and_then(|r| r.get("memory"))
+                                    .is_some_and(|m| m.0 == memory)
+                            })
+                    })
+            },
+        )
+        .await;
+        let converged = start.elapsed();
+        // Per object, the operator's writes against what the changes need: a Site's roll is one
+        // write of its StatefulSet; a new Site's objects are written once each, its StatefulSet
+        // twice when it was created before the new configuration reached the operator.
+        let audited = backend.audited().unwrap();
+        let per_object = sites_emulator::audit::count(
+            audited
+                .iter()
+                .filter(|w| {
+                    !w.resource.starts_with("events")
+                        && !w.resource.ends_with("/status")
+                        && !w.resource.starts_with("leases.")
+                        && !w.object.ends_with("/sites-rollout")
+                })
+                .map(|w| (w.resource.clone(), w.object.clone())),
+        );
+        let over: Vec<String> = per_object
+            .iter()
+            .filter(|((resource, object), count)| {
+                let new = object.contains("/chaos-") || resource == "persistentvolumes";
+                let needed = match (new, resource.as_str()) {
+                    (false, "statefulsets.apps") => 1,
+                    (false, _) => 0,
+                    (true, "statefulsets.apps") => 2,
+                    (true, _) => 1,
+                };
+                **count > needed
+            })
+            .map(|((resource, object), count)| format!("{resource} {object}: {count}"))
+            .collect();
+        let statuses = audited
+            .iter()
+            .filter(|w| w.resource == "sites.sites.ecmwf.int/status")
+            .count();
+        println!(
+            "chaos: {kills} kills; {n} Sites rolled and {extra} created ({refused} creations refused and retried), all Available after {:.1} s; operator writes per Site {:.2} (statuses {:.2}); objects written more often than their changes need: {}{}",
+            converged.as_secs_f64(),
+            audited.len() as f64 / total as f64,
+            statuses as f64 / total as f64,
+            over.len(),
+            if over.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " ({})",
+                    over.iter().take(10).cloned().collect::<Vec<_>>().join(", ")
+                )
+            }
+        );
+        backend.print_writes(total);
+        // A fresh operator over what the chaos left: it verifies every Site and writes nothing
+        // when every object is as rendered.
+        op.stop();
+        backend.reset();
+        let start = Instant::now();
+        op = Operator::start(&kubeconfig, &dir);
+        op.settled(total as f64).await;
+        let written: Vec<String> = backend
+            .audited()
+            .unwrap()
+            .iter()
+            .filter(|w| !w.resource.starts_with("leases."))
+            .map(|w| w.to_string())
+            .collect();
+        println!(
+            "chaos, then a fresh operator: every Site verified after {:.1} s; {} writes{}",
+            start.elapsed().as_secs_f64(),
+            written.len(),
+            if written.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    ": {}",
+                    written
+                        .iter()
+                        .take(10)
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                )
+            }
+        );
+    }
+
     if !steps.contains("changes") {
         println!(
             "operator peak RSS: {:.0} MiB ({})",
@@ -792,7 +1088,7 @@ async fn main() {
         return;
     }
 
-    // 4. Audit-only change.
+    // 5. Audit-only change.
     let change = async |patch: serde_json::Value, what: &str| {
         let before = op.metric("controller_runtime_reconcile_total");
         backend.reset();
@@ -822,7 +1118,7 @@ async fn main() {
     )
     .await;
 
-    // 5. Quota change (volume expansion unsupported: the claim stays, the pods restart).
+    // 6. Quota change (volume expansion unsupported: the claim stays, the pods restart).
     change(
         json!({"spec": {"configuration": {"quota": "3Gi"}}}),
         "quota change",
@@ -831,7 +1127,7 @@ async fn main() {
     wait_for(
         "all available again",
         Duration::from_secs(3600),
-        async || seen.all_available(n),
+        async || seen.all_available(total),
     )
     .await;
     println!(

@@ -6,12 +6,16 @@
 #   scripts/control-plane.sh install          # apt-get what it needs, build into the cache (once)
 #   scripts/control-plane.sh start DIR        # start on free loopback ports; DIR/kubeconfig
 #   scripts/control-plane.sh stop DIR         # stop exactly what `start DIR` started
+#   scripts/control-plane.sh kill DIR C       # SIGKILL component C (etcd, kube-apiserver or
+#                                             #   kube-controller-manager), as a crash would
+#   scripts/control-plane.sh restart DIR C    # start C again as it was started, wait until it serves
 #   scripts/control-plane.sh assets           # print the directory holding the binaries
 #
 # `start` waits until the API server answers /readyz and the default ServiceAccount exists, and
-# prints `export KUBECONFIG=DIR/kubeconfig`. Everything binds to 127.0.0.1. With
-# `--watch-pid PID` the control plane stops by itself when that process ends (tests use it so
-# that a killed test leaves nothing behind).
+# prints `export KUBECONFIG=DIR/kubeconfig`. The API server's audit log, DIR/audit.log, holds
+# one JSON line (audit.k8s.io/v1 Event, level Metadata) per write request. Everything binds to
+# 127.0.0.1. With `--watch-pid PID` the control plane stops by itself when that process ends
+# (tests use it so that a killed test leaves nothing behind).
 #
 # Building needs Debian bookworm's apt: it installs etcd-server, openssl, curl, golang-1.19-go
 # and golang-github-modern-go-reflect2-dev, and adds a deb-src entry for bookworm (copied from
@@ -23,10 +27,18 @@
 #
 # Environment: KUBE_ASSETS (an absolute path; unset: build), KUBE_ASSETS_CACHE (default
 # ${XDG_CACHE_HOME:-~/.cache}/sites-operator), KUBE_VERSION (default 1.20.2), APT_ETC (where
-# the machine's apt sources are read from, default /etc/apt).
+# the machine's apt sources are read from, default /etc/apt), KUBE_CM_QPS and KUBE_CM_BURST
+# (the controller manager's --kube-api-qps and --kube-api-burst, default 20 and 30, its own
+# defaults: its client's pace bounds how fast the pods of many new Sites are created),
+# KUBE_CM_CONTROLLERS (its --controllers, default: every controller but those of nodes, cloud
+# routes and volume attachment, which this control plane has no use for).
 set -euo pipefail
 
 KUBE_VERSION=${KUBE_VERSION:-1.20.2}
+# The controller manager's client rate limit (its own defaults: 20 requests/s, bursts of 30).
+KUBE_CM_QPS=${KUBE_CM_QPS:-20}
+KUBE_CM_BURST=${KUBE_CM_BURST:-30}
+KUBE_CM_CONTROLLERS=${KUBE_CM_CONTROLLERS:-'*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle,-service,-route,-ttl,-bootstrapsigner,-tokencleaner,-attachdetach,-persistentvolume-expander'}
 DEBIAN_VERSION=1.20.5+really${KUBE_VERSION}
 CACHE=${KUBE_ASSETS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sites-operator}
 KUBE_ASSETS=${KUBE_ASSETS:-}
@@ -271,33 +283,89 @@ wait_for() { # DEADLINE-SECONDS PID COMMAND...: until COMMAND succeeds, PID live
   done
 }
 
-start() {
-  local dir=$1 watch_pid=${2:-}
-  need python3 kubectl awk tac
-  if [ -n "$KUBE_ASSETS" ]; then
-    check_assets
-    need openssl curl
+owns_port() { # PID PORT: whether process PID listens on 127.0.0.1:PORT (Linux: /proc)
+  python3 - "$1" "$2" <<'PY'
+import os, sys
+pid, port = sys.argv[1], int(sys.argv[2])
+listening = set()
+with open("/proc/net/tcp") as table:
+    for line in list(table)[1:]:
+        f = line.split()
+        address, state, inode = f[1], f[3], f[9]
+        if state == "0A" and address == "0100007F:%04X" % port:
+            listening.add("socket:[%s]" % inode)
+try:
+    fds = os.listdir("/proc/%s/fd" % pid)
+except OSError:
+    sys.exit(1)
+for fd in fds:
+    try:
+        if os.readlink("/proc/%s/fd/%s" % (pid, fd)) in listening:
+            sys.exit(0)
+    except OSError:
+        pass
+sys.exit(1)
+PY
+}
+
+port_taken() { # DIR LOG...: whether a process of the control plane lost its port
+  local dir=$1; shift
+  for f in "$@"; do grep -qi 'address already in use' "$dir/$f" 2>/dev/null && return 0; done
+  return 1
+}
+
+# Starts component NAME of DIR in the background, appending to DIR/NAME.log; keeps its command
+# line in DIR/NAME.cmd (for `restart`) and its pid in DIR/pids; sets STARTED_PID.
+component() { # DIR NAME COMMAND...
+  local dir=$1 name=$2; shift 2
+  printf '%q ' "$@" > "$dir/$name.cmd"
+  "$@" >>"$dir/$name.log" 2>&1 &
+  STARTED_PID=$!
+  if grep -q "^$name " "$dir/pids" 2>/dev/null; then
+    awk -v n="$name" -v p="$STARTED_PID" '$1 == n { $2 = p } { print }' "$dir/pids" > "$dir/pids.new"
+    mv "$dir/pids.new" "$dir/pids"
   else
-    packages
-    built || die "Kubernetes $KUBE_VERSION is not built in $ASSETS: run '$0 install' (make control-plane), or set KUBE_ASSETS to prebuilt binaries"
+    echo "$name $STARTED_PID" >> "$dir/pids"
   fi
-  mkdir -p "$dir"
-  dir=$(cd "$dir" && pwd)
-  [ ! -s "$dir/pids" ] || die "$dir/pids exists: stop that control plane first"
-  certs "$dir"
-  local token
-  token=$(openssl rand -hex 24)
-  echo "$token,admin,admin,system:masters" > "$dir/tokens.csv"
+}
+
+# Whether component NAME (pid PID) of DIR serves: etcd owns its client port, the API server
+# answers /readyz, the controller manager /healthz.
+serves() { # DIR NAME PID
+  local dir=$1 name=$2 pid=$3 etcd_port api_port cm_port
+  read -r etcd_port api_port cm_port < "$dir/ports"
+  case $name in
+    etcd) owns_port "$pid" "$etcd_port" ;;
+    kube-apiserver) curl -sf --cacert "$dir/ca.crt" -H "Authorization: Bearer $(cut -d, -f1 "$dir/tokens.csv")" \
+      "https://127.0.0.1:$api_port/readyz" ;;
+    kube-controller-manager) curl -sfk "https://127.0.0.1:$cm_port/healthz" ;;
+    *) return 1 ;;
+  esac
+}
+
+# Starts etcd, the API server and the controller manager on free ports and waits until they
+# serve; 2 when one of them could not bind its port, 1 on another failure.
+launch() {
+  local dir=$1 token=$2
   local etcd_port etcd_peer api_port cm_port
   etcd_port=$(free_port); etcd_peer=$(free_port); api_port=$(free_port); cm_port=$(free_port)
+  echo "$etcd_port $api_port $cm_port" > "$dir/ports"
   : > "$dir/pids"
-  "$ETCD" --name control-plane --data-dir "$dir/etcd" \
+  rm -f "$dir/etcd.log" "$dir/kube-apiserver.log" "$dir/kube-controller-manager.log"
+  component "$dir" etcd "$ETCD" --name control-plane --data-dir "$dir/etcd" \
     --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
     --listen-peer-urls "http://127.0.0.1:$etcd_peer" --initial-advertise-peer-urls "http://127.0.0.1:$etcd_peer" \
     --initial-cluster "control-plane=http://127.0.0.1:$etcd_peer" \
-    --unsafe-no-fsync --quota-backend-bytes 4294967296 --log-level warn >"$dir/etcd.log" 2>&1 &
-  echo "etcd $!" >> "$dir/pids"
-  "$ASSETS/kube-apiserver" \
+    --unsafe-no-fsync --quota-backend-bytes 4294967296 --log-level warn
+  local etcd_pid=$STARTED_PID
+  # The port answers for this etcd, not for another one started meanwhile on a port it took.
+  if ! wait_for 30 "$etcd_pid" serves "$dir" etcd "$etcd_pid"; then
+    port_taken "$dir" etcd.log && return 2
+    tail -20 "$dir/etcd.log" >&2
+    log "etcd did not start"
+    return 1
+  fi
+  component "$dir" kube-apiserver "$ASSETS/kube-apiserver" \
     --etcd-servers "http://127.0.0.1:$etcd_port" \
     --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port" \
     --cert-dir "$dir" --tls-cert-file "$dir/apiserver.crt" --tls-private-key-file "$dir/apiserver.key" \
@@ -306,9 +374,9 @@ start() {
     --service-account-issuer https://kubernetes.default.svc --service-account-key-file "$dir/sa.pub" \
     --service-account-signing-key-file "$dir/sa.key" --api-audiences https://kubernetes.default.svc \
     --service-cluster-ip-range 10.0.0.0/16 \
-    >"$dir/kube-apiserver.log" 2>&1 &
-  local api_pid=$!
-  echo "kube-apiserver $api_pid" >> "$dir/pids"
+    --audit-policy-file "$dir/audit-policy.yaml" --audit-log-path "$dir/audit.log" \
+    --audit-log-maxsize 1048576
+  local api_pid=$STARTED_PID
   cat > "$dir/kubeconfig" <<EOF
 apiVersion: v1
 kind: Config
@@ -326,35 +394,118 @@ contexts:
   context: {cluster: control-plane, user: admin, namespace: default}
 current-context: control-plane
 EOF
-  if ! wait_for 60 "$api_pid" curl -sf --cacert "$dir/ca.crt" -H "Authorization: Bearer $token" \
-      "https://127.0.0.1:$api_port/readyz"; then
+  if ! wait_for 60 "$api_pid" serves "$dir" kube-apiserver "$api_pid"; then
+    port_taken "$dir" etcd.log kube-apiserver.log && return 2
     tail -20 "$dir/kube-apiserver.log" >&2
-    stop "$dir"; die "the API server did not become ready"
+    log "the API server did not become ready"
+    return 1
   fi
-  "$ASSETS/kube-controller-manager" \
+  component "$dir" kube-controller-manager "$ASSETS/kube-controller-manager" \
     --kubeconfig "$dir/kubeconfig" --authentication-kubeconfig "$dir/kubeconfig" \
     --authorization-kubeconfig "$dir/kubeconfig" \
     --bind-address 127.0.0.1 --secure-port "$cm_port" --port 0 \
     --leader-elect=false --use-service-account-credentials \
     --service-account-private-key-file "$dir/sa.key" --root-ca-file "$dir/ca.crt" \
     --cluster-signing-cert-file "$dir/ca.crt" --cluster-signing-key-file "$dir/ca.key" \
-    --controllers '*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle,-service,-route,-ttl,-bootstrapsigner,-tokencleaner,-attachdetach,-persistentvolume-expander' \
-    >"$dir/kube-controller-manager.log" 2>&1 &
-  local cm_pid=$!
-  echo "kube-controller-manager $cm_pid" >> "$dir/pids"
+    --kube-api-qps "$KUBE_CM_QPS" --kube-api-burst "$KUBE_CM_BURST" \
+    --controllers "$KUBE_CM_CONTROLLERS"
+  local cm_pid=$STARTED_PID
   # The ServiceAccount controller creates `default` in each namespace: the first sign the
   # controller manager runs (pods cannot be created before it).
   if ! wait_for 60 "$cm_pid" env KUBECONFIG="$dir/kubeconfig" kubectl get serviceaccount default -n default; then
+    port_taken "$dir" kube-controller-manager.log && return 2
     tail -20 "$dir/kube-controller-manager.log" >&2
-    stop "$dir"; die "the controller manager did not start"
+    log "the controller manager did not start"
+    return 1
   fi
+}
+
+pid_of() { # DIR NAME
+  awk -v n="$2" '$1 == n { print $2 }' "$1/pids" 2>/dev/null
+}
+
+# SIGKILLs component NAME of DIR (as a crash or the OOM killer would) and waits until it is gone.
+kill_component() { # DIR NAME
+  local dir=$1 name=$2 pid
+  pid=$(pid_of "$dir" "$name")
+  [ -n "$pid" ] || die "no $name in $dir/pids"
+  kill -9 "$pid" 2>/dev/null || true
+  for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.05; done
+  die "$name (pid $pid) did not die"
+}
+
+# Starts component NAME of DIR again with the command line it was started with (same ports,
+# same data) and waits until it serves.
+restart() { # DIR NAME
+  local dir=$1 name=$2 pid
+  [ -f "$dir/$name.cmd" ] || die "no $name was started in $dir"
+  pid=$(pid_of "$dir" "$name")
+  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then die "$name runs (pid $pid): kill it first"; fi
+  local line
+  line=$(cat "$dir/$name.cmd")
+  eval "set -- $line"
+  component "$dir" "$name" "$@"
+  wait_for 60 "$STARTED_PID" serves "$dir" "$name" "$STARTED_PID" \
+    || { tail -20 "$dir/$name.log" >&2; die "$name did not serve again"; }
+}
+
+start() {
+  local dir=$1 watch_pid=${2:-}
+  need python3 kubectl awk tac
+  if [ -n "$KUBE_ASSETS" ]; then
+    check_assets
+    need openssl curl
+  else
+    packages
+    built || die "Kubernetes $KUBE_VERSION is not built in $ASSETS: run '$0 install' (make control-plane), or set KUBE_ASSETS to prebuilt binaries"
+  fi
+  mkdir -p "$dir"
+  dir=$(cd "$dir" && pwd)
+  [ ! -s "$dir/pids" ] || die "$dir/pids exists: stop that control plane first"
+  certs "$dir"
+  local token
+  token=$(openssl rand -hex 24)
+  echo "$token,admin,admin,system:masters" > "$dir/tokens.csv"
+  # The audit log, an instrument the operator does not control: one line per write request, at
+  # its end (the log backend's default mode, blocking, writes it before the handler returns).
+  # Reads are not logged: a 10,000-Site run would log gigabytes of watches and lists. It is never
+  # rotated (--audit-log-maxsize 0 would rotate at 100 MB, a 10,000-Site creation's size): the
+  # readers count from one file.
+  cat > "$dir/audit-policy.yaml" <<'EOF'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: None
+  verbs: [get, list, watch]
+- level: Metadata
+EOF
+  # Ports are picked free and then bound by another process, so another process may take one
+  # in between (control planes started in parallel): a start whose bind failed is tried again
+  # on new ports.
+  local attempt
+  for attempt in 1 2 3; do
+    local status=0
+    launch "$dir" "$token" || status=$?
+    [ "$status" = 0 ] && break
+    stop "$dir"
+    if [ "$status" != 2 ] || [ "$attempt" = 3 ]; then
+      die "the control plane did not start (logs in $dir)"
+    fi
+    log "a port was taken meanwhile: starting again on other ports"
+    rm -rf "$dir/etcd"
+  done
   if [ -n "$watch_pid" ]; then
-    # It keeps the pids itself: the directory may be gone by the time the watched process is.
+    # It keeps the last pids it read (a restarted component has a new one): the directory may
+    # be gone by the time the watched process is.
     local started
     started=$(awk '{print $2}' "$dir/pids" | tr '\n' ' ')
     # shellcheck disable=SC2086 # $started is a list of pids
     ( trap '' HUP
-      while kill -0 "$watch_pid" 2>/dev/null; do sleep 1; done
+      while kill -0 "$watch_pid" 2>/dev/null; do
+        sleep 1
+        [ ! -f "$dir/pids" ] || started=$(awk '$1 != "watchdog" {print $2}' "$dir/pids" 2>/dev/null | tr '\n' ' ')
+      done
       kill $started 2>/dev/null; sleep 5; kill -9 $started 2>/dev/null || true
       rm -f "$dir/pids" ) </dev/null >/dev/null 2>&1 &
     echo "watchdog $!" >> "$dir/pids"
@@ -391,5 +542,7 @@ case "$cmd" in
     [ "${3:-}" = --watch-pid ] && watch=${4:?--watch-pid needs a pid}
     start "$dir" "$watch" ;;
   stop) [ $# -ge 2 ] || die "usage: $0 stop DIR"; stop "$2" ;;
-  *) die "usage: $0 install | start DIR [--watch-pid PID] | stop DIR | assets" ;;
+  kill) [ $# -ge 3 ] || die "usage: $0 kill DIR COMPONENT"; kill_component "$2" "$3" ;;
+  restart) [ $# -ge 3 ] || die "usage: $0 restart DIR COMPONENT"; restart "$2" "$3" ;;
+  *) die "usage: $0 install | start DIR [--watch-pid PID] | stop DIR | kill DIR COMPONENT | restart DIR COMPONENT | assets" ;;
 esac

@@ -193,11 +193,23 @@ where
     }
 }
 
+/// The `User-Agent` of every request: `sites-operator/<version> (<command>)`, as kubectl and the
+/// cluster's controllers name themselves, so that the API server's audit log, its metrics and
+/// its logs tell the operator's requests (`run`) from its commands' (`upgrade`, `retention`,
+/// `rollout status`) and from other clients of the same credentials.
+pub fn identify(config: &mut kube::Config, command: &str) {
+    let agent = format!("sites-operator/{} ({command})", env!("CARGO_PKG_VERSION"));
+    if let Ok(value) = http::HeaderValue::from_str(&agent) {
+        config.headers.push((http::header::USER_AGENT, value));
+    }
+}
+
 /// A client for the cluster (in-cluster config or KUBECONFIG), checked by asking the API server
 /// for its version, with a bounded retry.
 async fn connect(counter: &prometheus::IntCounterVec) -> Result<kube::Client, StartError> {
     with_retry("connecting to the API server", || async {
-        let config = kube::Config::infer().await.map_err(|e| e.to_string())?;
+        let mut config = kube::Config::infer().await.map_err(|e| e.to_string())?;
+        identify(&mut config, "run");
         let client = kube::client::ClientBuilder::try_from(config)
             .map_err(|e| e.to_string())?
             .with_layer(&CountLayer::new(counter.clone()))

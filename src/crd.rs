@@ -1,23 +1,21 @@
-//! The `Site` custom resource (`sites.ecmwf.int/v1`): Rust types, and the CRD generated from them.
+//! The `Site` custom resource (`sites.ecmwf.int/v1`): its Rust types.
 //!
 //! Field names are snake_case, as in the Site documents the Hub writes. Every field carries a doc
 //! comment because the comments become the schema descriptions `kubectl explain` shows.
-//! `manifests/base/crd.yaml` is the output of [`crd_yaml`]; a test fails when the two drift.
 //!
 //! One set of types serves both decoders of a Site: the spec's text type `S` is `String` in a
 //! stored [`Site`] and [`Text`] (borrowed from the request body) in a Site under admission
 //! review, `SiteSpec<Text>`, which then keeps only what the rules read ([`Str::REVIEW`]: the
-//! `decode_*` functions). A new field is read by both.
+//! functions of `crd/decode.rs`). A new field is read by both. The CRD generated from these
+//! types is [`crate::definitions`]'s.
 
+mod decode;
 pub(crate) mod maps;
 mod names;
 mod text;
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
-    CustomResourceDefinition, JSONSchemaProps, JSONSchemaPropsOrArray, JSONSchemaPropsOrBool,
-};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;
@@ -33,6 +31,10 @@ pub const GROUP: &str = "sites.ecmwf.int";
 pub const ID_LABEL: &str = "sites.ecmwf.int/id";
 /// Annotation whose new UUID value requests a forced upgrade (re-render and restart).
 pub const UPGRADE_REQUEST_ANNOTATION: &str = "sites.ecmwf.int/upgrade-request";
+/// Annotation that pauses a Site (ROL-03): while it is `"true"`, the operator writes nothing for
+/// the Site but one status condition saying so (no reconcile, no drift repair, no retention);
+/// the webhooks still validate it. `"false"` or no annotation: not paused.
+pub const PAUSED_ANNOTATION: &str = "sites.ecmwf.int/paused";
 /// Annotation on the pod template marking pods the operator created and watches.
 pub const OPERATOR_BOUND_ANNOTATION: &str = "sites.ecmwf.int/operator_bound";
 /// Longest allowed site id: room for `-oauth2`, `-files`, the pod ordinal and the StatefulSet
@@ -65,7 +67,8 @@ pub const MAX_SITE_ID_LEN: usize = 52;
     printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#,
     printcolumn = r#"{"name": "Owner", "type": "string", "priority": 1, "description": "User name of the site owner", "jsonPath": ".spec.owner"}"#,
     printcolumn = r#"{"name": "Replicas", "type": "integer", "priority": 1, "description": "Pod replicas the site asks for", "jsonPath": ".spec.configuration.settings.replicas"}"#,
-    printcolumn = r#"{"name": "Ready", "type": "string", "priority": 1, "description": "Available and up to date at the current generation, or archived (kstatus)", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status"}"#
+    printcolumn = r#"{"name": "Ready", "type": "string", "priority": 1, "description": "Available and up to date at the current generation, or archived (kstatus)", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name": "Reason", "type": "string", "priority": 1, "description": "Why the Site is progressing or not: RolloutPending while a platform rollout holds its pods back, RolloutHalted when that rollout halted, UpToDate when nothing is left to do", "jsonPath": ".status.conditions[?(@.type==\"Progressing\")].reason"}"#
 )]
 #[serde(bound(deserialize = "S: Deserialize<'de> + Str + From<&'static str>"))]
 #[schemars(bound = "S: JsonSchema + Serialize + From<&'static str>")]
@@ -113,7 +116,7 @@ pub struct SiteConfiguration<S = String> {
     #[serde(
         default,
         skip_serializing_if = "Vec::is_empty",
-        deserialize_with = "decode_applications"
+        deserialize_with = "decode::capped::<_, _, S, MAX_APPLICATIONS>"
     )]
     #[schemars(
         length(max = 64),
@@ -135,7 +138,7 @@ pub struct SiteConfiguration<S = String> {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "decode_share::<_, S>"
+        deserialize_with = "decode::not_kept::<_, S, Share<UnkeptNames>, _>"
     )]
     pub share: Option<Share>,
     /// Runtime settings: replicas, resource limits, error handling, monitoring.
@@ -146,7 +149,7 @@ pub struct SiteConfiguration<S = String> {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "decode_routing::<_, S>"
+        deserialize_with = "decode::presence::<_, S>"
     )]
     #[schemars(schema_with = "free_form_object")]
     pub routing: Option<serde_json::Map<String, serde_json::Value>>,
@@ -239,7 +242,7 @@ pub struct Settings<S = String> {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "decode_routing::<_, S>"
+        deserialize_with = "decode::presence::<_, S>"
     )]
     #[schemars(schema_with = "free_form_object")]
     pub routing: Option<serde_json::Map<String, serde_json::Value>>,
@@ -361,220 +364,27 @@ fn free_form_object(_: &mut SchemaGenerator) -> Schema {
     json_schema!({ "type": "object", "x-kubernetes-preserve-unknown-fields": true })
 }
 
-// Decoding: what no admission rule reads is decoded whole for a stored Site and checked but not
-// kept for a Site under review (`Str::REVIEW`): the text type decides, so one set of types
-// serves both decoders.
-
 /// Most applications a Site has (the schema's `maxItems`): one container each in one pod.
 pub const MAX_APPLICATIONS: usize = 64;
-
-/// A Site's applications; under review at most [`MAX_APPLICATIONS`] (the schema's
-/// `maxItems`): the webhook refuses a longer list before decoding it whole, where each entry
-/// costs several hundred bytes.
-fn decode_applications<'de, D, S>(d: D) -> Result<Vec<Application<S>>, D::Error>
-where
-    D: serde::Deserializer<'de>,
-    S: Str + Deserialize<'de> + From<&'static str>,
-{
-    struct Capped<S>(std::marker::PhantomData<S>);
-    impl<'de, S> serde::de::Visitor<'de> for Capped<S>
-    where
-        S: Str + Deserialize<'de> + From<&'static str>,
-    {
-        type Value = Vec<Application<S>>;
-
-        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("a sequence")
-        }
-
-        fn visit_seq<A: serde::de::SeqAccess<'de>>(
-            self,
-            mut seq: A,
-        ) -> Result<Self::Value, A::Error> {
-            let max = MAX_APPLICATIONS;
-            let mut out = Vec::new();
-            while let Some(app) = seq.next_element()? {
-                if S::REVIEW && out.len() == max {
-                    return Err(serde::de::Error::invalid_length(
-                        max + 1,
-                        &format!("at most {max} applications").as_str(),
-                    ));
-                }
-                out.push(app);
-            }
-            Ok(out)
-        }
-    }
-    d.deserialize_seq(Capped(std::marker::PhantomData))
-}
-
-/// Per-site routing settings (refused whatever they hold); under review only whether they are
-/// there is kept: an object of any size costs nothing.
-fn decode_routing<'de, D: serde::Deserializer<'de>, S: Str>(
-    d: D,
-) -> Result<Option<serde_json::Map<String, serde_json::Value>>, D::Error> {
-    if !S::REVIEW {
-        return Option::deserialize(d);
-    }
-    struct Present;
-    impl<'de> maps::Entries<'de> for Present {
-        type Value = serde_json::Map<String, serde_json::Value>;
-
-        fn read<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-            while map
-                .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
-                .is_some()
-            {}
-            Ok(serde_json::Map::new())
-        }
-    }
-    maps::optional_map(d, Present, "a map")
-}
-
-/// Who may use the site; under review its lists of names are checked and not kept
-/// ([`UnkeptNames`]): a Share with every list empty.
-fn decode_share<'de, D: serde::Deserializer<'de>, S: Str>(d: D) -> Result<Option<Share>, D::Error> {
-    if !S::REVIEW {
-        return Option::deserialize(d);
-    }
-    Ok(Option::<Share<UnkeptNames>>::deserialize(d)?.map(|_| Share::default()))
-}
-
-/// The Site CustomResourceDefinition.
-pub fn crd() -> CustomResourceDefinition {
-    let mut crd = <Site as kube::CustomResourceExt>::crd();
-    for version in &mut crd.spec.versions {
-        if let Some(schema) = version
-            .schema
-            .as_mut()
-            .and_then(|s| s.open_api_v3_schema.as_mut())
-        {
-            reflow_descriptions(schema);
-        }
-    }
-    crd
-}
-
-/// Joins the hard-wrapped lines of doc comments into one line per paragraph, so that
-/// `kubectl explain` wraps descriptions to the terminal instead of at the source's width.
-fn reflow_descriptions(schema: &mut JSONSchemaProps) {
-    if let Some(d) = schema.description.as_mut() {
-        *d = d
-            .split("\n\n")
-            .map(|para| para.split_whitespace().collect::<Vec<_>>().join(" "))
-            .collect::<Vec<_>>()
-            .join("\n\n");
-    }
-    for child in schema.properties.iter_mut().flat_map(|p| p.values_mut()) {
-        reflow_descriptions(child);
-    }
-    if let Some(JSONSchemaPropsOrArray::Schema(items)) = schema.items.as_mut() {
-        reflow_descriptions(items);
-    }
-    if let Some(JSONSchemaPropsOrBool::Schema(extra)) = schema.additional_properties.as_mut() {
-        reflow_descriptions(extra);
-    }
-}
-
-/// The Gateway API HTTPRoute and Gateway CRDs (standard channel) as this release's gateway-api
-/// types define them, with the printer columns of the upstream CRDs (HTTPRoute: HOSTNAMES, AGE;
-/// Gateway: CLASS, ADDRESS, PROGRAMMED, AGE), for development clusters without the Gateway API
-/// (`sites-operator crd --with-gateway-api`).
-pub fn gateway_api_crds() -> [CustomResourceDefinition; 2] {
-    use gateway_api::apis::standard::{gateways::Gateway, httproutes::HttpRoute};
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceColumnDefinition;
-    let column = |name: &str, type_: &str, path: &str| CustomResourceColumnDefinition {
-        name: name.into(),
-        type_: type_.into(),
-        json_path: path.into(),
-        ..Default::default()
-    };
-    let with_columns = |crd: CustomResourceDefinition,
-                        columns: Vec<CustomResourceColumnDefinition>| {
-        let mut crd = as_upstream_publishes(crd);
-        for version in &mut crd.spec.versions {
-            version.additional_printer_columns = Some(columns.clone());
-        }
-        crd
-    };
-    [
-        with_columns(
-            <HttpRoute as kube::CustomResourceExt>::crd(),
-            vec![
-                column("Hostnames", "string", ".spec.hostnames"),
-                column("Age", "date", ".metadata.creationTimestamp"),
-            ],
-        ),
-        with_columns(
-            <Gateway as kube::CustomResourceExt>::crd(),
-            vec![
-                column("Class", "string", ".spec.gatewayClassName"),
-                column("Address", "string", ".status.addresses[*].value"),
-                column(
-                    "Programmed",
-                    "string",
-                    ".status.conditions[?(@.type==\"Programmed\")].status",
-                ),
-                column("Age", "date", ".metadata.creationTimestamp"),
-            ],
-        ),
-    ]
-}
-
-/// The Gateway API release whose standard-channel types the gateway-api crate generates.
-const GATEWAY_API_BUNDLE_VERSION: &str = "v1.5.1";
-
-/// A Gateway API CRD as an API server accepts it, as upstream publishes it:
-/// - `api-approved.kubernetes.io`: `gateway.networking.k8s.io` is a protected group (`*.k8s.io`);
-///   without the annotation every API server refuses the CRD (`protected groups must have
-///   approval annotation`). Upstream's CRDs carry the URL of their API review.
-/// - no `null` in an `enum`: the generated schemas list `null` beside `nullable: true`, which
-///   Kubernetes 1.20 refuses (`Unsupported value: null`); `nullable` alone admits it on every
-///   version.
-fn as_upstream_publishes(crd: CustomResourceDefinition) -> CustomResourceDefinition {
-    fn drop_null_enums(node: &mut serde_json::Value) {
-        match node {
-            serde_json::Value::Object(o) => {
-                if let Some(serde_json::Value::Array(values)) = o.get_mut("enum") {
-                    values.retain(|v| !v.is_null());
-                }
-                o.values_mut().for_each(drop_null_enums);
-            }
-            serde_json::Value::Array(a) => a.iter_mut().for_each(drop_null_enums),
-            _ => {}
-        }
-    }
-    let mut value =
-        serde_json::to_value(&crd).expect("a CustomResourceDefinition always serialises");
-    drop_null_enums(&mut value);
-    let mut crd: CustomResourceDefinition = serde_json::from_value(value)
-        .expect("removing enum values keeps a CustomResourceDefinition");
-    let annotations = crd.metadata.annotations.get_or_insert_default();
-    annotations.insert(
-        "api-approved.kubernetes.io".into(),
-        "https://github.com/kubernetes-sigs/gateway-api/pull/2466".into(),
-    );
-    annotations.insert(
-        "gateway.networking.k8s.io/bundle-version".into(),
-        GATEWAY_API_BUNDLE_VERSION.into(),
-    );
-    annotations.insert(
-        "gateway.networking.k8s.io/channel".into(),
-        "standard".into(),
-    );
-    crd
-}
-
-/// The Site CustomResourceDefinition as YAML, exactly as committed in `manifests/base/crd.yaml`.
-pub fn crd_yaml() -> String {
-    serde_yaml_ng::to_string(&crd()).expect("a CustomResourceDefinition always serialises to YAML")
-}
 
 impl Site {
     /// The site id: the object name.
     pub fn id(&self) -> Option<&str> {
         self.metadata.name.as_deref()
     }
+
+    /// Whether the Site is paused ([`PAUSED_ANNOTATION`] is `"true"`).
+    pub fn paused(&self) -> bool {
+        paused(&self.metadata)
+    }
+}
+
+/// Whether the object's [`PAUSED_ANNOTATION`] is `"true"`.
+pub fn paused(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> bool {
+    meta.annotations
+        .as_ref()
+        .and_then(|a| a.get(PAUSED_ANNOTATION))
+        .is_some_and(|v| v == "true")
 }
 
 /// What the Site rules read, borrowed: from a stored [`Site`] ([`Site::parts`]) or from the
@@ -630,190 +440,7 @@ impl Site {
 mod tests {
     use super::*;
     use crate::fixtures::SiteBuilder;
-    use serde_json::{Value, json};
-
-    const COMMITTED: &str = include_str!("../manifests/base/crd.yaml");
-
-    fn schema() -> Value {
-        let crd = serde_json::to_value(crd()).unwrap();
-        crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone()
-    }
-
-    #[test]
-    fn committed_crd_matches_the_generated_one() {
-        assert!(
-            crd_yaml() == COMMITTED,
-            "manifests/base/crd.yaml is out of date: run `make crd` (sites-operator crd > manifests/base/crd.yaml) and commit it"
-        );
-    }
-
-    #[test]
-    fn names_scope_and_subresources() {
-        let crd = serde_json::to_value(crd()).unwrap();
-        assert_eq!(crd["metadata"]["name"], "sites.sites.ecmwf.int");
-        let spec = &crd["spec"];
-        assert_eq!(spec["group"], GROUP);
-        assert_eq!(spec["scope"], "Namespaced");
-        assert_eq!(spec["names"]["kind"], "Site");
-        assert_eq!(spec["names"]["plural"], "sites");
-        assert_eq!(spec["names"]["shortNames"], json!(["site"]));
-        assert_eq!(spec["names"]["categories"], json!(["ecmwf"]));
-        let v = &spec["versions"][0];
-        assert_eq!(v["name"], "v1");
-        assert_eq!(v["served"], true);
-        assert_eq!(v["storage"], true);
-        assert_eq!(v["subresources"], json!({"status": {}}));
-        let columns: Vec<_> = v["additionalPrinterColumns"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|c| (c["name"].as_str().unwrap(), c["jsonPath"].as_str().unwrap()))
-            .collect();
-        assert_eq!(
-            columns,
-            [
-                ("Path", ".status.path"),
-                ("Space", ".spec.configuration.space"),
-                ("Phase", ".status.phase"),
-                (
-                    "Available",
-                    ".status.conditions[?(@.type==\"Available\")].status"
-                ),
-                (
-                    "Progressing",
-                    ".status.conditions[?(@.type==\"Progressing\")].status"
-                ),
-                ("Age", ".metadata.creationTimestamp"),
-                ("Owner", ".spec.owner"),
-                ("Replicas", ".spec.configuration.settings.replicas"),
-                ("Ready", ".status.conditions[?(@.type==\"Ready\")].status"),
-            ]
-        );
-    }
-
-    #[test]
-    fn defaults_and_required_fields() {
-        let s = schema();
-        let spec = &s["properties"]["spec"];
-        assert_eq!(
-            spec["required"],
-            json!(["configuration", "name", "owner", "type"])
-        );
-        let conf = &spec["properties"]["configuration"];
-        assert_eq!(conf["required"], json!(["space"]));
-        assert_eq!(conf["properties"]["enabled"]["default"], json!(true));
-        // settings defaults to {replicas: 1}, so the API server fills replicas in even when the
-        // whole settings block is absent.
-        assert_eq!(
-            conf["properties"]["settings"]["default"],
-            json!({"replicas": 1})
-        );
-        assert_eq!(
-            conf["properties"]["settings"]["properties"]["replicas"]["default"],
-            json!(1)
-        );
-        // No other defaults: the API server must not add empty lists or maps to stored Sites.
-        let mut defaults = Vec::new();
-        walk(&s, "", &mut |path, node| {
-            if node.get("default").is_some() {
-                defaults.push(path.to_string());
-            }
-        });
-        assert_eq!(
-            defaults,
-            [
-                ".spec.configuration.applications[].paths[].path_type",
-                ".spec.configuration.enabled",
-                ".spec.configuration.settings",
-                ".spec.configuration.settings.replicas",
-            ]
-        );
-    }
-
-    #[test]
-    fn per_site_routing_is_kept_for_the_webhook_to_reject() {
-        let s = schema();
-        let conf = &s["properties"]["spec"]["properties"]["configuration"]["properties"];
-        for routing in [&conf["routing"], &conf["settings"]["properties"]["routing"]] {
-            assert_eq!(routing["type"], "object");
-            assert_eq!(routing["x-kubernetes-preserve-unknown-fields"], true);
-        }
-    }
-
-    #[test]
-    fn schema_is_structural_and_every_field_is_described() {
-        walk(&schema(), "", &mut |path, node| {
-            let typed = node.get("type").is_some()
-                || node.get("x-kubernetes-preserve-unknown-fields") == Some(&json!(true));
-            assert!(typed, "{path}: no type (the schema must be structural)");
-            // Kubernetes 1.20 builds no server-side apply model for a CRD with one (see
-            // `quantity_schema`): every list would become atomic.
-            assert!(
-                node.get("x-kubernetes-int-or-string").is_none(),
-                "{path}: x-kubernetes-int-or-string breaks the 1.20 apply models"
-            );
-            for forbidden in ["anyOf", "oneOf", "allOf", "$ref", "not"] {
-                assert!(
-                    node.get(forbidden).is_none(),
-                    "{path}: {forbidden} is not structural"
-                );
-            }
-            let is_item = path.ends_with("[]") || path.ends_with("{}");
-            if !is_item && !path.is_empty() {
-                let described = node["description"].as_str().is_some_and(|d| !d.is_empty());
-                assert!(
-                    described,
-                    "{path}: no description (kubectl explain shows it)"
-                );
-                assert!(
-                    !node["description"].as_str().unwrap().contains('\n'),
-                    "{path}: hard-wrapped description"
-                );
-            }
-        });
-    }
-
-    #[test]
-    fn applications_are_a_map_keyed_by_name() {
-        // Whoever applies the Site owns each application by name, not the whole list: the
-        // image the mutating webhook records stays the webhook's, and `kubectl diff
-        // --server-side` of the manifest the Site came from has no conflict.
-        let s = schema();
-        let apps =
-            &s["properties"]["spec"]["properties"]["configuration"]["properties"]["applications"];
-        assert_eq!(apps["x-kubernetes-list-type"], "map");
-        assert_eq!(apps["x-kubernetes-list-map-keys"], json!(["name"]));
-        assert_eq!(apps["items"]["required"], json!(["name"]));
-    }
-
-    #[test]
-    fn status_conditions_are_a_map_keyed_by_type() {
-        let s = schema();
-        let conditions = &s["properties"]["status"]["properties"]["conditions"];
-        assert_eq!(conditions["x-kubernetes-list-type"], "map");
-        assert_eq!(conditions["x-kubernetes-list-map-keys"], json!(["type"]));
-        let phase = &s["properties"]["status"]["properties"]["phase"];
-        assert_eq!(
-            phase["enum"],
-            json!(["Pending", "Running", "Disabled", "Failed"])
-        );
-    }
-
-    /// Visits every schema node with its path (`.a.b`, `[]` for items, `{}` for map values).
-    fn walk(node: &Value, path: &str, f: &mut dyn FnMut(&str, &Value)) {
-        f(path, node);
-        if let Some(props) = node.get("properties").and_then(Value::as_object) {
-            for (k, v) in props {
-                walk(v, &format!("{path}.{k}"), f);
-            }
-        }
-        if let Some(items) = node.get("items") {
-            walk(items, &format!("{path}[]"), f);
-        }
-        if let Some(extra) = node.get("additionalProperties").filter(|v| v.is_object()) {
-            walk(extra, &format!("{path}{{}}"), f);
-        }
-    }
+    use serde_json::Value;
 
     fn example(name: &str) -> Value {
         let path = format!("{}/manifests/examples/{name}", env!("CARGO_MANIFEST_DIR"));

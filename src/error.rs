@@ -19,6 +19,12 @@ pub const ROUTE_CONFLICT_RETRY: Duration = Duration::from_secs(60);
 pub const CONFLICT_RETRY: Duration = Duration::from_secs(60);
 /// How long a failed deletion of the other mode's route waits (LIFE-13).
 pub const OTHER_MODE_RETRY: Duration = Duration::from_secs(30);
+/// How often a Site waiting for a rollout slot looks again (a freed slot queues the first
+/// waiting Sites at once).
+pub const ROLLOUT_RETRY: Duration = Duration::from_secs(10);
+/// How often a Site held by a halted rollout looks again (a configuration change queues every
+/// Site at once).
+pub const HALTED_RETRY: Duration = Duration::from_secs(60);
 /// How long a reconcile waits for a previous claim or volume to go away.
 pub const WAIT_RETRY: Duration = Duration::from_secs(1);
 /// How often a request the cluster forbids is tried again: the Role may be fixed without any
@@ -57,7 +63,80 @@ impl Target {
 
 impl std::fmt::Display for Target {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} {}", self.kind, self.name)
+        // A review (TokenReview, SubjectAccessReview) has no name.
+        match self.name.as_str() {
+            "" => write!(f, "a {}", self.kind),
+            name => write!(f, "{} {name}", self.kind),
+        }
+    }
+}
+
+/// What a write was: how its failure reads, and the verb of the RBAC rule a 403 lacks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verb {
+    /// Server-side apply.
+    Apply,
+    /// A merge or JSON patch of the object.
+    Patch,
+    /// A merge patch of the status subresource.
+    PatchStatus,
+    Create,
+    /// A replacement (PUT) of the whole object.
+    Replace,
+    Delete,
+}
+
+impl Verb {
+    /// The RBAC verb the request needs, and the subresource it is on.
+    fn rbac(self) -> (&'static str, &'static str) {
+        match self {
+            Verb::Apply | Verb::Patch => ("patch", ""),
+            Verb::PatchStatus => ("patch", "/status"),
+            Verb::Create => ("create", ""),
+            Verb::Replace => ("update", ""),
+            Verb::Delete => ("delete", ""),
+        }
+    }
+}
+
+/// A write the API server refused, or that got no answer: what was written, to which object,
+/// and the answer. Made by [`crate::write::Writer`], the one writer of the product.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot {} {target}: {}", self.doing(), self.message())]
+pub struct WriteError {
+    pub verb: Verb,
+    pub target: Target,
+    #[source]
+    pub source: Box<kube::Error>,
+}
+
+impl WriteError {
+    /// The HTTP status of the API server's answer, if it answered with one.
+    pub fn code(&self) -> Option<u16> {
+        match self.source.as_ref() {
+            kube::Error::Api(s) => Some(s.code),
+            _ => None,
+        }
+    }
+
+    fn doing(&self) -> &'static str {
+        match self.verb {
+            Verb::Apply => "apply",
+            Verb::Patch => "patch",
+            Verb::PatchStatus => "write the status of",
+            Verb::Create => "create",
+            Verb::Replace => "replace",
+            Verb::Delete => "delete",
+        }
+    }
+
+    fn message(&self) -> String {
+        let (verb, sub) = self.verb.rbac();
+        api_message(
+            &self.source,
+            verb,
+            &format!("{}{sub}", self.target.resource),
+        )
     }
 }
 
@@ -119,6 +198,18 @@ pub enum Error {
         /// `controlled by Site a`, `not controlled by any Site`: [`crate::labels::Control`].
         controller: String,
     },
+    /// A platform change would roll the Site's pods and the change budget has no slot free
+    /// (ROL-01): everything else is written; its pods roll when a slot frees.
+    #[error("{message}")]
+    RolloutPending { message: String },
+    /// A platform change would roll the Site's pods and its rollout is halted (ROL-02): a
+    /// rolled Site was not Available again within the progress deadline.
+    #[error("{message}")]
+    RolloutHalted { message: String },
+    /// The Site is being deleted or was replaced, and the cache has not shown it yet: nothing
+    /// more is written for it (its watch event queues it again, if it is still there).
+    #[error("not taking over {target}: the Site is being deleted or was replaced")]
+    SiteGone { target: Target },
     /// Something the reconcile must wait for (a previous claim or volume going away).
     #[error("waiting for {what}")]
     Waiting { what: String },
@@ -128,42 +219,23 @@ pub enum Error {
         target: Target,
         source: Box<kube::Error>,
     },
-    /// Creating or updating an owned object failed.
-    #[error("cannot apply {target}: {}", api_message(.source, "patch", &.target.resource))]
-    Apply {
+    /// Listing objects failed (the resource of `target`; its name is not used).
+    #[error("cannot list {}: {}", .target.resource, api_message(.source, "list", &.target.resource))]
+    List {
         target: Target,
         source: Box<kube::Error>,
     },
-    /// Deleting an object failed.
-    #[error("cannot delete {target}: {}", api_message(.source, "delete", &.target.resource))]
-    Delete {
-        target: Target,
-        source: Box<kube::Error>,
-    },
+    /// A write failed (an owned object, a deletion, a volume, the Site status): the writer's
+    /// error names what and where.
+    #[error(transparent)]
+    Write(#[from] WriteError),
     /// Deleting this site's route of the other routing mode failed (LIFE-13: retried in 30 s).
     #[error(
-        "cannot delete the route of the other routing mode ({target}): {}",
-        api_message(.source, "delete", &.target.resource)
+        "cannot delete the route of the other routing mode ({}): {}",
+        .0.target,
+        api_message(&.0.source, "delete", &.0.target.resource)
     )]
-    DeleteOtherModeRoute {
-        target: Target,
-        source: Box<kube::Error>,
-    },
-    /// Patching a PersistentVolume (re-binding a retained volume) failed.
-    #[error("cannot patch {target}: {}", api_message(.source, "patch", &.target.resource))]
-    PatchVolume {
-        target: Target,
-        source: Box<kube::Error>,
-    },
-    /// Writing the Site status failed.
-    #[error(
-        "cannot write the status of Site {name}: {}",
-        api_message(.source, "patch", "sites.sites.ecmwf.int/status")
-    )]
-    PatchStatus {
-        name: String,
-        source: Box<kube::Error>,
-    },
+    DeleteOtherModeRoute(WriteError),
 }
 
 /// What the queue should do after a failed reconcile.
@@ -181,14 +253,19 @@ impl Error {
     /// The API error of a step, if the step talked to the API server.
     fn api(&self) -> Option<&kube::Error> {
         match self {
-            Error::Read { source, .. }
-            | Error::Apply { source, .. }
-            | Error::Delete { source, .. }
-            | Error::DeleteOtherModeRoute { source, .. }
-            | Error::PatchVolume { source, .. }
-            | Error::PatchStatus { source, .. } => Some(source.as_ref()),
+            Error::Read { source, .. } | Error::List { source, .. } => Some(source.as_ref()),
+            Error::Write(w) | Error::DeleteOtherModeRoute(w) => Some(w.source.as_ref()),
             _ => None,
         }
+    }
+
+    /// Whether the Site's objects and pods stay as they serve now: a rollout holds back its
+    /// StatefulSet write, everything else is written, so its availability is its pods'.
+    pub fn holds_rollout(&self) -> bool {
+        matches!(
+            self,
+            Error::RolloutPending { .. } | Error::RolloutHalted { .. }
+        )
     }
 
     /// The HTTP status of the API server's answer, if it answered with one.
@@ -214,7 +291,11 @@ impl Error {
             | Error::RouteConflict { .. }
             | Error::ObjectConflict { .. }
             | Error::PathConflict { .. }
+            | Error::RolloutPending { .. }
+            | Error::SiteGone { .. }
             | Error::Waiting { .. } => true,
+            // Stalled until the configuration changes: kstatus and Argo CD show it degraded.
+            Error::RolloutHalted { .. } => false,
             // 400, 403 and 422 answer the same until the object or the cluster changes; 409,
             // 429, 5xx, timeouts and connection errors pass on a later try.
             _ => !matches!(self.status_code(), Some(400 | 403 | 422)),
@@ -228,10 +309,10 @@ impl Error {
             Error::ObjectConflict { .. } | Error::PathConflict { .. } => {
                 Retry::After(CONFLICT_RETRY)
             }
-            Error::DeleteOtherModeRoute { .. } if self.is_transient() => {
-                Retry::After(OTHER_MODE_RETRY)
-            }
+            Error::DeleteOtherModeRoute(_) if self.is_transient() => Retry::After(OTHER_MODE_RETRY),
             Error::Waiting { .. } => Retry::After(WAIT_RETRY),
+            Error::RolloutPending { .. } => Retry::After(ROLLOUT_RETRY),
+            Error::RolloutHalted { .. } => Retry::After(HALTED_RETRY),
             _ if self.status_code() == Some(403) => Retry::After(CLUSTER_RETRY),
             _ if self.is_transient() => Retry::Backoff,
             _ => Retry::Never,
@@ -244,6 +325,8 @@ impl Error {
             Error::RouteConflict { .. } => reasons::ROUTE_CONFLICT,
             Error::ObjectConflict { .. } => reasons::OBJECT_CONFLICT,
             Error::PathConflict { .. } => reasons::PATH_CONFLICT,
+            Error::RolloutPending { .. } => reasons::ROLLOUT_PENDING,
+            Error::RolloutHalted { .. } => reasons::ROLLOUT_HALTED,
             _ if self.status_code() == Some(403) => reasons::FORBIDDEN,
             _ if self.is_transient() => reasons::TRANSIENT_ERROR,
             _ => reasons::INVALID_CONFIGURATION,
@@ -253,7 +336,8 @@ impl Error {
     /// Whether the problem deserves a Warning Event (once per distinct message): a terminal
     /// error or a conflict, which a user has to act on; transient errors heal by themselves.
     pub fn warns(&self) -> bool {
-        !self.is_transient()
+        // A halt is one Warning Event on the ConfigMap, not one per waiting Site.
+        (!self.is_transient() && !matches!(self, Error::RolloutHalted { .. }))
             || matches!(
                 self,
                 Error::RouteConflict { .. }
@@ -292,11 +376,16 @@ mod tests {
         )
     }
 
-    fn apply(code: u16) -> Error {
-        Error::Apply {
+    fn write(verb: Verb, code: u16) -> WriteError {
+        WriteError {
+            verb,
             target: Target::of::<StatefulSet>("docs"),
             source: Box::new(api(code)),
         }
+    }
+
+    fn apply(code: u16) -> Error {
+        Error::Write(write(Verb::Apply, code))
     }
 
     #[test]
@@ -351,10 +440,7 @@ mod tests {
             ),
             (
                 "other-mode route delete 500",
-                Error::DeleteOtherModeRoute {
-                    target: Target::of::<StatefulSet>("docs"),
-                    source: Box::new(api(500)),
-                },
+                Error::DeleteOtherModeRoute(write(Verb::Delete, 500)),
                 true,
                 Retry::After(OTHER_MODE_RETRY),
                 "TransientError",
@@ -407,6 +493,24 @@ mod tests {
                 "TransientError",
             ),
             (
+                "rollout pending",
+                Error::RolloutPending {
+                    message: "waiting".into(),
+                },
+                true,
+                Retry::After(ROLLOUT_RETRY),
+                "RolloutPending",
+            ),
+            (
+                "rollout halted",
+                Error::RolloutHalted {
+                    message: "halted".into(),
+                },
+                false,
+                Retry::After(HALTED_RETRY),
+                "RolloutHalted",
+            ),
+            (
                 "missing host",
                 Error::PublicHostRequired,
                 true,
@@ -428,7 +532,14 @@ mod tests {
             assert_eq!(error.is_transient(), transient, "{case}");
             assert_eq!(error.retry(), retry, "{case}");
             assert_eq!(error.reason(), reason, "{case}");
+            assert_eq!(error.holds_rollout(), case.starts_with("rollout"), "{case}");
         }
+        // A halt is reported once, on the ConfigMap; an invalid Site warns on itself.
+        let halted = Error::RolloutHalted {
+            message: "halted".into(),
+        };
+        assert!(!halted.warns());
+        assert!(Error::InvalidSite(Vec::new()).warns());
     }
 
     #[test]
@@ -454,6 +565,61 @@ mod tests {
             .to_string(),
             "Secret sites-session exists and is not controlled by any Site; it is left alone and retried in 60s"
         );
+        // Each kind of write reads as what it did, and a 403 names the verb its rule lacks.
+        let forbidden = |verb| {
+            let w = WriteError {
+                verb,
+                target: Target::of::<crate::crd::Site>("docs"),
+                source: Box::new(api(403)),
+            };
+            w.to_string()
+        };
+        for (verb, doing, rule) in [
+            (
+                Verb::Apply,
+                "cannot apply Site docs",
+                "patch on sites.sites.ecmwf.int)",
+            ),
+            (
+                Verb::Patch,
+                "cannot patch Site docs",
+                "patch on sites.sites.ecmwf.int)",
+            ),
+            (
+                Verb::PatchStatus,
+                "cannot write the status of Site docs",
+                "patch on sites.sites.ecmwf.int/status)",
+            ),
+            (
+                Verb::Create,
+                "cannot create Site docs",
+                "create on sites.sites.ecmwf.int)",
+            ),
+            (
+                Verb::Replace,
+                "cannot replace Site docs",
+                "update on sites.sites.ecmwf.int)",
+            ),
+            (
+                Verb::Delete,
+                "cannot delete Site docs",
+                "delete on sites.sites.ecmwf.int)",
+            ),
+        ] {
+            let message = forbidden(verb);
+            assert!(message.starts_with(doing), "{verb:?}: {message}");
+            assert!(message.ends_with(rule), "{verb:?}: {message}");
+        }
+        let review = WriteError {
+            verb: Verb::Create,
+            target: Target::of::<k8s_openapi::api::authentication::v1::TokenReview>(""),
+            source: Box::new(api(500)),
+        };
+        assert_eq!(
+            review.to_string(),
+            "cannot create a TokenReview: API error 500: refused with 500"
+        );
+        assert_eq!(review.code(), Some(500));
         assert_eq!(Target::of::<StatefulSet>("x").resource, "statefulsets.apps");
         assert_eq!(
             Target::of::<k8s_openapi::api::core::v1::Secret>("x").resource,

@@ -9,6 +9,7 @@ use kube::Resource;
 
 use crate::Error;
 use crate::crd::{ID_LABEL, Site};
+use crate::write::FIELD_MANAGER;
 
 /// `app.kubernetes.io/managed-by` of every owned object.
 pub const MANAGED_BY: &str = "sites-operator";
@@ -33,25 +34,17 @@ pub const LABEL_KEYS: [&str; 5] = [
     MANAGED_BY_LABEL,
 ];
 
-/// The field manager of every write of the operator.
-pub const FIELD_MANAGER: &str = "sites-operator";
-
-/// The parameters of the operator's patches that are not server-side applies: under its own
-/// field manager, so that what it wrote is never taken for another manager's
-/// ([`Ownership::other_manager`]).
-pub fn update_params() -> kube::api::PatchParams {
-    kube::api::PatchParams {
-        field_manager: Some(FIELD_MANAGER.into()),
-        ..kube::api::PatchParams::default()
-    }
-}
-
 /// The label naming the operator as the manager of an object.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 
 /// Annotation holding the hash of the rendered object (controller/apply.rs: an object is up to
 /// date when it carries the hash of its rendering).
 pub const DESIRED_HASH_ANNOTATION: &str = "sites.ecmwf.int/desired-hash";
+
+/// StatefulSet annotation holding a hash of the pod template as rendered: whether a new
+/// rendering rolls the pods is read from it (the stored template carries the API server's
+/// defaults, so it is not compared itself).
+pub const TEMPLATE_HASH_ANNOTATION: &str = "sites.ecmwf.int/template-hash";
 
 /// The metrics Service of the manifests.
 pub const METRICS_SERVICE: &str = "sites-operator-metrics";
@@ -256,10 +249,14 @@ impl<'a> Ownership<'a> {
 /// (`apply::apply`), so an entry of its name with another operation is a client that chose
 /// the name (`--field-manager=sites-operator`): it is named with its operation. An entry
 /// without a manager is another writer too.
+///
+/// A writer that keeps only the cluster's own bookkeeping ([`keeps_only_bookkeeping`]: a
+/// status before Kubernetes 1.22, a claim's binding) is not one: it put nothing of its own in
+/// what the operator renders.
 pub fn other_manager(meta: &ObjectMeta) -> Option<std::borrow::Cow<'_, str>> {
     use std::borrow::Cow;
     other_writers(meta)
-        .next()
+        .find(|e| !keeps_only_bookkeeping(e))
         .map(|e| match e.manager.as_deref().filter(|m| !m.is_empty()) {
             Some(FIELD_MANAGER) => Cow::Owned(format!(
                 "{FIELD_MANAGER} ({})",
@@ -280,6 +277,46 @@ pub fn other_writers(
         .flatten()
         .filter(|e| e.subresource.as_deref().unwrap_or_default().is_empty())
         .filter(|e| !is_operators_apply(e))
+}
+
+/// Annotations the PersistentVolume controller keeps on a claim it binds or provisions for.
+const BINDING_ANNOTATIONS: [&str; 3] = [
+    "pv.kubernetes.io/",
+    "volume.beta.kubernetes.io/",
+    "volume.kubernetes.io/",
+];
+
+/// Whether a `managedFields` entry holds nothing but what the cluster's controllers keep on
+/// any object of the kind and the operator never renders: its status (before Kubernetes 1.22 a
+/// status update is an entry without a subresource, its fields under `f:status`) and a
+/// claim's binding (`spec.volumeName` and the PersistentVolume controller's annotations). On
+/// a 1.20 cluster every StatefulSet and bound claim has such an entry of
+/// kube-controller-manager. An entry without fields is not: nothing says what it wrote.
+pub fn keeps_only_bookkeeping(
+    entry: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry,
+) -> bool {
+    let Some(fields) = entry.fields_v1.as_ref().and_then(|f| f.0.as_object()) else {
+        return false;
+    };
+    let only = |node: &serde_json::Value, allowed: &dyn Fn(&str, &serde_json::Value) -> bool| {
+        node.as_object()
+            .is_some_and(|m| m.iter().all(|(k, v)| allowed(k, v)))
+    };
+    let binding_annotation = |key: &str, _: &serde_json::Value| {
+        key == "."
+            || key
+                .strip_prefix("f:")
+                .is_some_and(|k| BINDING_ANNOTATIONS.iter().any(|p| k.starts_with(p)))
+    };
+    !fields.is_empty()
+        && fields.iter().all(|(key, node)| match key.as_str() {
+            "f:status" => true,
+            "f:spec" => only(node, &|k, _| k == "f:volumeName"),
+            "f:metadata" => only(node, &|k, v| {
+                k == "f:annotations" && only(v, &binding_annotation)
+            }),
+            _ => false,
+        })
 }
 
 /// Whether a `managedFields` entry is the operator's server-side apply.
@@ -305,8 +342,10 @@ fn is_site(controller: &ControllerRef<'_>, site: &Site) -> bool {
 }
 
 /// Who controls an object, for `site`. An object without a controller that carries the
-/// operator's labels for this site, and whose fields no one but the operator manages, is the
-/// Site's own, its owner reference removed by hand: it is the Site's to restore. Never by the
+/// operator's labels for this site, and whose fields no one but the operator manages (but for
+/// the cluster's bookkeeping, [`keeps_only_bookkeeping`]), is the Site's own, its owner
+/// reference removed by hand or orphaned by deleting an earlier Site of the name with
+/// `--cascade=orphan`: it is the Site's to restore. Never by the
 /// labels alone: anyone who may create the kind can put them on an object of their own (a
 /// ConfigMap `<id>` with `LD_PRELOAD` for the site's containers), and whoever wrote it
 /// manages its fields.
@@ -493,8 +532,9 @@ mod tests {
 
     /// Without a controller, the operator's labels make an object the Site's only when no one
     /// but the operator's server-side apply manages its fields (a status written by a
-    /// controller does not count): whatever name a writer gives itself, only the operation
-    /// the operator never uses tells it apart, and an entry without a name is a writer too.
+    /// controller, or a claim's binding, does not count): whatever name a writer gives itself,
+    /// only the operation the operator never uses tells it apart, and an entry without a name
+    /// is a writer too.
     #[test]
     fn labels_alone_never_make_an_object_the_sites() {
         use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
@@ -506,6 +546,12 @@ mod tests {
                 subresource: subresource.map(Into::into),
                 ..Default::default()
             }
+        };
+        let with_fields = |mut e: ManagedFieldsEntry, fields: serde_json::Value| {
+            e.fields_v1 = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::FieldsV1(
+                fields,
+            ));
+            e
         };
         let op = Some(FIELD_MANAGER);
         // (case, managedFields, the other manager named)
@@ -556,6 +602,67 @@ mod tests {
                 "a writer without a name",
                 vec![entry(None, "Update", None)],
                 Some("an unnamed field manager"),
+            ),
+            // Kubernetes before 1.22: a status update is an entry without a subresource.
+            (
+                "a status by a controller, before 1.22",
+                vec![
+                    entry(op, "Apply", None),
+                    with_fields(
+                        entry(Some("kube-controller-manager"), "Update", None),
+                        json!({"f:status": {"f:replicas": {}, "f:readyReplicas": {}}}),
+                    ),
+                ],
+                None,
+            ),
+            (
+                "a claim bound by the PersistentVolume controller",
+                vec![
+                    entry(op, "Apply", None),
+                    with_fields(
+                        entry(Some("kube-controller-manager"), "Update", None),
+                        json!({
+                            "f:metadata": {"f:annotations": {
+                                ".": {},
+                                "f:pv.kubernetes.io/bind-completed": {},
+                                "f:pv.kubernetes.io/bound-by-controller": {},
+                                "f:volume.beta.kubernetes.io/storage-provisioner": {},
+                            }},
+                            "f:spec": {"f:volumeName": {}},
+                            "f:status": {"f:phase": {}},
+                        }),
+                    ),
+                ],
+                None,
+            ),
+            (
+                "a controller's entry with a label of its own",
+                vec![with_fields(
+                    entry(Some("kube-controller-manager"), "Update", None),
+                    json!({"f:metadata": {"f:labels": {"f:x": {}}}, "f:status": {}}),
+                )],
+                Some("kube-controller-manager"),
+            ),
+            (
+                "an annotation of another prefix",
+                vec![with_fields(
+                    entry(Some("kubectl-annotate"), "Update", None),
+                    json!({"f:metadata": {"f:annotations": {"f:example.org/x": {}}}}),
+                )],
+                Some("kubectl-annotate"),
+            ),
+            (
+                "a spec field beside the volume",
+                vec![with_fields(
+                    entry(Some("kubectl-edit"), "Update", None),
+                    json!({"f:spec": {"f:volumeName": {}, "f:resources": {}}}),
+                )],
+                Some("kubectl-edit"),
+            ),
+            (
+                "an entry with no fields",
+                vec![with_fields(entry(Some("x"), "Update", None), json!({}))],
+                Some("x"),
             ),
         ];
         for (case, entries, other) in cases {

@@ -20,6 +20,7 @@ pub mod certs;
 pub mod config;
 pub mod controller;
 pub mod crd;
+pub mod definitions;
 pub mod digest;
 pub mod error;
 #[cfg(test)]
@@ -41,6 +42,7 @@ pub mod tls;
 pub mod upgrade;
 pub mod validation;
 pub mod watched;
+pub mod write;
 
 pub use error::{Error, Result, Retry, Target};
 /// Kubernetes resource quantities: a crate of their own because the API emulator parses them too.

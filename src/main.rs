@@ -152,6 +152,31 @@ enum Command {
         #[arg(long, default_value_t = 365, value_parser = clap::value_parser!(u32).range(1..=3650))]
         days: u32,
     },
+
+    /// Platform rollouts: the change budget's waves across the Sites.
+    Rollout {
+        #[command(subcommand)]
+        command: RolloutCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum RolloutCommand {
+    /// Follow the rollout of the platform configuration in force.
+    ///
+    /// Shows the configuration's version, the Sites rolled, rolling, waiting, failed and
+    /// paused, and the time left at the pace so far, as the leading operator publishes them (the
+    /// ConfigMap `sites-rollout`); on a terminal a progress bar, rewritten in place, otherwise a
+    /// line at each change. Follows until the rollout is done (exit 0) or halted (exit 1, the
+    /// line names the Site that halted it).
+    Status {
+        /// Namespace the operator runs in.
+        #[arg(long, env = "POD_NAMESPACE", default_value = "sites")]
+        namespace: String,
+        /// Print the state once and exit: 0 done, 1 halted, 3 under way.
+        #[arg(long)]
+        once: bool,
+    },
 }
 
 /// Where the one-shot commands find the Sites and the platform configuration.
@@ -458,8 +483,9 @@ async fn platform_config(
     })
 }
 
-/// Runs a one-shot command with a Kubernetes client (KUBECONFIG or in-cluster).
-fn with_client<F, Fut>(command: F) -> ExitCode
+/// Runs the one-shot command `name` with a Kubernetes client (KUBECONFIG or in-cluster) that
+/// names it in its User-Agent ([`sites_operator::app::identify`]).
+fn with_client<F, Fut>(name: &str, command: F) -> ExitCode
 where
     F: FnOnce(kube::Client) -> Fut,
     Fut: std::future::Future<Output = ExitCode>,
@@ -475,12 +501,70 @@ where
         }
     };
     runtime.block_on(async {
-        match kube::Client::try_default().await {
+        let client = kube::Config::infer()
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|mut config| {
+                sites_operator::app::identify(&mut config, name);
+                kube::Client::try_from(config).map_err(|e| e.to_string())
+            });
+        match client {
             Ok(client) => command(client).await,
             Err(e) => {
                 eprintln!("error: cannot reach the Kubernetes API server: {e}");
                 ExitCode::from(EXIT_INVALID)
             }
+        }
+    })
+}
+
+/// `rollout status`: reads what the leader publishes, once a second, until done or halted.
+fn rollout_status(namespace: &str, once: bool) -> ExitCode {
+    use sites_operator::controller::rollout::{RolloutStatus, STATUS_CONFIGMAP, STATUS_KEY};
+    use std::io::{IsTerminal, Write};
+    with_client("rollout status", |client| async move {
+        let api: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+            kube::Api::namespaced(client, namespace);
+        let live = std::io::stdout().is_terminal() && !once;
+        let mut shown: Option<RolloutStatus> = None;
+        loop {
+            let status = match api.get_opt(STATUS_CONFIGMAP).await {
+                Ok(cm) => cm
+                    .and_then(|cm| cm.data?.remove(STATUS_KEY))
+                    .and_then(|text| serde_json::from_str::<RolloutStatus>(&text).ok()),
+                Err(e) => {
+                    eprintln!("error: cannot read ConfigMap {namespace}/{STATUS_CONFIGMAP}: {e}");
+                    return ExitCode::from(EXIT_INVALID);
+                }
+            };
+            let Some(status) = status else {
+                eprintln!(
+                    "error: no rollout in ConfigMap {namespace}/{STATUS_CONFIGMAP}: the leading operator publishes it (is one running in {namespace}?)"
+                );
+                return ExitCode::from(EXIT_INVALID);
+            };
+            let line = status.line(k8s_openapi::jiff::Timestamp::now(), live);
+            let end = match (status.halted.is_some(), status.done()) {
+                (true, _) => Some(ExitCode::FAILURE),
+                (false, true) => Some(ExitCode::SUCCESS),
+                (false, false) if once => Some(ExitCode::from(3)),
+                _ => None,
+            };
+            let mut out = std::io::stdout();
+            if live {
+                let _ = write!(out, "\r\x1b[K{line}");
+            } else if shown.as_ref() != Some(&status) || end.is_some() {
+                let _ = writeln!(out, "{line}");
+            }
+            let _ = out.flush();
+            if let Some(code) = end {
+                if live {
+                    let _ = writeln!(out);
+                }
+                return code;
+            }
+            shown = Some(status);
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
         }
     })
 }
@@ -501,7 +585,7 @@ fn retention(
             }
         },
     };
-    with_client(|client| async move {
+    with_client("retention", |client| async move {
         let cfg = match platform_config(&client, namespace, &config).await {
             Ok(c) => c,
             Err(code) => return code,
@@ -551,7 +635,7 @@ fn upgrade(
         Some(s) => sites_operator::upgrade::Target::One(s),
         None => sites_operator::upgrade::Target::All,
     };
-    with_client(|client| async move {
+    with_client("upgrade", |client| async move {
         let cfg = match platform_config(&client, namespace, &config).await {
             Ok(c) => c,
             Err(code) => return code,
@@ -666,9 +750,9 @@ fn main() -> ExitCode {
 
     match cli.command {
         Command::Crd { with_gateway_api } => {
-            print!("{}", sites_operator::crd::crd_yaml());
+            print!("{}", sites_operator::definitions::crd_yaml());
             if with_gateway_api {
-                for crd in sites_operator::crd::gateway_api_crds() {
+                for crd in sites_operator::definitions::gateway_api_crds() {
                     match serde_yaml_ng::to_string(&crd) {
                         Ok(yaml) => print!("---\n{yaml}"),
                         Err(e) => {
@@ -737,6 +821,9 @@ fn main() -> ExitCode {
             names,
             days,
         } => write_certs(&out, &service, &namespace, names, days),
+        Command::Rollout {
+            command: RolloutCommand::Status { namespace, once },
+        } => rollout_status(&namespace, once),
     }
 }
 

@@ -151,6 +151,13 @@ pub struct ReconcileMetrics {
     pub active_workers: IntGauge,
     pub max_concurrent: IntGauge,
     pub by_phase: IntGaugeVec,
+    /// Sites with `sites.ecmwf.int/paused: "true"` (ROL-03).
+    pub paused: IntGauge,
+    /// The rollout of the configuration in force (ROL-01, ROL-02, ROL-04), by state: `rolled`
+    /// (since the configuration came in force), `rolling`, `waiting`, `failed`.
+    pub rollout_sites: IntGaugeVec,
+    /// 1 while the rollout of the configuration in force is halted.
+    pub rollout_halted: IntGauge,
 }
 
 impl ReconcileMetrics {
@@ -205,6 +212,21 @@ impl ReconcileMetrics {
                 Opts::new("sites_by_phase", "Sites by status phase"),
                 &["phase"],
             )?,
+            paused: IntGauge::new(
+                "sites_paused",
+                "Sites paused by the sites.ecmwf.int/paused annotation: the operator writes nothing for them",
+            )?,
+            rollout_sites: IntGaugeVec::new(
+                Opts::new(
+                    "sites_rollout_sites",
+                    "Sites in the rollout of the platform configuration in force, by state (rolled, rolling, waiting, failed)",
+                ),
+                &["state"],
+            )?,
+            rollout_halted: IntGauge::new(
+                "sites_rollout_halted",
+                "1 while the rollout of the platform configuration in force is halted: a rolled Site was not Available again within the progress deadline",
+            )?,
         };
         registry.register(Box::new(m.total.clone()))?;
         registry.register(Box::new(m.errors.clone()))?;
@@ -214,6 +236,9 @@ impl ReconcileMetrics {
         registry.register(Box::new(m.active_workers.clone()))?;
         registry.register(Box::new(m.max_concurrent.clone()))?;
         registry.register(Box::new(m.by_phase.clone()))?;
+        registry.register(Box::new(m.paused.clone()))?;
+        registry.register(Box::new(m.rollout_sites.clone()))?;
+        registry.register(Box::new(m.rollout_halted.clone()))?;
         // Series exist from the start, as controller-runtime does, so rates and alerts work
         // before the first occurrence.
         for result in ["success", "error", "requeue", "requeue_after"] {
@@ -224,6 +249,9 @@ impl ReconcileMetrics {
         m.panics.with_label_values(&[] as &[&str]);
         for phase in ["Pending", "Running", "Disabled", "Failed"] {
             m.by_phase.with_label_values(&[phase]);
+        }
+        for state in ["rolled", "rolling", "waiting", "failed"] {
+            m.rollout_sites.with_label_values(&[state]);
         }
         Ok(m)
     }

@@ -13,6 +13,9 @@ pub const RECONCILING: &str = "Reconciling";
 /// Condition type (kstatus): a terminal error stops the reconciles until something changes.
 pub const STALLED: &str = "Stalled";
 
+/// Condition type, and its reason: the Site is paused (ROL-03); present only while it is.
+pub const PAUSED: &str = "Paused";
+
 // Condition reasons.
 /// Available: every wanted pod is ready.
 pub const AVAILABLE_REASON: &str = "Available";
@@ -47,6 +50,14 @@ pub const OBJECT_CONFLICT: &str = "ObjectConflict";
 /// Progressing True: an older Site serves the same public path; this Site gets no route (SPEC
 /// 4.6). Also a Warning Event.
 pub const PATH_CONFLICT: &str = "PathConflict";
+
+/// Progressing True: a platform change rolls this Site's pods when the change budget has a slot
+/// free (ROL-01).
+pub const ROLLOUT_PENDING: &str = "RolloutPending";
+/// Progressing False, Stalled True: the rollout of the configuration in force is halted; this
+/// Site's pods do not roll until the configuration changes (ROL-02). Also one Warning Event on
+/// the `sites-config` ConfigMap.
+pub const ROLLOUT_HALTED: &str = "RolloutHalted";
 
 /// Stalled False: no terminal error.
 pub const NO_TERMINAL_ERROR: &str = "NoTerminalError";

@@ -7,11 +7,13 @@
 
 use k8s_openapi::jiff::civil::Date;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams, Patch, Preconditions};
+use kube::api::{Api, ListParams};
 use serde_json::json;
 
 use crate::config::Retention;
 use crate::crd::Site;
+use crate::write::{Judged, Writer};
+use crate::{Error, Target};
 
 /// When the retention job archived the site (a date, `YYYY-MM-DD`).
 pub const ARCHIVED_AT_ANNOTATION: &str = "sites.ecmwf.int/archived-at";
@@ -33,8 +35,12 @@ fn plus_days(d: Date, days: u32) -> Option<Date> {
         .ok()
 }
 
-/// The retention decision for `site` on `today`.
+/// The retention decision for `site` on `today`. A paused Site is kept whatever its dates
+/// (ROL-03: the operator writes nothing for it); the policy acts once it is resumed.
 pub fn decide(site: &Site, today: Date, retention: &Retention) -> Action {
+    if site.paused() {
+        return Action::Keep;
+    }
     let c = &site.spec.configuration;
     let Some(retained_until) = c.retention_date.as_deref().and_then(date) else {
         return Action::Keep;
@@ -71,7 +77,7 @@ pub async fn run_once(
     retention: &Retention,
     today: Date,
     dry_run: bool,
-) -> Result<Vec<(String, Action)>, kube::Error> {
+) -> Result<Vec<(String, Action)>, Error> {
     run_once_with_progress(client, namespace, retention, today, dry_run, |_| {}).await
 }
 
@@ -87,12 +93,15 @@ pub async fn run_once_with_progress(
     today: Date,
     dry_run: bool,
     progress: impl FnMut(crate::progress::Counts),
-) -> Result<Vec<(String, Action)>, kube::Error> {
+) -> Result<Vec<(String, Action)>, Error> {
     let api: Api<Site> = Api::namespaced(client.clone(), namespace);
     let mut sites = Vec::new();
     let mut page = ListParams::default().limit(PAGE);
     loop {
-        let list = api.list(&page).await?;
+        let list = api.list(&page).await.map_err(|source| Error::List {
+            target: Target::of::<Site>(""),
+            source: Box::new(source),
+        })?;
         sites.extend(list.items.into_iter().map(|mut s| {
             // Only the spec and the annotations are read.
             s.metadata.managed_fields = None;
@@ -116,7 +125,7 @@ pub async fn apply_to(
     today: Date,
     dry_run: bool,
     mut progress: impl FnMut(crate::progress::Counts),
-) -> Result<Vec<(String, Action)>, kube::Error> {
+) -> Result<Vec<(String, Action)>, Error> {
     let mut acted = Vec::new();
     let mut counts = crate::progress::Counts {
         total: sites.len(),
@@ -144,51 +153,38 @@ async fn apply_one(
     today: Date,
     dry_run: bool,
     acted: &mut Vec<(String, Action)>,
-) -> Result<(), kube::Error> {
+) -> Result<(), Error> {
     let name = site.name_any();
     let action = decide(site, today, retention);
     if action == Action::Keep {
         return Ok(());
     }
     if !dry_run {
-        let version = site.resource_version();
+        // Conditional on the Site as it was read: one changed since (its retention date moved)
+        // is decided again on the next run.
+        let writer = Writer::new(api.clone());
         let written = match action {
             Action::Archive => {
                 let patch = json!({
-                    "metadata": {
-                        "resourceVersion": version,
-                        "annotations": {ARCHIVED_AT_ANNOTATION: today.to_string()}
-                    },
+                    "metadata": {"annotations": {ARCHIVED_AT_ANNOTATION: today.to_string()}},
                     "spec": {"configuration": {"enabled": false}}
                 });
-                api.patch(
-                    &name,
-                    &crate::labels::update_params(),
-                    &Patch::Merge(&patch),
-                )
+                let version = site.resource_version();
+                writer
+                    .merge(&name, patch, version.as_deref())
+                    .await
+                    .map(drop)
+            }
+            Action::Delete => writer
+                .delete_object(&name, Judged::exactly(&site.metadata))
                 .await
-                .map(drop)
-            }
-            Action::Delete => {
-                let params = DeleteParams {
-                    preconditions: Some(Preconditions {
-                        resource_version: version,
-                        uid: site.uid(),
-                    }),
-                    ..DeleteParams::default()
-                };
-                match api.delete(&name, &params).await {
-                    Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-                    other => other.map(drop),
-                }
-            }
+                .map(drop),
             Action::Keep => Ok(()),
         };
         match written {
             Ok(()) => {}
-            // Changed since it was read: decided again on the next run.
-            Err(kube::Error::Api(s)) if s.code == 409 => return Ok(()),
-            Err(e) => return Err(e),
+            Err(e) if e.code() == Some(409) => return Ok(()),
+            Err(e) => return Err(e.into()),
         }
     }
     acted.push((name, action));
@@ -248,6 +244,27 @@ mod tests {
                     .build(),
                 "2027-07-01",
                 Action::Archive,
+            ),
+            (
+                "the day after, paused",
+                SiteBuilder::new("s")
+                    .enabled(true)
+                    .retention(Some("2027-06-30"))
+                    .annotation(crate::crd::PAUSED_ANNOTATION, "true")
+                    .build(),
+                "2027-07-01",
+                Action::Keep,
+            ),
+            (
+                "archived 91 days ago, paused",
+                SiteBuilder::new("s")
+                    .enabled(false)
+                    .retention(Some("2027-06-30"))
+                    .annotation(ARCHIVED_AT_ANNOTATION, "2027-07-01")
+                    .annotation(crate::crd::PAUSED_ANNOTATION, "true")
+                    .build(),
+                "2027-09-30",
+                Action::Keep,
             ),
             (
                 "archived 90 days ago",

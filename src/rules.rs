@@ -10,7 +10,7 @@ use crate::crd::SiteConfiguration;
 use crate::validation::{FieldError, FieldErrors, Valid, format};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::crd::{MAX_SITE_ID_LEN, Site, SiteRef, Str};
+use crate::crd::{MAX_SITE_ID_LEN, PAUSED_ANNOTATION, Site, SiteRef, Str};
 use crate::quantity;
 use crate::render::configmap::ErrorHandling;
 use crate::render::{apps, route};
@@ -115,6 +115,19 @@ fn metadata(meta: &ObjectMeta, v: &mut FieldErrors) {
             );
         }
         _ => v.add("metadata.name", "required"),
+    }
+    let paused = meta
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(PAUSED_ANNOTATION));
+    if let Some(value) = paused
+        && value != "true"
+        && value != "false"
+    {
+        v.add(
+            format!("metadata.annotations[{PAUSED_ANNOTATION}]"),
+            "must be \"true\" or \"false\"",
+        );
     }
 }
 

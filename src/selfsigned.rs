@@ -11,7 +11,7 @@ use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, Patch, PostParams};
+use kube::api::Api;
 use rustls::pki_types::UnixTime;
 use rustls::pki_types::pem::{PemObject as _, SectionKind};
 use serde_json::json;
@@ -20,7 +20,9 @@ use x509_parser::extensions::GeneralName;
 use x509_parser::time::ASN1Time;
 
 use crate::certs::{self, Bundle, CA_FILE, CERT_FILE, KEY_FILE};
+use crate::error::WriteError;
 use crate::tls::RENEW_BEFORE;
+use crate::write::Writer;
 
 /// Validity of generated certificates (a stored one closer than [`RENEW_BEFORE`] to its expiry
 /// is replaced).
@@ -44,6 +46,9 @@ pub enum SelfSignedError {
         #[source]
         source: kube::Error,
     },
+    /// A write of the Secret or of a webhook configuration: the error names it.
+    #[error(transparent)]
+    Write(#[from] WriteError),
 }
 
 fn key(secret: &Secret, name: &str) -> Option<String> {
@@ -240,12 +245,14 @@ pub async fn ensure_certificate(
         let previous_ca = stored.as_ref().and_then(|s| key(s, CA_FILE));
         let bundle = certs::generate(names, VALIDITY_DAYS)?;
         let mut object = secret_object(secret_name, namespace, &bundle);
+        // A replacement is conditional on the version read: another replica's write since
+        // is a 409, and its certificate is read again.
+        let writer = Writer::new(api.clone());
         let written = match stored {
-            None => api.create(&PostParams::default(), &object).await,
+            None => writer.create_object(&object).await,
             Some(old) => {
                 object.metadata.resource_version = old.metadata.resource_version;
-                api.replace(secret_name, &PostParams::default(), &object)
-                    .await
+                writer.replace_object(&object).await
             }
         };
         match written {
@@ -264,8 +271,8 @@ pub async fn ensure_certificate(
                 return Ok(Ensured { bundle, trust_pem });
             }
             // Another replica wrote first: read what it stored.
-            Err(kube::Error::Api(s)) if s.code == 409 => continue,
-            Err(e) => return Err(secret_err(e)),
+            Err(e) if e.code() == Some(409) => continue,
+            Err(e) => return Err(e.into()),
         }
     }
     Err(secret_err(kube::Error::Api(Box::new(
@@ -286,38 +293,72 @@ pub async fn patch_ca_bundles(
     validating: &[String],
 ) -> Result<(), SelfSignedError> {
     let bundle = ByteString(ca_pem.as_bytes().to_vec());
-    let bundle_json = serde_json::to_value(&bundle).unwrap_or_default();
     macro_rules! patch_all {
         ($kind:ty, $names:expr) => {
             let api: Api<$kind> = Api::all(client.clone());
+            let writer = Writer::new(api.clone());
             for name in $names {
                 let err = |source| SelfSignedError::Webhook { name: name.clone(), source };
-                let Some(config) = api.get_opt(name).await.map_err(err)? else {
-                    tracing::warn!(configuration = %name, "webhook configuration not found; caBundle not set");
-                    continue;
-                };
-                let hooks = config.webhooks.unwrap_or_default();
-                let ops: Vec<serde_json::Value> = hooks
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, h)| h.client_config.ca_bundle.as_ref() != Some(&bundle))
-                    .map(|(i, _)| json!({"op": "add", "path": format!("/webhooks/{i}/clientConfig/caBundle"), "value": bundle_json}))
-                    .collect();
-                if ops.is_empty() {
-                    continue;
+                let mut attempts = 0;
+                loop {
+                    let Some(config) = api.get_opt(name).await.map_err(err)? else {
+                        tracing::warn!(configuration = %name, "webhook configuration not found; caBundle not set");
+                        break;
+                    };
+                    let hooks: Vec<(&str, bool)> = config
+                        .webhooks
+                        .iter()
+                        .flatten()
+                        .map(|h| (h.name.as_str(), h.client_config.ca_bundle.as_ref() == Some(&bundle)))
+                        .collect();
+                    let Some(patch) = ca_bundle_patch(&hooks, &bundle) else {
+                        break;
+                    };
+                    match writer.json_patch(name, patch).await {
+                        Ok(_) => {
+                            tracing::info!(configuration = %name, "patched the webhook CA bundle");
+                            break;
+                        }
+                        // The webhooks changed since they were read (a failed `test`, 422), or
+                        // the configuration went away or came back: read it again.
+                        Err(e) if matches!(e.code(), Some(404 | 409 | 422)) && attempts < 5 => {
+                            attempts += 1;
+                        }
+                        Err(e) => return Err(e.into()),
+                    }
                 }
-                let patch: json_patch::Patch = serde_json::from_value(serde_json::Value::Array(ops))
-                    .expect("JSON patch operations built above");
-                api.patch(name, &crate::labels::update_params(), &Patch::<()>::Json(patch))
-                    .await
-                    .map_err(err)?;
-                tracing::info!(configuration = %name, "patched the webhook CA bundle");
             }
         };
     }
     patch_all!(MutatingWebhookConfiguration, mutating);
     patch_all!(ValidatingWebhookConfiguration, validating);
     Ok(())
+}
+
+/// The JSON patch that sets `bundle` as the `caBundle` of every webhook of `hooks` (their names,
+/// in order, and whether they have it already) that lacks it (None: all have it). Each write
+/// is held to the webhook judged: a `test` of its name at its index comes first, so a list
+/// changed since it was read fails the patch instead of giving the bundle to another webhook.
+fn ca_bundle_patch(hooks: &[(&str, bool)], bundle: &ByteString) -> Option<json_patch::Patch> {
+    let value = serde_json::to_value(bundle).unwrap_or_default();
+    let ops: Vec<serde_json::Value> = hooks
+        .iter()
+        .enumerate()
+        .filter(|(_, (_, has))| !has)
+        .flat_map(|(i, (name, _))| {
+            [
+                json!({"op": "test", "path": format!("/webhooks/{i}/name"), "value": name}),
+                json!({"op": "add", "path": format!("/webhooks/{i}/clientConfig/caBundle"), "value": value}),
+            ]
+        })
+        .collect();
+    if ops.is_empty() {
+        return None;
+    }
+    Some(
+        serde_json::from_value(serde_json::Value::Array(ops))
+            .expect("JSON patch operations built above"),
+    )
 }
 
 #[cfg(test)]
@@ -518,5 +559,32 @@ mod tests {
         let mut secret = stored(&later, &later);
         secret.data.as_mut().unwrap().remove(CA_FILE);
         assert_eq!(usable(&secret, &names), None);
+    }
+
+    #[test]
+    fn the_ca_bundle_goes_to_the_webhooks_judged_and_only_those_lacking_it() {
+        let bundle = ByteString(b"CA".to_vec());
+        assert!(ca_bundle_patch(&[("a", true), ("b", true)], &bundle).is_none());
+        assert!(ca_bundle_patch(&[], &bundle).is_none());
+        let patch = ca_bundle_patch(&[("a", true), ("b", false)], &bundle).unwrap();
+        assert_eq!(
+            serde_json::to_value(&patch).unwrap(),
+            json!([
+                {"op": "test", "path": "/webhooks/1/name", "value": "b"},
+                {"op": "add", "path": "/webhooks/1/clientConfig/caBundle", "value": "Q0E="},
+            ])
+        );
+        // Applied to a list changed since (a webhook inserted before it), the test fails.
+        let mut changed = json!({"webhooks": [
+            {"name": "a", "clientConfig": {}},
+            {"name": "new", "clientConfig": {}},
+            {"name": "b", "clientConfig": {}},
+        ]});
+        assert!(json_patch::patch(&mut changed, &patch).is_err());
+        assert!(
+            changed["webhooks"][1]["clientConfig"]
+                .get("caBundle")
+                .is_none()
+        );
     }
 }

@@ -10,7 +10,7 @@
 //! Nothing rolls: the rendered image is the one that runs.
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
@@ -18,6 +18,7 @@ use crate::config::PlatformConfig;
 use crate::crd::{Application, Site, UPGRADE_REQUEST_ANNOTATION};
 use crate::labels::{self, Control};
 use crate::render::apps::{pinned, upgraded_applications};
+use crate::write::Writer;
 
 /// Which Sites to upgrade.
 #[derive(Clone, Debug)]
@@ -209,23 +210,21 @@ impl One<'_> {
             if changes.is_empty() && !force {
                 return outcome;
             }
-            // The resourceVersion makes the patch conditional: an edit since the read is not
-            // overwritten.
-            let mut patch = json!({"metadata": {"resourceVersion": site.resource_version()}});
+            // Conditional on the version read: an edit since the read is not overwritten.
+            let mut patch = json!({});
             if !changes.is_empty() {
                 patch["spec"] = json!({"configuration": {"applications": applications}});
             }
             if force {
-                patch["metadata"]["annotations"] =
-                    json!({UPGRADE_REQUEST_ANNOTATION: uuid::Uuid::new_v4().to_string()});
+                patch["metadata"] = json!({"annotations": {
+                    UPGRADE_REQUEST_ANNOTATION: uuid::Uuid::new_v4().to_string()
+                }});
             }
-            let params = PatchParams {
-                dry_run: self.dry_run,
-                ..crate::labels::update_params()
-            };
-            match self.api.patch(&name, &params, &Patch::Merge(&patch)).await {
+            let writer = Writer::new(self.api.clone()).dry_run(self.dry_run);
+            let version = site.resource_version();
+            match writer.merge(&name, patch, version.as_deref()).await {
                 Ok(_) => outcome.written = true,
-                Err(kube::Error::Api(e)) if e.code == 409 && conflicts < CONFLICT_RETRIES => {
+                Err(e) if e.code() == Some(409) && conflicts < CONFLICT_RETRIES => {
                     conflicts += 1;
                     match self.api.get(&name).await {
                         Ok(now) => {

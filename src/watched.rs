@@ -6,19 +6,22 @@
 //! The operator only reads these kinds. Decoded whole, a pod spec or a volume spec is most of
 //! the work of every watch event and, even when emptied afterwards, the largest part of each
 //! cached object: `Option<PodSpec>` and `Option<PersistentVolumeSpec>` keep their full size
-//! inline (1.4 KB and 3 KB) when `None`. Fields not declared here are skipped by the decoder.
+//! inline (1.4 KB and 3 KB) when `None`. Fields not declared here are skipped by the decoder,
+//! and so are the metadata's `managedFields` ([`metadata`]): on a real API server they are the
+//! largest part of a pod's metadata (every status write of the kubelet, the scheduler's binding,
+//! each with a tree of field names), which the operator never reads of these kinds.
 
 use std::borrow::Cow;
 
 use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeStatus};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use kube::core::{ClusterResourceScope, NamespaceResourceScope};
 use serde::{Deserialize, Serialize};
 
 /// A pod: metadata and status.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
 pub struct Pod {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "metadata")]
     pub metadata: ObjectMeta,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<PodStatus>,
@@ -85,7 +88,7 @@ pub struct Running {}
 /// A PersistentVolume: metadata, the claim reference and status.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
 pub struct Volume {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "metadata")]
     pub metadata: ObjectMeta,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spec: Option<VolumeSpec>,
@@ -99,6 +102,62 @@ pub struct Volume {
 pub struct VolumeSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub claim_ref: Option<ObjectReference>,
+}
+
+/// Object metadata as [`ObjectMeta`] decodes it, but for `managedFields`, which the decoder
+/// skips without building them (each entry's `fieldsV1` is a JSON tree).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Metadata {
+    #[serde(default)]
+    annotations: Option<std::collections::BTreeMap<String, String>>,
+    #[serde(default)]
+    creation_timestamp: Option<Time>,
+    #[serde(default)]
+    deletion_grace_period_seconds: Option<i64>,
+    #[serde(default)]
+    deletion_timestamp: Option<Time>,
+    #[serde(default)]
+    finalizers: Option<Vec<String>>,
+    #[serde(default)]
+    generate_name: Option<String>,
+    #[serde(default)]
+    generation: Option<i64>,
+    #[serde(default)]
+    labels: Option<std::collections::BTreeMap<String, String>>,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    namespace: Option<String>,
+    #[serde(default)]
+    owner_references: Option<Vec<OwnerReference>>,
+    #[serde(default)]
+    resource_version: Option<String>,
+    #[serde(default)]
+    self_link: Option<String>,
+    #[serde(default)]
+    uid: Option<String>,
+}
+
+fn metadata<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
+    let m = Metadata::deserialize(d)?;
+    Ok(ObjectMeta {
+        annotations: m.annotations,
+        creation_timestamp: m.creation_timestamp,
+        deletion_grace_period_seconds: m.deletion_grace_period_seconds,
+        deletion_timestamp: m.deletion_timestamp,
+        finalizers: m.finalizers,
+        generate_name: m.generate_name,
+        generation: m.generation,
+        labels: m.labels,
+        managed_fields: None,
+        name: m.name,
+        namespace: m.namespace,
+        owner_references: m.owner_references,
+        resource_version: m.resource_version,
+        self_link: m.self_link,
+        uid: m.uid,
+    })
 }
 
 /// `kube::Resource` for a core/v1 kind decoded into one of the types above.
@@ -153,6 +212,33 @@ mod tests {
     use kube::Resource;
     use serde_json::json;
 
+    /// Every field of the metadata but `managedFields`, as the full type decodes it.
+    #[test]
+    fn metadata_is_decoded_whole_but_for_the_managed_fields() {
+        let meta = json!({
+            "name": "docs-0", "generateName": "docs-", "namespace": "sites",
+            "uid": "5a1b", "resourceVersion": "42", "generation": 3, "selfLink": "/x",
+            "creationTimestamp": "2026-12-07T10:00:00Z",
+            "deletionTimestamp": "2026-12-07T11:00:00Z", "deletionGracePeriodSeconds": 30,
+            "labels": {"sites.ecmwf.int/id": "docs"}, "annotations": {"a": "b"},
+            "finalizers": ["f"],
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "docs",
+                                 "uid": "9c", "controller": true, "blockOwnerDeletion": true}],
+            "managedFields": [{"manager": "kubelet", "operation": "Update", "apiVersion": "v1",
+                               "time": "2026-12-07T10:00:01Z", "fieldsType": "FieldsV1",
+                               "fieldsV1": {"f:status": {"f:phase": {}}}, "subresource": "status"}]
+        });
+        let mut full: ObjectMeta = serde_json::from_value(meta.clone()).unwrap();
+        assert!(full.managed_fields.take().is_some());
+        let object = json!({"metadata": meta});
+        let pod: Pod = serde_json::from_value(object.clone()).unwrap();
+        assert_eq!(pod.metadata, full);
+        let volume: Volume = serde_json::from_value(object).unwrap();
+        assert_eq!(volume.metadata, full);
+        let bare: Pod = serde_json::from_value(json!({})).unwrap();
+        assert_eq!(bare.metadata, ObjectMeta::default());
+    }
+
     #[test]
     fn decoding_keeps_what_the_operator_reads_and_skips_the_specs() {
         let pod: Pod = serde_json::from_value(json!({
@@ -163,6 +249,10 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(pod.metadata.name.as_deref(), Some("docs-0"));
+        assert_eq!(
+            pod.metadata.labels.as_ref().unwrap()["sites.ecmwf.int/id"],
+            "docs"
+        );
         let status = pod.status.as_ref().unwrap();
         assert_eq!(status.phase.as_deref(), Some("Running"));
         assert_eq!(status.conditions.as_ref().unwrap()[0].type_, "Ready");

@@ -3,7 +3,9 @@
 -- Install it as the argocd-cm key `resource.customizations.health.sites.ecmwf.int_Site`
 -- (docs/operations.md, "Using Sites with GitOps"). It reads the conditions of SPEC 4.4/4.7:
 --   Healthy     Ready True: the site is available and up to date at its generation
---   Suspended   Ready True with reason Disabled: the site is archived (scaled to zero on purpose)
+--   Suspended   Paused True: the site is paused (sites.ecmwf.int/paused), the operator writes
+--               nothing for it; or Ready True with reason Disabled: the site is archived (scaled
+--               to zero on purpose)
 --   Degraded    Stalled True (a terminal error: an invalid Site, a refused request), an object or
 --               path conflict that someone has to resolve, pods the StatefulSet cannot create
 --               (FailedCreate), a failed pod, or a container that crash-loops or cannot pull
@@ -18,12 +20,6 @@ local status = obj.status
 if status == nil or status.conditions == nil then
   return hs
 end
-local generation = obj.metadata.generation
-if generation ~= nil and (status.observedGeneration == nil or status.observedGeneration < generation) then
-  hs.message = "Waiting for sites-operator to observe generation " .. tostring(generation)
-  return hs
-end
-
 local conditions = {}
 for _, condition in ipairs(status.conditions) do
   conditions[condition.type] = condition
@@ -38,6 +34,18 @@ local function describe(condition)
     text = text .. ": " .. condition.message
   end
   return text
+end
+
+-- Paused: the operator observes no generation until it is resumed.
+if holds("Paused") then
+  hs.status = "Suspended"
+  hs.message = describe(conditions.Paused)
+  return hs
+end
+local generation = obj.metadata.generation
+if generation ~= nil and (status.observedGeneration == nil or status.observedGeneration < generation) then
+  hs.message = "Waiting for sites-operator to observe generation " .. tostring(generation)
+  return hs
 end
 
 if holds("Stalled") then

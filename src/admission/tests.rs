@@ -693,6 +693,9 @@ fn invalid_sites_table() {
         (vec![("/metadata/name", json!(long(53)))], ing, None, "metadata.name: must be at most 52 characters (is 53)".into()),
         (vec![("/metadata/name", Value::Null), ("/metadata/generateName", json!("9docs-"))], ing, None, "metadata.generateName: must be a DNS-1035 label".into()),
         (vec![("/metadata/name", Value::Null), ("/metadata/generateName", json!(format!("{}-", long(49))))], ing, None, "metadata.generateName: must be at most 52 characters (is 55)".into()),
+        (vec![("/metadata/annotations", json!({"sites.ecmwf.int/paused": "yes"}))], ing, None, "metadata.annotations[sites.ecmwf.int/paused]: must be \"true\" or \"false\"".into()),
+        // ROL-03: a paused Site is validated like any other.
+        (vec![("/metadata/annotations", json!({"sites.ecmwf.int/paused": "true"})), ("/spec/name", json!(""))], ing, None, "spec.name: must not be empty".into()),
         (vec![("/spec/name", json!(""))], ing, None, "spec.name: must not be empty".into()),
         (vec![("/spec/name", json!("Hand"))], ing, None, "spec.name: must be a DNS-1123 label".into()),
         (vec![("/spec/name", json!(long(64)))], ing, None, "spec.name: must be at most 63 characters (is 64)".into()),
@@ -2892,7 +2895,7 @@ fn a_full_spec_decodes_alike_stored_and_reviewed() {
         "spec": spec,
     });
     // Every property the CRD's schema gives the spec is set.
-    let crd = serde_json::to_value(crate::crd::crd()).unwrap();
+    let crd = serde_json::to_value(crate::definitions::crd()).unwrap();
     let schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
     fn each_property(schema: &Value, value: &Value, path: &str) {
         for (name, property) in schema["properties"].as_object().into_iter().flatten() {

@@ -154,6 +154,7 @@ pub fn changes(old: &PlatformConfig, new: &PlatformConfig) -> Vec<&'static str> 
         ("sitesConfig.migration", a.migration != b.migration),
         ("sitesConfig.session", a.session != b.session),
         ("sitesConfig.retention", a.retention != b.retention),
+        ("sitesConfig.rollout", a.rollout != b.rollout),
     ]
     .into_iter()
     .filter(|(_, differs)| *differs)

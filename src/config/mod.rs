@@ -685,6 +685,25 @@ fn read_sites(mut s: Section<'_>, problems: &mut FieldErrors) -> SitesConfig {
     }
     ret.finish(&[], problems);
 
+    let mut rollout = s.section("rollout", problems);
+    let path = format!("{}.max_rolling", rollout.path);
+    if let Some(v) = rollout.raw("max_rolling") {
+        match MaxRolling::parse(v) {
+            Some(max) => c.rollout.max_rolling = max,
+            None => problems.add(
+                path,
+                format!(
+                    "must be a number of Sites (5) or a percentage of them (\"10%\"), found {}",
+                    reader::describe(v)
+                ),
+            ),
+        }
+    }
+    if let Some(v) = rollout.uint("progress_deadline_seconds", 86400, problems) {
+        c.rollout.progress_deadline_seconds = v as u32;
+    }
+    rollout.finish(&[], problems);
+
     s.finish(SITES_MOVED, problems);
     c
 }

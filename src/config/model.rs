@@ -145,6 +145,8 @@ pub struct SitesConfig {
     pub session: Session,
     /// `sitesConfig.retention.*`
     pub retention: Retention,
+    /// `sitesConfig.rollout.*`
+    pub rollout: Rollout,
 }
 
 /// A built-in application of the platform catalogue.
@@ -277,6 +279,67 @@ pub struct Retention {
     pub delete_after_days: u32,
 }
 
+/// `sitesConfig.rollout.*`: the change budget of platform-wide rollouts (ROL-01, ROL-02).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Rollout {
+    /// `max_rolling`: how many Sites may be rolling at once when a platform change rolls pods
+    /// (default 25%).
+    pub max_rolling: MaxRolling,
+    /// `progress_deadline_seconds`: a rolled Site not Available within this halts the rollout
+    /// (default 600).
+    pub progress_deadline_seconds: u32,
+}
+
+/// How many Sites may roll at once: a number, or a percentage of the Sites (rounded down, at
+/// least one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MaxRolling {
+    Sites(u32),
+    Percent(u32),
+}
+
+impl MaxRolling {
+    /// The number of Sites that may roll at once among `sites`.
+    pub fn of(self, sites: usize) -> usize {
+        match self {
+            MaxRolling::Sites(n) => n as usize,
+            MaxRolling::Percent(p) => (sites * p as usize / 100).max(1),
+        }
+    }
+
+    /// A number (`5`) or a percentage (`"10%"`); None for anything else.
+    pub fn parse(value: &Value) -> Option<MaxRolling> {
+        match value {
+            Value::Number(n) => Some(MaxRolling::Sites(u32::try_from(n.as_u64()?).ok()?)),
+            Value::String(s) => {
+                let digits = s.trim().strip_suffix('%')?;
+                (!digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
+                    .then(|| digits.parse().ok().map(MaxRolling::Percent))
+                    .flatten()
+            }
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for MaxRolling {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MaxRolling::Sites(n) => write!(f, "{n}"),
+            MaxRolling::Percent(p) => write!(f, "{p}%"),
+        }
+    }
+}
+
+impl Default for Rollout {
+    fn default() -> Self {
+        Rollout {
+            max_rolling: MaxRolling::Percent(25),
+            progress_deadline_seconds: 600,
+        }
+    }
+}
+
 impl Default for Routing {
     fn default() -> Self {
         Routing {
@@ -356,6 +419,7 @@ impl Default for SitesConfig {
                 archive_after_days: 0,
                 delete_after_days: 90,
             },
+            rollout: Rollout::default(),
         }
     }
 }

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use super::model::{CpuMemory, Installation, PlatformConfig, RoutingMode};
+use super::model::{CpuMemory, Installation, MaxRolling, PlatformConfig, RoutingMode};
 use super::reader::child_path;
 use crate::policy;
 use crate::quantity;
@@ -225,6 +225,23 @@ fn sites(c: &PlatformConfig, p: &mut FieldErrors) {
 
     if s.operator.worker_limit == 0 {
         p.add_once("sitesConfig.operator.worker_limit", "must be at least 1");
+    }
+    match s.rollout.max_rolling {
+        MaxRolling::Sites(0) | MaxRolling::Percent(0) => p.add_once(
+            "sitesConfig.rollout.max_rolling",
+            "must be at least 1 (or 1%): a rollout of no Site at a time never ends",
+        ),
+        MaxRolling::Percent(n) if n > 100 => p.add_once(
+            "sitesConfig.rollout.max_rolling",
+            format!("must be at most 100%, found {n}%"),
+        ),
+        _ => {}
+    }
+    if s.rollout.progress_deadline_seconds < 10 {
+        p.add_once(
+            "sitesConfig.rollout.progress_deadline_seconds",
+            "must be at least 10: pods need time to start",
+        );
     }
 
     if s.migration.enabled {

@@ -104,6 +104,8 @@ fn the_committed_example_is_valid_and_complete() {
         "sitesConfig.session.secret_key.key",
         "sitesConfig.retention.archive_after_days",
         "sitesConfig.retention.delete_after_days",
+        "sitesConfig.rollout.max_rolling",
+        "sitesConfig.rollout.progress_deadline_seconds",
     ] {
         assert!(leaves.iter().any(|l| l == needle), "example lacks {needle}");
     }
@@ -549,6 +551,50 @@ fn every_rejection_rule() {
             "retention negative",
             "sitesConfig: {retention: {delete_after_days: -1}}",
             &[("sitesConfig.retention.delete_after_days", "whole number")],
+        ),
+        (
+            "rollout of no Site at a time",
+            "sitesConfig: {rollout: {max_rolling: 0}}",
+            &[("sitesConfig.rollout.max_rolling", "must be at least 1")],
+        ),
+        (
+            "rollout of 0%",
+            "sitesConfig: {rollout: {max_rolling: \"0%\"}}",
+            &[("sitesConfig.rollout.max_rolling", "must be at least 1")],
+        ),
+        (
+            "rollout over 100%",
+            "sitesConfig: {rollout: {max_rolling: \"150%\"}}",
+            &[(
+                "sitesConfig.rollout.max_rolling",
+                "at most 100%, found 150%",
+            )],
+        ),
+        (
+            "rollout budget in words",
+            "sitesConfig: {rollout: {max_rolling: \"ten\"}}",
+            &[(
+                "sitesConfig.rollout.max_rolling",
+                "must be a number of Sites (5) or a percentage of them (\"10%\"), found string",
+            )],
+        ),
+        (
+            "rollout budget as a fraction",
+            "sitesConfig: {rollout: {max_rolling: 0.5}}",
+            &[("sitesConfig.rollout.max_rolling", "found number 0.5")],
+        ),
+        (
+            "rollout deadline too short",
+            "sitesConfig: {rollout: {progress_deadline_seconds: 3}}",
+            &[(
+                "sitesConfig.rollout.progress_deadline_seconds",
+                "must be at least 10",
+            )],
+        ),
+        (
+            "rollout unknown key",
+            "sitesConfig: {rollout: {paused: true}}",
+            &[("sitesConfig.rollout.paused", "unknown key")],
         ),
     ];
     for (case, patch, expected) in cases {
@@ -1057,4 +1103,37 @@ fn hostile_yaml_is_rejected_not_obeyed() {
             .contains("not UTF-8 text (invalid byte at offset 26)"),
         "{err}"
     );
+}
+
+/// ROL-01: the change budget, as a number of Sites or a percentage of them (rounded down, at
+/// least one Site).
+#[test]
+fn the_change_budget_is_a_number_or_a_percentage_of_the_sites() {
+    use serde_json::json;
+    let cases = [
+        (json!(5), Some(MaxRolling::Sites(5)), 1000, 5),
+        (json!("10%"), Some(MaxRolling::Percent(10)), 1000, 100),
+        (json!("10%"), Some(MaxRolling::Percent(10)), 15, 1),
+        (json!("10%"), Some(MaxRolling::Percent(10)), 5, 1),
+        (json!(" 25% "), Some(MaxRolling::Percent(25)), 2, 1),
+        (json!("100%"), Some(MaxRolling::Percent(100)), 7, 7),
+        (json!("%"), None, 0, 0),
+        (json!("1.5%"), None, 0, 0),
+        (json!("-5%"), None, 0, 0),
+        (json!(-1), None, 0, 0),
+        (json!(true), None, 0, 0),
+    ];
+    for (value, parsed, sites, slots) in cases {
+        assert_eq!(MaxRolling::parse(&value), parsed, "{value}");
+        if let Some(max) = parsed {
+            assert_eq!(max.of(sites), slots, "{value} of {sites}");
+            assert_eq!(
+                MaxRolling::parse(&json!(max.to_string())).or(Some(max)),
+                Some(max)
+            );
+        }
+    }
+    let example =
+        PlatformConfig::from_yaml(EXAMPLE, "config.yaml", &Installation::default()).unwrap();
+    assert_eq!(example.sites.rollout, Rollout::default());
 }

@@ -18,7 +18,7 @@ use std::fmt::Debug;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event as K8sEvent;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::Api;
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -27,12 +27,11 @@ use crate::controller::cache::kept::{self, Kept, Managed, Owned};
 use crate::controller::context::Context;
 use crate::controller::events::{self, Event, EventType, Recorder, Write};
 use crate::crd::{Site, SiteStatus};
-use crate::watched::{Pod, Volume};
-use crate::{Error, Result, Target};
-
+use crate::error::{Verb, WriteError};
 use crate::labels::DESIRED_HASH_ANNOTATION;
-/// The field manager of every write.
-pub const FIELD_MANAGER: &str = crate::labels::FIELD_MANAGER;
+use crate::watched::{Pod, Volume};
+use crate::write::{Deleted, Judged, Writer};
+use crate::{Error, Result, Target};
 
 /// Hex SHA-256 of the object's JSON (with the hash annotation itself left out).
 pub fn desired_hash<K: Serialize>(obj: &K) -> String {
@@ -86,7 +85,8 @@ pub enum Written {
 /// `metadata.uid` is immutable); an object judged absent is created by an apply that is not
 /// forced, so that one someone else created meanwhile is not taken over either (409 from the
 /// API server, or from here when the answer shows another writer). Either answer is
-/// [`Error::Apply`] with that code ([`judged_again`]): the caller judges the object again.
+/// an apply's [`Error::Write`] with that code ([`judged_again`]): the caller judges the object
+/// again.
 pub async fn apply<K>(
     ctx: &Context,
     stored: Option<&Kept<K>>,
@@ -113,33 +113,26 @@ where
         }
     }
     let name = desired.name_any();
-    let api = ctx.api::<K>();
-    let failed = |source| Error::Apply {
-        target: Target::of::<K>(&name),
-        source: Box::new(source),
-    };
+    let writer = Writer::new(ctx.api::<K>());
     let written = match stored {
         Some(s) => {
             desired.meta_mut().uid = s.facts.uid();
-            let params = PatchParams::apply(FIELD_MANAGER).force();
-            api.patch(&name, &params, &Patch::Apply(&*desired))
-                .await
-                .map_err(failed)?
+            writer.apply(desired, true).await?
         }
         None => {
             // Created by an apply that takes nothing from anyone (not forced): an object that
             // someone else created meanwhile is not taken over. A field of theirs with another
             // value fails the apply (409); one whose fields agree, or that has others beside
             // them, is found with their entry in what the apply returns. Either is judged again.
-            let params = PatchParams::apply(FIELD_MANAGER);
-            let written = api
-                .patch(&name, &params, &Patch::Apply(&*desired))
-                .await
-                .map_err(failed)?;
+            let written = writer.apply(desired, false).await?;
             if let Some(other) = crate::labels::other_manager(written.meta()) {
                 let message = format!("created meanwhile by another writer ({other})");
                 let status = kube::core::Status::failure(&message, "Conflict").with_code(409);
-                return Err(failed(kube::Error::Api(Box::new(status))));
+                return Err(Error::Write(WriteError {
+                    verb: Verb::Apply,
+                    target: Target::of::<K>(&name),
+                    source: Box::new(kube::Error::Api(Box::new(status))),
+                }));
             }
             written
         }
@@ -153,31 +146,19 @@ where
     } else {
         let patch = serde_json::json!({"metadata": {
             "ownerReferences": desired.owner_references(),
-            "resourceVersion": written.resource_version(),
         }});
-        api.patch(
-            &name,
-            &crate::labels::update_params(),
-            &Patch::Merge(&patch),
-        )
-        .await
-        .map_err(failed)?
+        let version = written.resource_version();
+        writer.merge(&name, patch, version.as_deref()).await?
     };
     // Server-side apply leaves the keys other managers own (or no one does) in a map it merges
     // key by key; where the operator renders the whole map ([`Managed::WHOLE`]), such a key
     // would stay and reach the site's pods or route. Remove them, on the version just read.
     let written = match foreign_keys(desired, &written) {
         None => written,
-        Some(mut patch) => {
+        Some(patch) => {
             tracing::info!(kind = %K::kind(&K::DynamicType::default()), object = %name, "removing keys someone else added");
-            patch["metadata"]["resourceVersion"] = serde_json::json!(written.resource_version());
-            api.patch(
-                &name,
-                &crate::labels::update_params(),
-                &Patch::Merge(&patch),
-            )
-            .await
-            .map_err(failed)?
+            let version = written.resource_version();
+            writer.merge(&name, patch, version.as_deref()).await?
         }
     };
     // What is written is the rendering in every map rendered whole, or it is not the Site's:
@@ -198,11 +179,12 @@ where
     Ok((how, Some(written)))
 }
 
-/// Whether an apply or a creation failed because the object is not the one judged: the API
-/// server's 409 (created meanwhile; deleted since it was judged) or 422 (deleted and created
+/// Whether [`apply`] failed because the object is not the one judged: the API server's 409
+/// (created meanwhile; deleted, or changed, since it was judged) or 422 (deleted and created
 /// again: the uid the apply carries is not the object's). The object is judged again.
 pub fn judged_again(e: &Error) -> bool {
-    matches!(e, Error::Apply { .. }) && matches!(e.status_code(), Some(409 | 422))
+    matches!(e, Error::Write(w) if matches!(w.verb, Verb::Apply | Verb::Patch))
+        && matches!(e.status_code(), Some(409 | 422))
 }
 
 /// A merge patch removing the keys of the maps `K` renders whole ([`Managed::WHOLE`]) that
@@ -244,58 +226,34 @@ pub fn foreign_keys<K: Managed + Serialize>(desired: &K, written: &K) -> Option<
     (!patch.is_empty()).then_some(serde_json::Value::Object(patch))
 }
 
-/// Delete parameters that make the delete conditional on the object's `uid`: an object replaced
-/// under the same name since it was judged (by someone else, possibly not the Site's) is not
-/// deleted; the API server answers 409 and the next reconcile judges the new one.
-pub fn delete_params(uid: Option<String>) -> DeleteParams {
-    DeleteParams {
-        preconditions: uid.map(|uid| kube::api::Preconditions {
-            uid: Some(uid),
-            resource_version: None,
-        }),
-        ..DeleteParams::default()
-    }
-}
-
-/// Deletes the object `name` whose uid is `uid` (already gone: done). [`Error::Delete`] names
-/// the object; one replaced since it was judged is a 409 ([`delete_params`]).
+/// Deletes the object `name` whose uid is `uid` (already gone: done): an object replaced under
+/// the same name since it was judged (by someone else, possibly not the Site's) is not deleted;
+/// the API server answers 409 and the next reconcile judges the new one.
 pub async fn delete<K>(ctx: &Context, name: &str, uid: Option<String>) -> Result<()>
 where
-    K: Resource<Scope = kube::core::NamespaceResourceScope> + Clone + DeserializeOwned + Debug,
+    K: Resource<Scope = kube::core::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + Serialize
+        + Debug,
     K::DynamicType: Default,
 {
-    match ctx.api::<K>().delete(name, &delete_params(uid)).await {
-        Ok(_) => {
-            tracing::info!(kind = %K::kind(&K::DynamicType::default()), object = name, "deleted");
-            ctx.own.objects.forget::<K>(name);
-            Ok(())
-        }
-        Err(kube::Error::Api(s)) if s.code == 404 => {
-            ctx.own.objects.forget::<K>(name);
-            Ok(())
-        }
-        Err(source) => Err(Error::Delete {
-            target: Target::of::<K>(name),
-            source: Box::new(source),
-        }),
+    let deleted = Writer::new(ctx.api::<K>())
+        .delete_object(name, Judged::uid(uid))
+        .await?;
+    if deleted == Deleted::Now {
+        tracing::info!(kind = %K::kind(&K::DynamicType::default()), object = name, "deleted");
     }
+    ctx.own.objects.forget::<K>(name);
+    Ok(())
 }
 
 /// Stores `new` as the Site's status: a merge patch of the status subresource that clears what
 /// `new` does not have (`status_patch`).
 pub async fn patch_status(ctx: &Context, site: &Site, new: &SiteStatus) -> Result<()> {
-    let name = site.name_any();
-    ctx.api::<Site>()
-        .patch_status(
-            &name,
-            &crate::labels::update_params(),
-            &Patch::Merge(&status_patch(new, site.status.as_ref())),
-        )
-        .await
-        .map_err(|source| Error::PatchStatus {
-            name,
-            source: Box::new(source),
-        })?;
+    Writer::new(ctx.api::<Site>())
+        .merge_status(&site.name_any(), &status_patch(new, site.status.as_ref()))
+        .await?;
     Ok(())
 }
 
@@ -338,22 +296,19 @@ fn status_fields() -> &'static [String] {
     })
 }
 
-/// Merge-patches the PersistentVolume `name` under the operator's field manager: the two
+/// Merge-patches the PersistentVolume `name`, conditional on `version` when given: the two
 /// writes of volume retention, the re-bind and the site labels (`volumes.rs` builds both
 /// patches and decides when).
 pub async fn patch_volume(
     client: &kube::Client,
     name: &str,
-    patch: &serde_json::Value,
+    patch: serde_json::Value,
+    version: Option<&str>,
 ) -> Result<()> {
-    let api: Api<Volume> = Api::all(client.clone());
-    api.patch(name, &crate::labels::update_params(), &Patch::Merge(patch))
-        .await
-        .map(drop)
-        .map_err(|source| Error::PatchVolume {
-            target: Target::of::<Volume>(name),
-            source: Box::new(source),
-        })
+    Writer::<Volume>::new(Api::all(client.clone()))
+        .merge(name, patch, version)
+        .await?;
+    Ok(())
 }
 
 /// LIFE-15: after a StatefulSet update, pods that are not Running and Ready and not terminating
@@ -423,32 +378,25 @@ pub async fn record_event(
     recorder: &Recorder,
     ev: &Event,
     regarding: &ObjectReference,
-) -> Result<(), kube::Error> {
+) -> Result<(), WriteError> {
     let planned = recorder.plan(ev, regarding);
     let now = Timestamp::now();
-    let api: Api<K8sEvent> = Api::namespaced(
+    let writer = Writer::<K8sEvent>::new(Api::namespaced(
         client.clone(),
         regarding.namespace.as_deref().unwrap_or("default"),
-    );
+    ));
     let create = || async {
-        let params = PostParams {
-            field_manager: Some(FIELD_MANAGER.into()),
-            ..PostParams::default()
-        };
-        let created = api
-            .create(&params, &recorder.event(ev, regarding, now))
+        let created = writer
+            .create_object(&recorder.event(ev, regarding, now))
             .await?;
-        Ok::<_, kube::Error>((created.metadata.name.unwrap_or_default().into(), 1))
+        Ok::<_, WriteError>((created.metadata.name.unwrap_or_default().into(), 1))
     };
     let (name, count) = match &planned.write {
+        // A repeat counts up the series of the Event recorded first, whatever else it holds.
         Write::Repeat { name, count } => {
-            let patch = Patch::Merge(events::series(*count, now));
-            match api
-                .patch(name, &crate::labels::update_params(), &patch)
-                .await
-            {
+            match writer.merge(name, events::series(*count, now), None).await {
                 Ok(_) => (name.clone(), *count),
-                Err(kube::Error::Api(s)) if s.code == 404 => create().await?,
+                Err(e) if e.code() == Some(404) => create().await?,
                 Err(e) => return Err(e),
             }
         }
@@ -463,17 +411,13 @@ pub(crate) mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::ConfigMap;
 
-    /// Deletes are conditional on the uid of the object that was judged (SPEC 4.6): an object
-    /// replaced under the same name is not deleted. A uid the cache could not keep (not a UUID)
-    /// leaves the delete unconditional rather than refused.
+    /// Deletes are conditional on the uid of the object that was judged (SPEC 4.6; the
+    /// precondition is `write::Judged::uid`'s): the uid the caches keep is the one the API server
+    /// wrote. A uid the cache could not keep (not a UUID) leaves the delete unconditional
+    /// rather than refused.
     #[test]
     fn deletes_are_conditional_on_the_judged_uid() {
         let uid = "0b4d6f2e-1c1a-4f55-9a52-7d4c2a8e9f10";
-        let params = delete_params(Some(uid.into()));
-        let preconditions = params.preconditions.expect("a precondition");
-        assert_eq!(preconditions.uid.as_deref(), Some(uid));
-        assert_eq!(preconditions.resource_version, None);
-        assert!(delete_params(None).preconditions.is_none());
         // The caches keep the uid as a number and give it back as the API server wrote it.
         let cm: ConfigMap =
             serde_json::from_value(json!({"metadata": {"name": "a", "uid": uid}})).unwrap();

@@ -18,6 +18,7 @@ use crate::controller::caches::Caches;
 use crate::controller::events::Recorder;
 use crate::controller::labeller::Labeller;
 use crate::controller::own_writes::OwnWrites;
+use crate::controller::rollout::Rollouts;
 use crate::{Error, Result, Target};
 
 /// How long the session key and the master Ingress host are cached.
@@ -61,6 +62,8 @@ pub struct Context {
     /// The record of the operator's own writes: what it last wrote of each owned object (drift
     /// detection) and to each Site's status (a status edited by someone else is repaired).
     pub(crate) own: Arc<OwnWrites>,
+    /// The change budget of platform-wide rollouts ([`crate::controller::rolling`]).
+    pub(crate) rollouts: Mutex<Rollouts>,
     /// Where the clock comes from (tests may pin it).
     pub now: fn() -> Time,
 }
@@ -68,6 +71,7 @@ pub struct Context {
 fn system_now() -> Time {
     Time(k8s_openapi::jiff::Timestamp::now())
 }
+
 
 impl Context {
     pub fn new(
@@ -78,6 +82,11 @@ impl Context {
         recorder: Option<Recorder>,
         tunables: Tunables,
     ) -> Context {
+        // A new leader's first pass over the Sites is a rollout of its rendering.
+        let rollouts = Rollouts::new(
+            crate::controller::rollout::version(&config.get()),
+            caches.sites.names(),
+        );
         Context {
             client,
             config,
@@ -89,6 +98,7 @@ impl Context {
             master_host: Mutex::new(None),
             labeller: Labeller::default(),
             own: Default::default(),
+            rollouts: Mutex::new(rollouts),
             now: system_now,
         }
     }

@@ -39,10 +39,11 @@ use crate::controller::queue::{Backoff, Queue};
 use crate::controller::status::{self, SitePod};
 use crate::controller::volumes;
 use crate::crd::{Site, SiteStatus};
-use crate::labels::{FIELD_MANAGER, LAST_APPLIED_ANNOTATION};
+use crate::labels::LAST_APPLIED_ANNOTATION;
 use crate::render::{self, Route, SiteTokens};
 use crate::testing::net_bytes;
 use crate::watched::{Pod, Volume};
+use crate::write::FIELD_MANAGER;
 
 /// Sites measured at once.
 const N: usize = 1_000;

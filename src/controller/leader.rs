@@ -8,8 +8,11 @@ use std::time::Duration;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, ObjectMeta, PostParams};
+use kube::api::{Api, ObjectMeta};
 use tokio::sync::watch;
+
+use crate::write::Writer;
+use crate::{Error, Target};
 
 /// Timing of the election.
 #[derive(Clone, Copy, Debug)]
@@ -51,6 +54,7 @@ pub fn expired(lease: &Lease, now: Timestamp) -> bool {
 /// The elector.
 pub struct Elector {
     api: Api<Lease>,
+    writer: Writer<Lease>,
     name: String,
     identity: String,
     timing: Timing,
@@ -64,8 +68,10 @@ impl Elector {
         identity: String,
         timing: Timing,
     ) -> Elector {
+        let api = Api::namespaced(client, namespace);
         Elector {
-            api: Api::namespaced(client, namespace),
+            writer: Writer::new(Api::clone(&api)),
+            api,
             name: name.into(),
             identity,
             timing,
@@ -73,7 +79,7 @@ impl Elector {
     }
 
     /// One attempt to acquire or renew; Ok(true) when this replica holds the Lease afterwards.
-    pub async fn try_acquire_or_renew(&self) -> Result<bool, kube::Error> {
+    pub async fn try_acquire_or_renew(&self) -> Result<bool, Error> {
         let now = Timestamp::now();
         let mine = |transitions: i32, acquired: Option<MicroTime>| LeaseSpec {
             holder_identity: Some(self.identity.clone()),
@@ -83,7 +89,15 @@ impl Elector {
             lease_transitions: Some(transitions),
             ..Default::default()
         };
-        match self.api.get_opt(&self.name).await? {
+        let stored = self
+            .api
+            .get_opt(&self.name)
+            .await
+            .map_err(|source| Error::Read {
+                target: Target::of::<Lease>(&self.name),
+                source: Box::new(source),
+            })?;
+        match stored {
             None => {
                 let lease = Lease {
                     metadata: ObjectMeta {
@@ -92,10 +106,10 @@ impl Elector {
                     },
                     spec: Some(mine(0, None)),
                 };
-                match self.api.create(&PostParams::default(), &lease).await {
+                match self.writer.create_object(&lease).await {
                     Ok(_) => Ok(true),
-                    Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
-                    Err(e) => Err(e),
+                    Err(e) if e.code() == Some(409) => Ok(false),
+                    Err(e) => Err(e.into()),
                 }
             }
             Some(mut lease) => {
@@ -112,14 +126,10 @@ impl Elector {
                 };
                 lease.spec = Some(mine(transitions, acquired));
                 // The resourceVersion makes this a compare-and-swap: a concurrent writer wins.
-                match self
-                    .api
-                    .replace(&self.name, &PostParams::default(), &lease)
-                    .await
-                {
+                match self.writer.replace_object(&lease).await {
                     Ok(_) => Ok(true),
-                    Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
-                    Err(e) => Err(e),
+                    Err(e) if e.code() == Some(409) => Ok(false),
+                    Err(e) => Err(e.into()),
                 }
             }
         }
@@ -139,11 +149,7 @@ impl Elector {
         spec.holder_identity = None;
         spec.lease_duration_seconds = Some(1);
         spec.renew_time = Some(MicroTime(Timestamp::UNIX_EPOCH));
-        if let Err(e) = self
-            .api
-            .replace(&self.name, &PostParams::default(), &lease)
-            .await
-        {
+        if let Err(e) = self.writer.replace_object(&lease).await {
             tracing::warn!(error = %e, "cannot release the leader Lease");
         } else {
             tracing::info!("released the leader Lease");

@@ -32,7 +32,9 @@
 //! - [`queue`]: the work queue (client-go semantics);
 //! - [`leader`]: leader election with a Lease (which it writes itself: not a reconcile write);
 //! - [`accounting`]: `sites_api_requests_total`, a tower layer on the client;
-//! - [`changes`]: what a Site edit changed (logs) and which changes matter.
+//! - [`changes`]: what a Site edit changed (logs) and which changes matter;
+//! - [`rollout`]: the change budget of platform-wide rollouts (who rolls, who waits, the halt),
+//!   and [`rolling`], where a reconcile and the periodic tick meet it.
 //!
 //! The path of an event: a watch (`watches.rs`) updates its cache ([`cache::table`]) and index
 //! ([`cache::index`]), and queues the key of the Site the object belongs to (its id label) in the
@@ -55,6 +57,8 @@ pub mod own_writes;
 pub mod owned;
 pub mod queue;
 pub mod reconcile;
+pub mod rolling;
+pub mod rollout;
 pub mod routes;
 pub mod status;
 pub mod volumes;
@@ -166,6 +170,7 @@ impl Controller {
             context.clone(),
             queue.clone(),
             metrics,
+            leading.clone(),
         )));
         if let Some(every) = options.retention_interval {
             background.push(tokio::spawn(workers::retention_loop(

@@ -98,7 +98,7 @@ where
     if let Some(existing) = &stored {
         judge(existing)?;
     }
-    let (written, obj) = apply_judged(ctx, stored, desired, judge).await?;
+    let (written, obj) = apply_judged(ctx, site, stored, desired, judge).await?;
     writes.record::<K>(&name, written);
     Ok((written, obj))
 }
@@ -109,6 +109,7 @@ where
 /// and judged again, and applied only if it passes.
 pub(super) async fn apply_judged<K>(
     ctx: &Context,
+    site: &Site,
     stored: Option<Arc<Kept<K>>>,
     mut desired: K,
     judge: impl Fn(&Kept<K>) -> Result<()>,
@@ -116,12 +117,16 @@ pub(super) async fn apply_judged<K>(
 where
     K: Owned,
 {
+    if let Some(obj) = &stored {
+        take_over(ctx, site, obj).await?;
+    }
     match apply::apply(ctx, stored.as_deref(), &mut desired).await {
         Err(e) if apply::judged_again(&e) => {
             tracing::info!(error = %e, "not the object judged: judging it again");
             let again = ctx.read_kept::<K>(&desired.name_any()).await?;
             if let Some(obj) = &again {
                 judge(obj)?;
+                take_over(ctx, site, obj).await?;
             }
             apply::apply(ctx, again.as_deref(), &mut desired).await
         }
@@ -129,11 +134,56 @@ where
     }
 }
 
-/// What exists of the object `name`: the cache's copy (`stored`); when the cache has none, is not
-/// `live` ([`Records::live`]: its watch failed and has delivered nothing since, so an object
-/// created meanwhile may be missing) and the operator never wrote nor saw the object, the API
-/// server's. Nothing is applied, with force, onto an object that was not judged; a live cache
-/// costs no read. What a live watch has not delivered yet (an object created within its delay,
+/// An object the Site may write but does not control (no controller owner reference: orphaned
+/// by `kubectl delete --cascade=orphan` of an earlier Site of the name, or its reference removed
+/// by hand) is taken over only once the API server itself shows the Site: the same uid, not
+/// being deleted. Each kind has its own watch, so the garbage collector's removal of the owner
+/// references of a Site being deleted with `--cascade=orphan` may reach the operator before the
+/// Site's own deletion does; an owner reference written back then names a Site about to go, and
+/// the garbage collector deletes the object the user meant to keep. One read, only on a
+/// takeover; [`Error::SiteGone`] when the cache's Site is behind (its watch event follows).
+async fn take_over<K: Keep>(ctx: &Context, site: &Site, obj: &Kept<K>) -> Result<()> {
+    if obj.controlled_by(site) {
+        return Ok(());
+    }
+    let name = site.name_any();
+    // A list of the one name, not a get: the operator may list Sites, and a list without a
+    // resourceVersion is read from etcd, as a get is.
+    let params = kube::api::ListParams::default().fields(&format!("metadata.name={name}"));
+    let live = ctx
+        .api::<Site>()
+        .list_metadata(&params)
+        .await
+        .map_err(|source| Error::List {
+            target: Target::of::<Site>(&name),
+            source: Box::new(source),
+        })?;
+    let current = live.items.iter().any(|live| {
+        live.metadata.name.as_deref() == Some(&name)
+            && live.metadata.uid == site.metadata.uid
+            && live.metadata.deletion_timestamp.is_none()
+    });
+    if current {
+        Ok(())
+    } else {
+        Err(Error::SiteGone {
+            target: Target::of::<K>(obj.name()),
+        })
+    }
+}
+
+/// What exists of the object `name`: the cache's copy (`stored`); when the cache has none, the
+/// API server's if the cache may be missing it:
+/// - the cache is not `live` ([`Records::live`]: its watch failed and has delivered nothing
+///   since, so an object created meanwhile may be missing) and the operator never wrote nor saw
+///   the object;
+/// - or the operator wrote or saw the object and its watch has not shown it for longer than
+///   [`crate::controller::own_writes::PENDING`]: a watch that far behind (the API server or etcd
+///   just restarted) or a deletion whose event has not come; one read tells which, where
+///   believing the cache would write the object again.
+///
+/// Nothing is applied, with force, onto an object that was not judged; a live cache costs no
+/// read. What a live watch has not delivered yet (an object created within its delay,
 /// milliseconds, before the apply) is not seen: that window is accepted.
 pub(super) async fn existing<K>(
     ctx: &Context,
@@ -144,8 +194,18 @@ pub(super) async fn existing<K>(
 where
     K: Owned,
 {
-    match stored {
-        None if !live && !ctx.own.objects.known::<K>(name) => ctx.read_kept::<K>(name).await,
-        stored => Ok(stored),
+    if stored.is_some() {
+        return Ok(stored);
+    }
+    let own = &ctx.own.objects;
+    let missing = if own.known::<K>(name) {
+        !own.awaited::<K>(name)
+    } else {
+        !live
+    };
+    if missing {
+        ctx.read_kept::<K>(name).await
+    } else {
+        Ok(None)
     }
 }

@@ -22,11 +22,12 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
 use kube::ResourceExt;
 
-use crate::config::{PlatformConfig, RoutingMode};
+use crate::config::PlatformConfig;
 use crate::controller::apply::{self, Written};
 use crate::controller::cache::kept::{Kept, Pairs};
 use crate::controller::context::Context;
 use crate::controller::owned::{Writes, controlled, existing, step, write_owned};
+use crate::controller::rolling;
 use crate::controller::routes::{path_taken_by, routes};
 use crate::controller::status::SitePod;
 use crate::controller::{status, volumes};
@@ -66,10 +67,25 @@ impl From<Retry> for Next {
 pub async fn reconcile(ctx: &Context, name: &str) -> Next {
     let Some(site) = ctx.caches.sites.get(name) else {
         // Deleted: garbage collection removes the owned objects.
+        rolling::forget(ctx, name);
         return Next::Done;
     };
     if site.metadata.deletion_timestamp.is_some() {
+        rolling::forget(ctx, name);
         return Next::Done;
+    }
+    if site.paused() {
+        rolling::forget(ctx, name);
+        // ROL-03: nothing is written but the condition that says so; removing the annotation
+        // queues the Site (an annotation change is an edit) for one reconcile.
+        let new = status::paused_status(&site, site.status.as_ref(), &(ctx.now)());
+        return match store_status(ctx, &site, new).await {
+            Ok(()) => Next::Done,
+            Err(e) => {
+                tracing::warn!(site = name, error = %e, "cannot write the status");
+                Next::Backoff
+            }
+        };
     }
     // One configuration from start to end, even if a new one comes in meanwhile.
     let config = ctx.config.get();
@@ -84,6 +100,12 @@ pub async fn reconcile(ctx: &Context, name: &str) -> Next {
         // One Event per reconcile, listing what it created.
         let note = format!("created {}", writes.created.join(", "));
         apply::publish(ctx, &site, EventType::Normal, reasons::CREATED, note).await;
+    }
+    if let Err(e @ Error::SiteGone { .. }) = &result {
+        // Nothing more for a Site on its way out: no status, no Event.
+        tracing::info!(site = name, error = %e, "stopped");
+        rolling::forget(ctx, name);
+        return Next::Done;
     }
     let next = match &result {
         Ok(()) if writes.awaiting => Next::After(crate::controller::own_writes::PENDING),
@@ -101,6 +123,7 @@ pub async fn reconcile(ctx: &Context, name: &str) -> Next {
             }
         }
     };
+    rolling::judged(ctx, name, &config);
     let images = render::apps::builtin_images(&pinned, &config);
     match write_status(
         ctx,
@@ -111,7 +134,10 @@ pub async fn reconcile(ctx: &Context, name: &str) -> Next {
     )
     .await
     {
-        Ok(()) => next,
+        Ok(()) => {
+            rolling::observe(ctx, &site);
+            next
+        }
         Err(e) => {
             tracing::warn!(site = name, error = %e, "cannot write the status");
             Next::Backoff
@@ -198,16 +224,7 @@ async fn converge(
         },
     };
     let rendered = render::render(valid, config, &inputs)?;
-    apply_in_order(
-        ctx,
-        config.routing.mode,
-        site,
-        rendered,
-        &gathered,
-        &decision,
-        writes,
-    )
-    .await
+    apply_in_order(ctx, config, site, rendered, &gathered, &decision, writes).await
 }
 
 /// What rendering needs from the cluster.
@@ -320,7 +337,7 @@ async fn decide(
 /// route of each mode.
 async fn apply_in_order(
     ctx: &Context,
-    mode: RoutingMode,
+    config: &PlatformConfig,
     site: &Site,
     rendered: Rendered,
     gathered: &Gathered,
@@ -377,8 +394,68 @@ async fn apply_in_order(
         volumes::rebind(ctx, site, &pv, &uid).await?;
     }
     volumes::label_later(ctx, &id, claim.as_ref());
-    let stored_template = c.statefulsets.get(&id).map(|s| s.body.fingerprint);
-    let (sts_written, sts) = step(ctx, site, writes, &c.statefulsets, rendered.statefulset).await?;
+    // ROL-01, ROL-02: a platform change that rolls the pods waits for the change budget; the
+    // objects after the StatefulSet are written meanwhile.
+    let stored = c.statefulsets.get(&id);
+    let stored_template = stored.as_ref().map(|s| s.body.fingerprint);
+    let roll = rolling::platform_roll(
+        site,
+        decision.restart.restart,
+        stored.as_deref(),
+        &rendered.statefulset,
+    );
+    let held = match rolling::admit(ctx, config, site, roll) {
+        Ok(counted) => {
+            workload(
+                ctx,
+                site,
+                writes,
+                rendered.statefulset,
+                stored_template,
+                decision,
+                counted,
+            )
+            .await?;
+            None
+        }
+        Err(e) => Some(e),
+    };
+    step(ctx, site, writes, &c.services, rendered.service).await?;
+    let taken = path_taken_by(ctx, site);
+    // An older Site serves this path: no route for this one (its own is removed).
+    let route = rendered.route.filter(|_| taken.is_none());
+    routes(ctx, config.routing.mode, site, route, writes).await?;
+    match (taken, held) {
+        (Some(other), _) => Err(Error::PathConflict {
+            path: render::apps::public_path(site),
+            site: other,
+        }),
+        (None, Some(held)) => Err(held),
+        (None, None) => Ok(()),
+    }
+}
+
+/// Writes the StatefulSet; `counted`: the write was counted against the change budget, and gives
+/// its slot back when it rolls nothing.
+async fn workload(
+    ctx: &Context,
+    site: &Site,
+    writes: &mut Writes,
+    desired: StatefulSet,
+    stored_template: Option<u64>,
+    decision: &Decision,
+    counted: bool,
+) -> Result<()> {
+    let id = site.name_any();
+    let written = step(ctx, site, writes, &ctx.caches.statefulsets, desired).await;
+    // LIFE-15: a new pod template rolls the pods; a pod that never becomes ready would stop the
+    // rollout. (A repaired replica count rolls nothing: its pods are left to the controller.)
+    let rolled = matches!(&written, Ok((Written::Updated, Some(w)))
+        if stored_template != Some(crate::controller::cache::kept::template_fingerprint(w)));
+    if counted && !rolled {
+        rolling::unroll(ctx, &id);
+    }
+    written?;
     writes.workload_current = true;
     if decision.restart.restart {
         let note = "a qualifying change or upgrade request rolls the site pods";
@@ -391,26 +468,10 @@ async fn apply_in_order(
         )
         .await;
     }
-    // LIFE-15: a new pod template rolls the pods; a pod that never becomes ready would stop the
-    // rollout. (A repaired replica count rolls nothing: its pods are left to the controller.)
-    let template_changed = sts.as_ref().is_some_and(|w| {
-        stored_template != Some(crate::controller::cache::kept::template_fingerprint(w))
-    });
-    if sts_written == Written::Updated && template_changed && site.spec.configuration.enabled {
+    if rolled && site.spec.configuration.enabled {
         apply::delete_not_ready_pods(ctx, &id).await;
     }
-    step(ctx, site, writes, &c.services, rendered.service).await?;
-    let taken = path_taken_by(ctx, site);
-    // An older Site serves this path: no route for this one (its own is removed).
-    let route = rendered.route.filter(|_| taken.is_none());
-    routes(ctx, mode, site, route, writes).await?;
-    match taken {
-        Some(other) => Err(Error::PathConflict {
-            path: render::apps::public_path(site),
-            site: other,
-        }),
-        None => Ok(()),
-    }
+    Ok(())
 }
 
 /// Records a Warning Event for a problem a user must act on, once per distinct problem: pod
@@ -468,6 +529,12 @@ async fn write_status(
         .filter(|f| *f.statefulset == *site.name_any())
         .max_by(|a, b| a.event.cmp(&b.event));
     status::explain_missing_pods(&mut new, site, &pods, failed.as_deref());
+    store_status(ctx, site, new).await
+}
+
+/// Stores `new` as the Site's status unless it already shows it.
+async fn store_status(ctx: &Context, site: &Site, new: SiteStatus) -> Result<()> {
+    let previous = site.status.as_ref();
     let name = site.name_any();
     let last_written = ctx.own.statuses.last_is(&name, &new);
     if status_up_to_date(previous, &new, last_written, || {

@@ -101,7 +101,7 @@ where
     }
     match (desired, stored) {
         (Some(route), stored) => {
-            let (written, _) = apply_judged(ctx, stored, route, judge).await?;
+            let (written, _) = apply_judged(ctx, site, stored, route, judge).await?;
             writes.record::<K>(&id, written);
             Ok(())
         }
@@ -126,7 +126,7 @@ where
     apply::delete::<K>(ctx, &id, stored.facts.uid())
         .await
         .map_err(|e| match e {
-            Error::Delete { target, source } => Error::DeleteOtherModeRoute { target, source },
+            Error::Write(w) => Error::DeleteOtherModeRoute(w),
             e => e,
         })
 }

@@ -148,19 +148,12 @@ fn awaits_rebind(pv: &Volume, namespace: &str, claim_name: &str, claim_uid: &str
 /// The merge patch that labels a retained volume for the site and binds it to the site's new
 /// claim: the claim reference names the claim with its uid, so the volume binds to that claim
 /// and to no other claim of the same name (one created by someone else between the two writes
-/// stays unbound).
-fn rebind_patch(
-    id: &str,
-    namespace: &str,
-    claim_name: &str,
-    claim_uid: &str,
-    resource_version: Option<&str>,
-) -> Value {
+/// stays unbound). It is written conditional on the volume as it was judged, read from the API
+/// server just before (the cached volumes keep no resourceVersion): one changed since is a
+/// 409, retried and judged again.
+fn rebind_patch(id: &str, namespace: &str, claim_name: &str, claim_uid: &str) -> Value {
     json!({
-        // Conditional on the volume as it was judged, read from the API server just before
-        // (the cached volumes keep no resourceVersion): one changed since is a 409, retried
-        // and judged again.
-        "metadata": {"labels": labels::labels(id), "resourceVersion": resource_version},
+        "metadata": {"labels": labels::labels(id)},
         "spec": {"claimRef": {
             "apiVersion": "v1",
             "kind": "PersistentVolumeClaim",
@@ -173,9 +166,9 @@ fn rebind_patch(
 }
 
 /// The merge patch that puts the site labels on its bound volume (so a later recreation finds
-/// it), conditional on the version it was judged at.
-fn label_patch(id: &str, resource_version: Option<&str>) -> Value {
-    json!({"metadata": {"labels": labels::labels(id), "resourceVersion": resource_version}})
+/// it), written conditional on the version it was judged at.
+fn label_patch(id: &str) -> Value {
+    json!({"metadata": {"labels": labels::labels(id)}})
 }
 
 /// Whether the volume read when its label is due is the site's: bound (its claim reference
@@ -266,14 +259,9 @@ pub async fn rebind(ctx: &Context, site: &Site, pv: &Volume, claim_uid: &str) ->
             what: format!("volume {name} to be free for the site's claim"),
         });
     };
-    let patch = rebind_patch(
-        &id,
-        &ctx.namespace,
-        &id,
-        claim_uid,
-        fresh.metadata.resource_version.as_deref(),
-    );
-    apply::patch_volume(&ctx.client, &name, &patch).await?;
+    let patch = rebind_patch(&id, &ctx.namespace, &id, claim_uid);
+    let version = fresh.metadata.resource_version.as_deref();
+    apply::patch_volume(&ctx.client, &name, patch, version).await?;
     tracing::info!(site = %id, volume = %name, "re-binding a retained volume");
     apply::publish(
         ctx,
@@ -354,8 +342,8 @@ async fn label_volume(client: kube::Client, namespace: String, volume: String, i
             tracing::info!(site = %id, volume = %volume, "the volume is not bound to the site's claim; not labelled");
             return;
         }
-        let patch = label_patch(&id, pv.metadata.resource_version.as_deref());
-        match apply::patch_volume(&client, &volume, &patch).await {
+        let version = pv.metadata.resource_version.as_deref();
+        match apply::patch_volume(&client, &volume, label_patch(&id), version).await {
             Ok(()) => return,
             Err(e) if e.status_code() == Some(409) => continue,
             Err(e) => {
@@ -596,27 +584,13 @@ mod tests {
                 "{case}"
             );
         }
-        let p = label_patch("s", Some("7"));
-        assert_eq!(
-            p["metadata"]["resourceVersion"], "7",
-            "conditional on the volume read"
-        );
+        let p = label_patch("s");
         assert_eq!(p["metadata"]["labels"][ID_LABEL], "s");
     }
 
     #[test]
     fn rebind_patch_binds_by_the_claims_uid() {
-        let p = rebind_patch(
-            "docs-handbook",
-            "sites",
-            "docs-handbook",
-            "u-new",
-            Some("41"),
-        );
-        assert_eq!(
-            p["metadata"]["resourceVersion"], "41",
-            "conditional on the judged volume"
-        );
+        let p = rebind_patch("docs-handbook", "sites", "docs-handbook", "u-new");
         assert_eq!(p["metadata"]["labels"][ID_LABEL], "docs-handbook");
         assert_eq!(p["spec"]["claimRef"]["name"], "docs-handbook");
         assert_eq!(p["spec"]["claimRef"]["namespace"], "sites");

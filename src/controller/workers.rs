@@ -15,6 +15,8 @@ use crate::config::PlatformConfig;
 use crate::controller::context::Context;
 use crate::controller::queue::Queue;
 use crate::controller::reconcile::{self, Next};
+use crate::controller::rolling;
+use crate::controller::rollout::{self, Rollouts};
 use crate::crd::{Phase, Site};
 use crate::metrics::ReconcileMetrics;
 
@@ -107,7 +109,13 @@ pub(super) async fn on_config_change(
     while changes.changed().await.is_ok() {
         let config = changes.borrow_and_update().clone();
         workers.staff(limit(&config));
-        for site in ctx.caches.sites.names() {
+        // In the order a rollout takes them (ROL-01): Sites that are not Available first.
+        let sites = ctx.caches.sites.names_by_availability();
+        ctx.rollouts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .new_version(rollout::version(&config), sites.clone());
+        for site in sites {
             queue.add(site.into());
         }
     }
@@ -247,15 +255,26 @@ pub(super) async fn retention_loop(
 /// Sites decoded at once by a run of the retention policy.
 const RETENTION_PAGE: usize = 100;
 
-/// Periodic gauges: in-progress work and Sites by phase.
-pub(super) async fn observe(ctx: Arc<Context>, queue: Queue<Arc<str>>, metrics: ReconcileMetrics) {
+/// Once a second: the rollout's tick on the leader ([`rolling::tick`]), and the gauges of
+/// in-progress work, Sites by phase, paused Sites and the rollout.
+pub(super) async fn observe(
+    ctx: Arc<Context>,
+    queue: Queue<Arc<str>>,
+    metrics: ReconcileMetrics,
+    leading: watch::Receiver<bool>,
+) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
+    // The rollout status last published, and when; whether this replica led at the last tick.
+    let mut published = None;
+    let mut led = false;
     loop {
         tick.tick().await;
         queue.observe_in_progress();
         let mut counts = [0i64; 4];
-        for phase in ctx.caches.sites.summaries() {
-            let i = match phase {
+        let mut paused = 0;
+        for summary in ctx.caches.sites.summaries() {
+            paused += i64::from(summary.paused);
+            let i = match summary.phase {
                 Some(Phase::Running) => 1,
                 Some(Phase::Disabled) => 2,
                 Some(Phase::Failed) => 3,
@@ -263,12 +282,42 @@ pub(super) async fn observe(ctx: Arc<Context>, queue: Queue<Arc<str>>, metrics: 
             };
             counts[i] += 1;
         }
+        let leads = *leading.borrow();
+        let progress = if leads {
+            rolling::tick(&ctx, &queue, paused as usize, &mut published).await
+        } else {
+            let mut rollouts = ctx.rollouts.lock().unwrap_or_else(|e| e.into_inner());
+            if led {
+                // Leadership lost: a new leader starts with no rollout state, and so does this
+                // one when it leads again.
+                let version = rollout::version(&ctx.config.get());
+                *rollouts = Rollouts::new(version, ctx.caches.sites.names());
+                published = None;
+            }
+            rollouts.progress()
+        };
+        led = leads;
+        for (state, n) in [
+            ("rolled", progress.rolled),
+            ("rolling", progress.rolling),
+            ("waiting", progress.waiting),
+            ("failed", progress.failed),
+        ] {
+            metrics
+                .rollout_sites
+                .with_label_values(&[state])
+                .set(n as i64);
+        }
+        metrics
+            .rollout_halted
+            .set(i64::from(progress.halted.is_some()));
         for (phase, n) in ["Pending", "Running", "Disabled", "Failed"]
             .iter()
             .zip(counts)
         {
             metrics.by_phase.with_label_values(&[phase]).set(n);
         }
+        metrics.paused.set(paused);
     }
 }
 

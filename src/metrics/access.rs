@@ -18,6 +18,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::write::Writer;
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
@@ -26,7 +27,7 @@ use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec, TokenRe
 use k8s_openapi::api::authorization::v1::{
     NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec, SubjectAccessReviewStatus,
 };
-use kube::api::{Api, PostParams};
+use kube::api::Api;
 
 /// How long an allowed caller is not reviewed again.
 pub const ALLOWED_TTL: Duration = Duration::from_secs(60);
@@ -287,23 +288,23 @@ impl Gate {
     }
 
     async fn review(&self, token: &str, path: &str) -> Result<Verdict, String> {
-        let pp = PostParams::default();
-        let tokens: Api<TokenReview> = Api::all(self.client.clone());
-        let answer = tokio::time::timeout(REVIEW_TIMEOUT, tokens.create(&pp, &token_review(token)))
-            .await
-            .map_err(|_| "TokenReview timed out".to_string())?
-            .map_err(|e| format!("TokenReview: {e}"))?;
+        let tokens = Writer::<TokenReview>::new(Api::all(self.client.clone()));
+        let answer =
+            tokio::time::timeout(REVIEW_TIMEOUT, tokens.create_object(&token_review(token)))
+                .await
+                .map_err(|_| "TokenReview timed out".to_string())?
+                .map_err(|e| e.to_string())?;
         let Some(user) = authenticated(answer.status.as_ref()) else {
             return Ok(Verdict::Unauthenticated);
         };
-        let reviews: Api<SubjectAccessReview> = Api::all(self.client.clone());
+        let reviews = Writer::<SubjectAccessReview>::new(Api::all(self.client.clone()));
         let answer = tokio::time::timeout(
             REVIEW_TIMEOUT,
-            reviews.create(&pp, &access_review(&user, path)),
+            reviews.create_object(&access_review(&user, path)),
         )
         .await
         .map_err(|_| "SubjectAccessReview timed out".to_string())?
-        .map_err(|e| format!("SubjectAccessReview: {e}"))?;
+        .map_err(|e| e.to_string())?;
         Ok(if allowed(answer.status.as_ref()) {
             Verdict::Allowed
         } else {

@@ -1045,3 +1045,26 @@ fn built_in_images_without_a_spec_image_run_their_pin() {
         }
     }
 }
+
+/// The StatefulSet carries the hash of its pod template as rendered (ROL-01: whether a new
+/// rendering rolls the pods is read from it): it moves with the template, not with the replicas.
+#[test]
+fn the_template_hash_follows_the_pod_template_only() {
+    let hash = |site: &Site, cfg: &PlatformConfig| {
+        let sts = render_with(site, cfg).unwrap().statefulset;
+        let annotation = sts.metadata.annotations.as_ref().unwrap()
+            [crate::labels::TEMPLATE_HASH_ANNOTATION]
+            .clone();
+        assert_eq!(
+            annotation,
+            crate::render::workload::template_hash(&sts.spec.unwrap().template)
+        );
+        annotation
+    };
+    let cfg = config_for(RoutingMode::Ingress);
+    let site = base(true, 1, false).build();
+    let mut other_class = cfg.clone();
+    other_class.sites.kubernetes.priority_classes.default = "other-priority".into();
+    assert_ne!(hash(&site, &cfg), hash(&site, &other_class));
+    assert_eq!(hash(&site, &cfg), hash(&base(true, 3, false).build(), &cfg));
+}

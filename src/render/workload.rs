@@ -320,8 +320,21 @@ pub fn statefulset(
         ]),
         ..Default::default()
     };
+    let template = PodTemplateSpec {
+        metadata: Some(ObjectMeta {
+            labels: Some(labels::labels(id)),
+            annotations: Some(annotations),
+            ..Default::default()
+        }),
+        spec: Some(pod),
+    };
+    let mut metadata = labels::object_meta(site, id)?;
+    metadata.annotations.get_or_insert_default().insert(
+        labels::TEMPLATE_HASH_ANNOTATION.into(),
+        template_hash(&template),
+    );
     Ok(StatefulSet {
-        metadata: labels::object_meta(site, id)?,
+        metadata,
         spec: Some(StatefulSetSpec {
             replicas: Some(replicas),
             service_name: Some(id.into()),
@@ -329,18 +342,17 @@ pub fn statefulset(
                 match_labels: Some(labels::selector(id)),
                 ..Default::default()
             },
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(labels::labels(id)),
-                    annotations: Some(annotations),
-                    ..Default::default()
-                }),
-                spec: Some(pod),
-            },
+            template,
             ..Default::default()
         }),
         ..Default::default()
     })
+}
+
+/// The [`labels::TEMPLATE_HASH_ANNOTATION`] of a rendered pod template: 16 hex digits of its SHA-256.
+pub fn template_hash(template: &PodTemplateSpec) -> String {
+    let value = serde_json::to_value(template).unwrap_or_default();
+    crate::digest::json_sha256_hex(&value)[..16].to_string()
 }
 
 /// The name of the Service port of an application port.

@@ -19,6 +19,7 @@ use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
+use sites_emulator::faults::Lcg;
 use sites_operator::config::RoutingMode;
 use sites_operator::crd::Site;
 
@@ -39,20 +40,6 @@ const MOST_WRITES_CREATING: u64 = 60;
 const MOST_WRITES_CHANGING: u64 = 30;
 /// How long a process may take to make the writes it is killed after (from its start).
 const PROGRESS: Duration = Duration::from_secs(120);
-
-/// A deterministic pseudo-random sequence (the test is reproducible).
-struct Lcg(u64);
-
-impl Lcg {
-    /// A number in `low..=high`.
-    fn between(&mut self, low: u64, high: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        low + (self.0 >> 33) % (high - low + 1)
-    }
-}
 
 /// Starts the operator on ports of its own choosing: this cluster has no webhook configurations,
 /// so nobody needs to know them, and each restart may get new ones.

@@ -217,6 +217,7 @@ fn help_lists_only_working_commands() {
             "upgrade",
             "retention",
             "certs",
+            "rollout",
             "help"
         ],
         "{help}"

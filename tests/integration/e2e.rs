@@ -207,7 +207,8 @@ async fn lifecycle(t: Target) {
         path("manifests/examples/site.yaml"),
     ]);
     wait_available(&t).await;
-    // NAME PATH SPACE PHASE AVAILABLE PROGRESSING AGE; -o wide adds OWNER and REPLICAS.
+    // NAME PATH SPACE PHASE AVAILABLE PROGRESSING AGE; -o wide adds OWNER, REPLICAS, READY and
+    // REASON (the Progressing reason: RolloutPending for a Site a platform rollout holds back).
     let table = t.ok(&["get", "site", "docs-handbook", "-n", NS]);
     let header: Vec<&str> = table
         .lines()
@@ -249,14 +250,18 @@ async fn lifecycle(t: Target) {
         .unwrap_or_default()
         .split_whitespace()
         .collect();
-    assert_eq!(&header[7..], ["OWNER", "REPLICAS", "READY"], "{wide}");
+    assert_eq!(
+        &header[7..],
+        ["OWNER", "REPLICAS", "READY", "REASON"],
+        "{wide}"
+    );
     let cols: Vec<&str> = wide
         .lines()
         .nth(1)
         .unwrap_or_default()
         .split_whitespace()
         .collect();
-    assert_eq!(&cols[7..], ["jdoe", "1", "True"], "{wide}");
+    assert_eq!(&cols[7..], ["jdoe", "1", "True", "UpToDate"], "{wide}");
     for kind in [
         "secret/docs-handbook",
         "secret/docs-handbook-oauth2",
@@ -679,22 +684,27 @@ pub(crate) fn metrics_token(c: &Cluster) -> String {
 
 /// [`scrape`] with a token of [`metrics_token`].
 pub(crate) async fn scrape_with(pod: &Pod, token: &str) -> String {
+    let (status, response) = get_metrics(pod, Some(token)).await;
+    assert_eq!(status, 200, "{response}");
+    response
+}
+
+/// The status and response of a GET of `/metrics` from `pod` with `token`, or none.
+pub(crate) async fn get_metrics(pod: &Pod, token: Option<&str>) -> (u16, String) {
     let ca_file = pod
         .host_path("/tmp/sites-operator-certs/ca.crt")
         .expect("the certificate directory is on an emptyDir");
     let ca = std::fs::read_to_string(&ca_file).expect("the self-signed CA");
     let metrics = pod.process.reported().unwrap().metrics;
-    let (status, response) = https_get(
+    https_get(
         metrics,
         &ca,
         "sites-operator-metrics.sites.svc",
         "/metrics",
-        Some(token),
+        token,
     )
     .await
-    .expect("a TLS session with the metrics port");
-    assert_eq!(status, 200, "{response}");
-    response
+    .expect("a TLS session with the metrics port")
 }
 
 /// (verb, resource) pairs the shipped Roles and ClusterRoles grant, with the resource spelled as

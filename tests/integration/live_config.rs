@@ -23,19 +23,37 @@ use crate::support::operator::{
 };
 use crate::support::{Cluster, eventually, repo_file};
 
-const SITES: [&str; 2] = ["docs-handbook", "docs-other"];
+pub(crate) const SITES: [&str; 2] = ["docs-handbook", "docs-other"];
 
-fn example_config() -> String {
+pub(crate) fn example_config() -> String {
     std::fs::read_to_string(repo_file("manifests/base/config.yaml")).unwrap()
 }
 
+/// The configuration `manifests/overlays/kind-e2e` (and `local-1.20`) deploys.
+pub(crate) fn deployed_config() -> String {
+    std::fs::read_to_string(repo_file("manifests/overlays/kind-e2e/config.yaml")).unwrap()
+}
+
 /// Replaces `from` by `to` in `text`, which must contain it.
-fn edit(text: &str, from: &str, to: &str) -> String {
+pub(crate) fn edit(text: &str, from: &str, to: &str) -> String {
     assert!(text.contains(from), "{from:?} in the configuration");
     text.replace(from, to)
 }
 
-async fn write_config(c: &Cluster, text: &str) {
+/// Creates `sites-config` holding `text`.
+pub(crate) async fn create_config(c: &Cluster, text: &str) {
+    let cm: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "sites-config", "namespace": NS},
+        "data": {"config.yaml": text}
+    }))
+    .unwrap();
+    api::<ConfigMap>(c)
+        .create(&PostParams::default(), &cm)
+        .await
+        .unwrap();
+}
+
+pub(crate) async fn write_config(c: &Cluster, text: &str) {
     let patch = json!({"data": {"config.yaml": text}});
     api::<ConfigMap>(c)
         .patch(
@@ -100,18 +118,10 @@ fn generation<K: kube::Resource>(obj: &K) -> i64 {
 
 /// Two Sites that record their images (as the mutating webhook records them on CREATE), served
 /// by an operator that follows `sites-config`; returns when both are Available.
-async fn two_sites_following_the_configmap() -> (Cluster, Operator) {
+pub(crate) async fn two_sites_following_the_configmap() -> (Cluster, Operator) {
     let c = Cluster::start(false).await;
     prepare(&c).await;
-    let cm: ConfigMap = serde_json::from_value(json!({
-        "metadata": {"name": "sites-config", "namespace": NS},
-        "data": {"config.yaml": example_config()}
-    }))
-    .unwrap();
-    api::<ConfigMap>(&c)
-        .create(&PostParams::default(), &cm)
-        .await
-        .unwrap();
+    create_config(&c, &example_config()).await;
     let (client, registry) = counted_client(&c).await;
     let (tx, rx) = tokio::sync::watch::channel(true);
     let cfg = config(RoutingMode::Ingress);
@@ -311,15 +321,7 @@ async fn an_invalid_change_is_refused_and_the_last_valid_configuration_stays() {
     })
     .await;
     assert_eq!(op.live.get().routing.mode, RoutingMode::Gateway);
-    let cm: ConfigMap = serde_json::from_value(json!({
-        "metadata": {"name": "sites-config", "namespace": NS},
-        "data": {"config.yaml": valid}
-    }))
-    .unwrap();
-    api::<ConfigMap>(&c)
-        .create(&PostParams::default(), &cm)
-        .await
-        .unwrap();
+    create_config(&c, &valid).await;
     eventually("the ConfigMap in force again", WAIT, || async {
         (op.metric("sites_config_valid") == 1.0
             && op.live.get().routing.mode == RoutingMode::Ingress)

@@ -955,12 +955,7 @@ async fn an_edit_made_while_no_operator_runs_is_repaired_at_start() {
     let c = Cluster::start(false).await;
     prepare(&c).await;
     let op = operator(&c, config(RoutingMode::Ingress)).await;
-    sites(&c)
-        .create(&PostParams::default(), &example("site.yaml"))
-        .await
-        .unwrap();
-    wait_available(&c, "docs-handbook").await;
-    op.settled().await;
+    handbook_settled(&c, &op).await;
     let own = api::<ConfigMap>(&c).get("docs-handbook").await.unwrap();
     op.stop().await;
     let key = own.data.as_ref().unwrap().keys().next().unwrap().clone();
@@ -1060,12 +1055,7 @@ async fn an_object_replaced_while_the_cache_lags_is_not_taken_over() {
     let faults = c.emulator().faults();
     faults.drop_watches_every(Some(Duration::from_millis(200)));
     let op = operator(&c, config(RoutingMode::Ingress)).await;
-    sites(&c)
-        .create(&PostParams::default(), &example("site.yaml"))
-        .await
-        .unwrap();
-    wait_available(&c, "docs-handbook").await;
-    op.settled().await;
+    handbook_settled(&c, &op).await;
     blind(faults, "configmaps");
     let caches = op.caches();
     eventually("the ConfigMaps' cache no longer live", WAIT, || async {
@@ -1112,6 +1102,156 @@ async fn an_object_replaced_while_the_cache_lags_is_not_taken_over() {
     faults.clear();
     faults.drop_watches_every(None);
     op.stop().await;
+}
+
+/// `kubectl delete site --cascade=orphan` while the Sites' watch is behind the owned kinds'
+/// (the API server's watch caches are per resource): the removal of the owner references reaches
+/// the operator before the Site's deletion does, and its cache still shows the Site. The
+/// orphans are not taken over for that Site (an owner reference written back names a Site on its
+/// way out, and the garbage collector then deletes what the user meant to keep): the operator
+/// reads the Site before a takeover, finds it gone, and writes nothing, not even a status or
+/// an Event. Every orphan stays, without an owner, once the Sites' watch catches up too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orphans_seen_before_their_sites_deletion_are_not_taken_over() {
+    const SITES: &str = "sites.sites.ecmwf.int";
+    let c = Cluster::start(false).await;
+    prepare(&c).await;
+    let op = operator(&c, config(RoutingMode::Ingress)).await;
+    handbook_settled(&c, &op).await;
+    let orphans = || async {
+        let mut kept = Vec::new();
+        for (kind, owners) in [
+            ("ConfigMap", owners::<ConfigMap>(&c, "docs-handbook").await),
+            ("Secret", owners::<Secret>(&c, "docs-handbook").await),
+            ("Service", owners::<Service>(&c, "docs-handbook").await),
+            ("Ingress", owners::<Ingress>(&c, "docs-handbook").await),
+            (
+                "StatefulSet",
+                owners::<StatefulSet>(&c, "docs-handbook").await,
+            ),
+        ] {
+            kept.push(format!("{kind}: {owners:?}"));
+        }
+        kept
+    };
+    let faults = c.emulator().faults();
+    faults.hold_watches(SITES);
+    let (reconciles, writes) = (op.reconciles(), op.writes_by_resource());
+    sites(&c)
+        .delete("docs-handbook", &DeleteParams::orphan())
+        .await
+        .unwrap();
+    let site_gone = || async { sites(&c).get_opt("docs-handbook").await.unwrap().is_none() };
+    assert!(site_gone().await, "no finalizer holds the Site");
+    let unowned = [
+        "ConfigMap: Some(0)",
+        "Secret: Some(0)",
+        "Service: Some(0)",
+        "Ingress: Some(0)",
+        "StatefulSet: Some(0)",
+    ];
+    // The orphaning queued the Site, which the operator's cache still shows.
+    op.settled_after(reconciles).await;
+    assert!(op.caches().sites.get("docs-handbook").is_some());
+    assert_eq!(orphans().await, unowned);
+    assert_eq!(op.writes_by_resource(), writes, "nothing written");
+
+    faults.release_watches(SITES);
+    let caches = op.caches();
+    eventually("the Site gone from the cache", WAIT, || async {
+        caches.sites.get("docs-handbook").is_none().then_some(())
+    })
+    .await;
+    op.settled().await;
+    assert_eq!(orphans().await, unowned);
+    assert_eq!(op.writes_by_resource(), writes, "nothing written");
+    op.stop().await;
+}
+
+/// A watch that stays behind longer than the operator waits for its own writes
+/// (`own_writes::PENDING`, 10 s: the API server or etcd just restarted, its watch cache being
+/// rebuilt): the ConfigMaps' watch delivers nothing while a new Site is created, and the Site is
+/// reconciled again after the wait. The cache still has no ConfigMap the operator created; it
+/// reads them from the API server instead of believing the cache and creating them again (a
+/// second write of each and a second `Created` Event, which the chaos test on the real control
+/// plane once counted). The watch released, nothing more is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_behind_for_longer_than_the_own_write_wait_causes_no_second_write() {
+    const CONFIGMAPS: &str = "configmaps";
+    let c = Cluster::start(false).await;
+    prepare(&c).await;
+    let op = operator(&c, config(RoutingMode::Ingress)).await;
+    let faults = c.emulator().faults();
+    faults.hold_watches(CONFIGMAPS);
+    handbook_settled(&c, &op).await;
+    let configmap_writes = |op: &crate::support::operator::Operator| {
+        op.writes_by_resource()
+            .get("configmaps")
+            .copied()
+            .unwrap_or(0)
+    };
+    assert_eq!(configmap_writes(&op), 2);
+    assert!(op.caches().configmaps.get("docs-handbook").is_none());
+    // The wait for the operator's own writes runs out: the passage of time is the scenario.
+    tokio::time::sleep(sites_operator::controller::own_writes::PENDING + Duration::from_secs(1))
+        .await;
+    let reconciles = op.reconciles();
+    merge(
+        &c,
+        "docs-handbook",
+        json!({"metadata": {"labels": {"touch": "1"}}}),
+    )
+    .await;
+    op.settled_after(reconciles).await;
+    assert_eq!(configmap_writes(&op), 2, "{:?}", op.writes_by_resource());
+    faults.release_watches(CONFIGMAPS);
+    let caches = op.caches();
+    eventually("the ConfigMaps' watch caught up", WAIT, || async {
+        caches
+            .configmaps
+            .get("docs-handbook")
+            .is_some()
+            .then_some(())
+    })
+    .await;
+    op.settled().await;
+    assert_eq!(configmap_writes(&op), 2, "{:?}", op.writes_by_resource());
+    // One `Created` Event, published once (a repeat would be counted in its series).
+    let created: Vec<(Option<String>, i32)> = api::<Event>(&c)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("Created"))
+        .map(|e| (e.note, e.series.map_or(1, |s| s.count)))
+        .collect();
+    assert_eq!(created.len(), 1, "{created:?}");
+    assert_eq!(created[0].1, 1, "{created:?}");
+    op.stop().await;
+}
+
+/// The example Site `docs-handbook` created, Available, and the operator idle.
+async fn handbook_settled(c: &Cluster, op: &crate::support::operator::Operator) {
+    sites(c)
+        .create(&PostParams::default(), &example("site.yaml"))
+        .await
+        .unwrap();
+    wait_available(c, "docs-handbook").await;
+    op.settled().await;
+}
+
+/// How many owner references the object `name` has; None when it does not exist.
+async fn owners<K>(c: &Cluster, name: &str) -> Option<usize>
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let obj = api::<K>(c).get_opt(name).await.unwrap()?;
+    Some(obj.meta().owner_references.as_ref().map_or(0, Vec::len))
 }
 
 /// A volume labelled for a site whose claim reference names no claim of the operator's

@@ -409,7 +409,7 @@ async fn real_apiserver_gitops_drift_volumes_and_pods_that_cannot_be_created() {
 }
 
 /// The sum of the samples of metric `name` whose labels contain every `label="value"` pair.
-fn metric(text: &str, name: &str, labels: &[&str]) -> f64 {
+pub(crate) fn metric(text: &str, name: &str, labels: &[&str]) -> f64 {
     text.lines()
         .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
         .filter(|l| labels.iter().all(|pair| l.contains(pair)))
@@ -417,8 +417,15 @@ fn metric(text: &str, name: &str, labels: &[&str]) -> f64 {
         .sum()
 }
 
-/// The metrics of `pod` once it has reconciled at least once and its queue is empty.
-async fn settled(pod: &deployed::Pod, token: &str, what: &str, timeout: Duration) -> String {
+/// The metrics of `pod` once it has reconciled at least `reconciles` times (successfully) and
+/// its queue is empty.
+pub(crate) async fn settled(
+    pod: &deployed::Pod,
+    token: &str,
+    what: &str,
+    reconciles: usize,
+    timeout: Duration,
+) -> String {
     eventually_every(what, timeout, Duration::from_millis(250), || async {
         let m = e2e::scrape_with(pod, token).await;
         let done = metric(
@@ -427,7 +434,7 @@ async fn settled(pod: &deployed::Pod, token: &str, what: &str, timeout: Duration
             &["result=\"success\""],
         );
         let queued = metric(&m, "workqueue_depth", &[]);
-        (done >= 1.0 && queued == 0.0).then_some(m)
+        (done >= reconciles as f64 && queued == 0.0).then_some(m)
     })
     .await
 }
@@ -505,6 +512,27 @@ async fn real_apiserver_webhooks_leases_and_restarts() {
 
     let (c, a) = t.local.take().expect("the operator runs here");
     let token = e2e::metrics_token(&c);
+    // The metrics are refused without a token the API server authenticates (401) and to a
+    // ServiceAccount without the reader's grant (403, naming it), through the real API server's
+    // TokenReview and SubjectAccessReview.
+    for bad in [None, Some("not-a-token")] {
+        let (status, response) = e2e::get_metrics(&a, bad).await;
+        assert_eq!(status, 401, "{bad:?}: {response}");
+        assert!(!response.contains("workqueue_depth"), "{response}");
+    }
+    c.kubectl_ok(&["create", "serviceaccount", "unbound", "-n", NS]);
+    let unbound = c.kubectl_ok(&["create", "token", "unbound", "-n", NS]);
+    let (status, response) = e2e::get_metrics(&a, Some(unbound.trim())).await;
+    assert_eq!(status, 403, "{response}");
+    assert!(
+        response.contains("system:serviceaccount:sites:unbound"),
+        "{response}"
+    );
+    assert!(
+        e2e::scrape_with(&a, &token)
+            .await
+            .contains("workqueue_depth")
+    );
     let holder = || {
         c.kubectl(&[
             "get",
@@ -527,16 +555,8 @@ async fn real_apiserver_webhooks_leases_and_restarts() {
     let b = deployed::run_deployment(&c, NS, "sites-operator", t.timeout).await;
     let mut a = a;
     a.process.kill();
-    let other = t.kubeconfig.parent().unwrap().join("other.yaml");
-    std::fs::write(
-        &other,
-        std::fs::read_to_string(site)
-            .unwrap()
-            .replace("name: docs-handbook", "name: docs-other")
-            .replace("name: handbook", "name: other"),
-    )
-    .unwrap();
-    let out = c.kubectl(&["apply", "-n", NS, "-f", &other.display().to_string()]);
+    let other = real::example_site_file(t.kubeconfig.parent().unwrap(), "other");
+    let out = c.kubectl(&["apply", "-n", NS, "-f", &other]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         !out.status.success()
@@ -619,6 +639,7 @@ async fn real_apiserver_webhooks_leases_and_restarts() {
     // Site as it should be, writes nothing.
     let (code, _) = b.process.stop();
     assert_eq!(code, Some(0));
+    let mark = real::mark(&c);
     eventually_every(
         "the restarted replica to lead",
         t.timeout,
@@ -633,6 +654,7 @@ async fn real_apiserver_webhooks_leases_and_restarts() {
         &a2,
         &token,
         "the new leader to reconcile the Site",
+        1,
         t.timeout,
     )
     .await;
@@ -652,12 +674,21 @@ async fn real_apiserver_webhooks_leases_and_restarts() {
         "{}",
         written.join("\n")
     );
+    // The API server's audit log agrees: no write of the operator's ServiceAccount (Events
+    // included) since the old leader stopped, but the Lease.
+    assert_eq!(
+        real::operator_writes(&c, mark),
+        Vec::<String>::new(),
+        "{}",
+        written.join("\n")
+    );
 
     // An edit made while no replica runs, the hash annotation kept: the replicas and the site
     // container's image of the StatefulSet. The next leader repairs it at first sight, with
     // exactly one write.
     let (code, _) = a2.process.stop();
     assert_eq!(code, Some(0));
+    let mark = real::mark(&c);
     let spec = "jsonpath={.spec.replicas} {.spec.template.spec.containers[0].image}";
     let get_spec = || {
         c.kubectl(&["get", "statefulset", "docs-handbook", "-n", NS, "-o", spec])
@@ -688,7 +719,7 @@ async fn real_apiserver_webhooks_leases_and_restarts() {
         },
     )
     .await;
-    let metrics = settled(&a3, &token, "the third leader to settle", t.timeout).await;
+    let metrics = settled(&a3, &token, "the third leader to settle", 1, t.timeout).await;
     // Of the owned objects, only the StatefulSet is written, once (the Site's status and its
     // pods may follow the pods the edit rolled).
     let owned: Vec<String> = writes(&metrics)
@@ -698,6 +729,17 @@ async fn real_apiserver_webhooks_leases_and_restarts() {
     assert_eq!(
         owned,
         vec!["patch statefulsets.apps: 1".to_string()],
+        "{}",
+        a3.process.log()
+    );
+    // So does the audit log, naming the object.
+    let audited: Vec<String> = real::operator_writes(&c, mark)
+        .into_iter()
+        .filter(|w| !w.contains("/status ") && !w.contains(" events") && !w.contains(" pods "))
+        .collect();
+    assert_eq!(
+        audited,
+        vec![format!("patch statefulsets.apps {NS}/docs-handbook")],
         "{}",
         a3.process.log()
     );

@@ -55,7 +55,7 @@ async fn rendered_objects_are_accepted_and_cascade_with_the_site() {
     let crds: Api<CustomResourceDefinition> = Api::all(c.client.clone());
     crds.create(
         &PostParams::default(),
-        &sites_operator::crd::gateway_api_crds()[0],
+        &sites_operator::definitions::gateway_api_crds()[0],
     )
     .await
     .expect("HTTPRoute CRD is accepted");

@@ -1,6 +1,7 @@
 //! `sites-operator upgrade` against the emulator (LIFE-06, LIFE-09): built-in images move to the
 //! platform version, custom images stay, --force stamps a new request, archived sites stay
-//! archived, --dry-run stores nothing; --record-images records what runs.
+//! archived, --dry-run stores nothing; --record-images records what runs. `upgrade` and
+//! `retention` run against a real kube-apiserver 1.20 too (`real_apiserver_…`).
 
 use std::process::{Command, Output};
 
@@ -63,7 +64,18 @@ fn site(name: &str, enabled: bool, apps: serde_json::Value) -> Site {
 }
 
 async fn cluster_with_namespace() -> Cluster {
-    let c = Cluster::start(false).await;
+    with_namespace(Cluster::start(false).await).await
+}
+
+/// A real control plane ([`Cluster::real`]) with the Site CRD as `sites-operator crd` prints
+/// it, and the namespace.
+async fn real_cluster_with_namespace() -> Cluster {
+    let c = Cluster::real().await;
+    crate::support::real::install_printed_crds(&c, false);
+    with_namespace(c).await
+}
+
+async fn with_namespace(c: Cluster) -> Cluster {
     let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NS}})).unwrap();
     Api::<Namespace>::all(c.client.clone())
         .create(&PostParams::default(), &ns)
@@ -184,7 +196,17 @@ fn images(s: &Site) -> Vec<Option<String>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upgrade_rewrites_builtin_images_and_force_requests_a_restart() {
-    let c = cluster_with_namespace().await;
+    upgrades(cluster_with_namespace().await).await;
+}
+
+/// The same against a real kube-apiserver 1.20 and the CRD as printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the real control plane: make real-apiserver-test"]
+async fn real_apiserver_upgrade_rewrites_builtin_images_and_force_requests_a_restart() {
+    upgrades(real_cluster_with_namespace().await).await;
+}
+
+async fn upgrades(c: Cluster) {
     let api: Api<Site> = Api::namespaced(c.client.clone(), NS);
     let old = "registry.example.org/sites/static:2.3.0";
     let new = "registry.example.org/sites/static:2.4.0";
@@ -289,7 +311,17 @@ fn retention(c: &Cluster, args: &[&str]) -> Output {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retention_archives_then_deletes_and_touches_nothing_else() {
-    let c = cluster_with_namespace().await;
+    retains(cluster_with_namespace().await).await;
+}
+
+/// The same against a real kube-apiserver 1.20 and the CRD as printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the real control plane: make real-apiserver-test"]
+async fn real_apiserver_retention_archives_then_deletes_and_touches_nothing_else() {
+    retains(real_cluster_with_namespace().await).await;
+}
+
+async fn retains(c: Cluster) {
     let api: Api<Site> = Api::namespaced(c.client.clone(), NS);
     let with = |name: &str, enabled: bool, date: Option<&str>, archived_at: Option<&str>| {
         let mut s = site(name, enabled, json!([{"name": "static"}]));

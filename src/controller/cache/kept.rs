@@ -27,7 +27,9 @@ use crate::controller::cache::held::{self, Held};
 use crate::controller::status::SitePod;
 use crate::crd::{OPERATOR_BOUND_ANNOTATION, Site};
 use crate::digest::hashed;
-use crate::labels::{self, ControllerRef, LABEL_KEYS, LAST_APPLIED_ANNOTATION, Ownership};
+use crate::labels::{
+    self, ControllerRef, LABEL_KEYS, LAST_APPLIED_ANNOTATION, Ownership, TEMPLATE_HASH_ANNOTATION,
+};
 use crate::watched::{Pod, Volume};
 
 /// Prefix of the annotations the operator reads back from objects it owns.
@@ -606,15 +608,25 @@ pub struct Template {
     /// The image of each container, by container name: what the site runs, the last resort of a
     /// built-in application's pin ([`crate::render::apps::pinned`]).
     pub images: Pairs<String>,
+    /// The StatefulSet's [`TEMPLATE_HASH_ANNOTATION`], hashed: the template it was last rendered
+    /// with (None: it has none, as written by an operator version before it).
+    pub rendered: Option<u64>,
 }
 
 impl Keep for StatefulSet {
     type Body = Template;
     fn body(self, _: bool) -> Self::Body {
         let fingerprint = template_fingerprint(&self);
+        let rendered = self
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(TEMPLATE_HASH_ANNOTATION))
+            .map(|h| hashed(h.as_str()));
         let Some(spec) = self.spec else {
             return Template {
                 fingerprint,
+                rendered,
                 ..Template::default()
             };
         };
@@ -633,6 +645,7 @@ impl Keep for StatefulSet {
                 .map(Pairs::of),
             fingerprint,
             images: Pairs::of(images),
+            rendered,
         }
     }
 }
@@ -810,7 +823,7 @@ pub(crate) mod tests {
         let mut stored = desired.clone();
         let m = stored.meta_mut();
         m.managed_fields = Some(vec![ManagedFieldsEntry {
-            manager: Some(crate::labels::FIELD_MANAGER.into()),
+            manager: Some(crate::write::FIELD_MANAGER.into()),
             operation: Some("Apply".into()),
             ..Default::default()
         }]);

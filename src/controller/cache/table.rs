@@ -191,11 +191,24 @@ pub trait Pack:
     fn summary(&self) -> Self::Summary;
 }
 
-/// Sites are counted by phase (the `sites_by_phase` gauge).
+/// What the gauges count of a Site, kept beside its packed text: its phase (`sites_by_phase`)
+/// and whether it is paused (`sites_paused`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SiteSummary {
+    pub phase: Option<crate::crd::Phase>,
+    pub paused: bool,
+    /// Its Available condition is True.
+    pub available: bool,
+}
+
 impl Pack for Site {
-    type Summary = Option<crate::crd::Phase>;
+    type Summary = SiteSummary;
     fn summary(&self) -> Self::Summary {
-        self.status.as_ref().and_then(|s| s.phase)
+        SiteSummary {
+            phase: self.status.as_ref().and_then(|s| s.phase),
+            paused: self.paused(),
+            available: crate::controller::status::available(self.status.as_ref()),
+        }
     }
 }
 
@@ -259,6 +272,20 @@ impl<V: Pack> Table<V, Packed<V>> {
     /// The summary of every value.
     pub fn summaries(&self) -> Vec<V::Summary> {
         self.read().iter().map(|e| e.0.summary).collect()
+    }
+}
+
+impl Table<Site, Packed<Site>> {
+    /// The name of every Site, those that are not Available first, each part by name: the order
+    /// in which a rollout takes them (ROL-01).
+    pub fn names_by_availability(&self) -> Vec<String> {
+        let mut names: Vec<(bool, String)> = self
+            .read()
+            .iter()
+            .map(|e| (e.0.summary.available, e.0.name().to_string()))
+            .collect();
+        names.sort();
+        names.into_iter().map(|(_, name)| name).collect()
     }
 }
 
@@ -599,7 +626,11 @@ mod tests {
         assert_eq!(sites.len(), 2);
         assert_eq!(sites.names().len(), 2);
         assert_eq!(
-            sites.summaries().iter().flatten().count(),
+            sites
+                .summaries()
+                .iter()
+                .filter(|s| s.phase.is_some())
+                .count(),
             1,
             "one Site has a phase"
         );

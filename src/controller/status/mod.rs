@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::Error;
-use crate::crd::{Phase, Problem, Site, SiteStatus};
+use crate::crd::{PAUSED_ANNOTATION, Phase, Problem, Site, SiteStatus};
 use crate::reasons::{self, AVAILABLE, PROGRESSING, READY, RECONCILING, STALLED};
 use crate::watched::Pod;
 
@@ -255,7 +255,9 @@ pub fn site_status(
     let pod_status = aggregate(enabled, pods);
     let ready = pods.iter().filter(|p| !p.terminating && p.ready).count();
     let want = usize::try_from(c.settings.replicas).unwrap_or(0);
-    let ensured = stopped.is_none();
+    // A Site a rollout holds back has every object written but its StatefulSet, whose pods
+    // serve as before: its availability is theirs.
+    let ensured = stopped.is_none_or(Error::holds_rollout);
 
     let (available, a_reason, a_message) = if !enabled {
         (
@@ -310,7 +312,7 @@ pub fn site_status(
     };
     // Scaled to zero on purpose, with every object written: as ready as it is meant to be.
     let idle = ensured && !progressing && (!enabled || want == 0);
-    let (ready, r_reason, r_message) = if (available && !progressing) || idle {
+    let (ready, r_reason, r_message) = if (available && !progressing && stopped.is_none()) || idle {
         (true, a_reason, a_message.clone())
     } else {
         // Why not: the error, or what the site waits for.
@@ -345,6 +347,35 @@ pub fn site_status(
             })
             .collect(),
     }
+}
+
+/// Whether a status has the Available condition True.
+pub fn available(status: Option<&SiteStatus>) -> bool {
+    status.is_some_and(|s| {
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == AVAILABLE && c.status == "True")
+    })
+}
+
+/// The status of a paused Site (ROL-03): the status it had, with one condition more, `Paused`
+/// True; nothing else is recomputed, so a paused Site's status shows what it was when it was
+/// paused. Resuming drops the condition: [`site_status`] has no such condition.
+pub fn paused_status(site: &Site, previous: Option<&SiteStatus>, now: &Time) -> SiteStatus {
+    let mut status = previous.cloned().unwrap_or_default();
+    status.conditions.retain(|c| c.type_ != reasons::PAUSED);
+    status.conditions.push(condition(
+        reasons::PAUSED,
+        true,
+        reasons::PAUSED,
+        format!(
+            "{PAUSED_ANNOTATION} is \"true\": the operator writes nothing for this Site until the annotation is removed"
+        ),
+        site.metadata.generation,
+        previous,
+        now,
+    ));
+    status
 }
 
 /// Why the StatefulSet could not create a pod: the controller manager's `FailedCreate` Event

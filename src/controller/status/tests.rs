@@ -469,6 +469,33 @@ fn kstatus_conditions_follow_available_progressing_and_the_error_class() {
             None,
             ("True", "ScaledToZero", "False", "False", "NoTerminalError"),
         ),
+        // ROL-01, ROL-02: held back by a rollout, the Site serves on its pods as before.
+        (
+            "waiting for a rollout slot",
+            true,
+            1,
+            vec![&ready],
+            Some(Error::RolloutPending {
+                message: "waiting".into(),
+            }),
+            (
+                "False",
+                "RolloutPending",
+                "True",
+                "False",
+                "NoTerminalError",
+            ),
+        ),
+        (
+            "held by a halted rollout",
+            true,
+            1,
+            vec![&ready],
+            Some(Error::RolloutHalted {
+                message: "halted".into(),
+            }),
+            ("False", "RolloutHalted", "False", "True", "RolloutHalted"),
+        ),
     ];
     for (case, enabled, replicas, pods, outcome, (r, rr, rec, st, sr)) in cases {
         let site = SiteBuilder::new("docs-handbook")
@@ -511,6 +538,14 @@ fn kstatus_conditions_follow_available_progressing_and_the_error_class() {
             "{case}: Ready"
         );
         assert_eq!(reconciling.status, rec, "{case}: Reconciling");
+        let available = get(&s, AVAILABLE);
+        let serving = !pods.is_empty() && enabled && replicas > 0;
+        let stopped_early = outcome.as_ref().is_some_and(|e| !e.holds_rollout());
+        assert_eq!(
+            available.status == "True",
+            serving && !stopped_early,
+            "{case}: Available"
+        );
         assert_eq!(
             (reconciling.status.as_str(), reconciling.reason.as_str()),
             (progressing.status.as_str(), progressing.reason.as_str()),
@@ -796,4 +831,52 @@ fn a_failed_create_explains_missing_pods() {
             assert_eq!(get(&s, READY).reason, "FailedCreate", "{case}");
         }
     }
+}
+
+/// ROL-03: a paused Site's status is the one it had, with the `Paused` condition added (once:
+/// computing it again changes nothing); the status of a resumed Site has no such condition.
+#[test]
+fn a_paused_status_adds_one_condition_to_the_last_one() {
+    let t0 = time("2026-11-29T10:00:00Z");
+    let t1 = time("2026-11-29T11:00:00Z");
+    let ready = ready_pod("p-0");
+    let site = SiteBuilder::new("docs-handbook")
+        .namespace("sites")
+        .generation(4)
+        .enabled(true)
+        .app("static")
+        .build();
+    let before = site_status(&site, &[&ready], None, true, Default::default(), None, &t0);
+    let paused = paused_status(&site, Some(&before), &t0);
+    let mut without = paused.clone();
+    without.conditions.retain(|c| c.type_ != reasons::PAUSED);
+    assert_eq!(without, before, "nothing else is recomputed");
+    let condition = get(&paused, reasons::PAUSED);
+    assert_eq!(
+        (condition.status.as_str(), condition.reason.as_str()),
+        ("True", "Paused")
+    );
+    assert!(condition.message.contains("sites.ecmwf.int/paused"));
+    assert_eq!(
+        paused_status(&site, Some(&paused), &t1),
+        paused,
+        "a fixed point"
+    );
+    let never_reconciled = paused_status(&site, None, &t0);
+    assert_eq!(never_reconciled.conditions.len(), 1);
+    let resumed = site_status(
+        &site,
+        &[&ready],
+        None,
+        true,
+        Default::default(),
+        Some(&paused),
+        &t1,
+    );
+    assert!(
+        resumed
+            .conditions
+            .iter()
+            .all(|c| c.type_ != reasons::PAUSED)
+    );
 }

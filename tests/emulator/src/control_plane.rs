@@ -12,6 +12,10 @@ fn script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/control-plane.sh")
 }
 
+/// An image whose containers the kubelet of every control plane started here runs but never
+/// reports ready: a change that rolls pods onto it never completes (a halted rollout).
+pub const NEVER_READY_IMAGE: &str = "registry.example.org/test/never-ready:1";
+
 /// A started control plane and its kubelet.
 pub struct ControlPlane {
     dir: PathBuf,
@@ -53,6 +57,11 @@ impl ControlPlane {
         let config = crate::node::Config {
             storage_classes: storage_classes.iter().map(|c| c.to_string()).collect(),
             ready_file: Some(ready.clone()),
+            image_behaviours: [(
+                NEVER_READY_IMAGE.to_string(),
+                crate::state::Behaviour::NeverReady,
+            )]
+            .into(),
             ..Default::default()
         };
         plane.kubelet = Some(tokio::spawn(crate::node::run(
@@ -75,9 +84,45 @@ impl ControlPlane {
         self.dir.join("kubeconfig")
     }
 
+    /// The API server's audit log: every write request ([`crate::audit`]).
+    pub fn audit(&self) -> crate::audit::AuditLog {
+        crate::audit::AuditLog::new(&self.dir.join("audit.log"))
+    }
+
     /// The log of a component (`etcd`, `kube-apiserver`, `kube-controller-manager`).
     pub fn log(&self, component: &str) -> String {
         std::fs::read_to_string(self.dir.join(format!("{component}.log"))).unwrap_or_default()
+    }
+
+    /// SIGKILLs `component` (`etcd`, `kube-apiserver` or `kube-controller-manager`), as a crash
+    /// or the OOM killer would; returns once it is gone.
+    pub async fn kill(&self, component: &str) -> Result<(), String> {
+        self.script(&["kill", component]).await
+    }
+
+    /// Starts `component` again as it was first started (same ports and data); returns once it
+    /// serves.
+    pub async fn restart(&self, component: &str) -> Result<(), String> {
+        self.script(&["restart", component]).await
+    }
+
+    async fn script(&self, args: &[&str]) -> Result<(), String> {
+        let (verb, rest) = args.split_first().expect("a verb");
+        let mut command = Command::new(script());
+        command.arg(verb).arg(&self.dir).args(rest);
+        let out = tokio::task::spawn_blocking(move || command.output())
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("cannot run {}: {e}", script().display()))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "control-plane.sh {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        }
     }
 
     /// Stops the kubelet and the control plane (once).

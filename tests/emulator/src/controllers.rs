@@ -75,6 +75,8 @@ pub async fn run(app: Arc<App>) {
     let mut unscheduled = HashSet::new();
     mark_all(&app, &mut dirty, &mut unbound, &mut unscheduled);
     let mut retries: HashMap<(String, String), Retry> = HashMap::new();
+    // Under a kubelet pace ([`Kubelet::set_pace`]): when each pod may take its next step.
+    let mut paced: HashMap<(String, String), Instant> = HashMap::new();
     let mut tick = tokio::time::interval(Duration::from_millis(25));
     loop {
         tokio::select! {
@@ -93,6 +95,8 @@ pub async fn run(app: Arc<App>) {
                             }
                             if ev.kind != EventType::Deleted {
                                 dirty.pods.insert(key.clone());
+                            } else {
+                                paced.remove(&key);
                             }
                             if ev.kind != EventType::Deleted && pod["spec"]["nodeName"].is_null() {
                                 unscheduled.insert(key.clone());
@@ -166,9 +170,18 @@ pub async fn run(app: Arc<App>) {
                         }
                     }
                 }
-                for (ns, name) in d.pods {
-                    if kubelet_step(&app, &ns, &name) {
-                        dirty.pods.insert((ns, name));
+                let pace = app.kubelet.pace();
+                for key in d.pods {
+                    if paced.get(&key).is_some_and(|at| *at > now) {
+                        dirty.pods.insert(key);
+                        continue;
+                    }
+                    let step = kubelet_step(&app, &key.0, &key.1);
+                    if step.changed && !pace.is_zero() {
+                        paced.insert(key.clone(), now + pace);
+                    }
+                    if step.again {
+                        dirty.pods.insert(key);
                     }
                 }
             }
@@ -289,11 +302,10 @@ fn claim_in_use(app: &App, ns: &str, name: &str) -> bool {
         .any(|(_, p)| pod_claims(&p.value()).iter().any(|c| c == name))
 }
 
-/// Writes `new` over `old` unless equal; ignores conflicts (the next event retries).
-fn write(app: &App, r: &ResourceInfo, old: &Value, new: Value) {
-    if *old != new {
-        let _ = app.store.commit_update(r, rv_of(old), new);
-    }
+/// Writes `new` over `old` unless they are equal; whether it was written (a conflict is not:
+/// the next event retries).
+fn write(app: &App, r: &ResourceInfo, old: &Value, new: Value) -> bool {
+    *old != new && app.store.commit_update(r, rv_of(old), new).is_ok()
 }
 
 fn create(app: &App, r: &ResourceInfo, ns: &str, obj: Value) -> Option<Arc<Value>> {
@@ -634,19 +646,19 @@ fn condition(existing: &Value, kind: &str, status: bool, reason: Option<&str>, n
     c
 }
 
-/// Advances one pod by one step; returns true when it wants another step.
-fn kubelet_step(app: &App, ns: &str, name: &str) -> bool {
+/// Advances one pod by one step: whether it wrote the pod, and whether it wants another step.
+fn kubelet_step(app: &App, ns: &str, name: &str) -> Stepped {
     let Some(pod_r) = resource(app, "", "pods") else {
-        return false;
+        return Stepped::default();
     };
     let Some(pod) = app.store.lock().get(&pod_r, ns, name) else {
-        return false;
+        return Stepped::default();
     };
     if pod["metadata"]["deletionTimestamp"].is_string() {
         if !finalizers_left(&pod) {
             let _ = app.store.commit_remove(&pod_r, ns, name, None, None);
         }
-        return false;
+        return Stepped::default();
     }
     let mut new = (*pod).clone();
     if pod["spec"]["nodeName"].is_null() {
@@ -662,7 +674,7 @@ fn kubelet_step(app: &App, ns: &str, name: &str) -> bool {
                 // Stays Pending until a node event makes it schedulable again.
                 new["status"] = crate::cluster::unschedulable_status(&pod, &why);
                 write(app, &pod_r, &pod, new);
-                return false;
+                return Stepped::default();
             }
         }
     }
@@ -673,8 +685,17 @@ fn kubelet_step(app: &App, ns: &str, name: &str) -> bool {
         &now(),
     );
     new["status"] = step.status;
-    write(app, &pod_r, &pod, new);
-    step.again
+    Stepped {
+        changed: write(app, &pod_r, &pod, new),
+        again: step.again,
+    }
+}
+
+/// What one kubelet step did: whether it wrote the pod, and whether it wants another step.
+#[derive(Default)]
+struct Stepped {
+    changed: bool,
+    again: bool,
 }
 
 /// A pod being deleted still has finalizers: the kubelet leaves it for their controllers.

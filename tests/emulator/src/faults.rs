@@ -43,6 +43,8 @@ pub struct Faults {
     injected: Mutex<std::collections::BTreeMap<u16, u64>>,
     /// Storage keys whose next watch from a resourceVersion gets 410 Expired.
     expire: Mutex<Vec<String>>,
+    /// Storage keys whose watches deliver nothing until released ([`Faults::hold_watches`]).
+    held: tokio::sync::watch::Sender<Vec<String>>,
 }
 
 impl Default for Faults {
@@ -54,6 +56,7 @@ impl Default for Faults {
             spike: Mutex::new(Duration::ZERO),
             injected: Mutex::new(Default::default()),
             expire: Mutex::new(Vec::new()),
+            held: tokio::sync::watch::Sender::new(Vec::new()),
         }
     }
 }
@@ -123,6 +126,34 @@ impl Faults {
             .entry(410)
             .or_default() += 1;
         true
+    }
+
+    /// Every watch of `resource` (storage key), open or to come, delivers nothing (no event, no
+    /// bookmark) until [`Faults::release_watches`]: the watch cache of one resource behind the
+    /// others', as an API server under load has it. The streams stay open; what happened
+    /// meanwhile is delivered in order on release.
+    pub fn hold_watches(&self, resource: &str) {
+        self.held
+            .send_modify(|held| held.push(resource.to_string()));
+    }
+
+    /// Ends [`Faults::hold_watches`] for `resource`.
+    pub fn release_watches(&self, resource: &str) {
+        self.held.send_modify(|held| held.retain(|r| r != resource));
+    }
+
+    /// Whether the watches of `resource` are held.
+    pub fn watches_held(&self, resource: &str) -> bool {
+        self.held.borrow().iter().any(|r| r == resource)
+    }
+
+    /// Returns once the watches of `resource` are not held.
+    pub async fn watches_released(&self, resource: &str) {
+        let mut held = self.held.subscribe();
+        // The sender lives as long as `self`: the wait ends only by the release.
+        let _ = held
+            .wait_for(|held| !held.iter().any(|r| r == resource))
+            .await;
     }
 
     pub fn watch_drop(&self) -> Option<Duration> {
@@ -204,5 +235,43 @@ fn error_for(code: u16, verb: &str, r: &ResourceInfo, name: &str) -> ApiError {
             "InternalError",
             "Internal error occurred: emulated fault",
         ),
+    }
+}
+
+/// A deterministic pseudo-random sequence for the chaos of tests and benchmarks (which
+/// component is killed when, after how many writes): the same seed, the same run.
+pub struct Lcg(pub u64);
+
+impl Lcg {
+    /// A number in `low..=high`.
+    pub fn between(&mut self, low: u64, high: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        low + (self.0 >> 33) % (high - low + 1)
+    }
+
+    /// A pause of `low..=high` milliseconds.
+    pub fn millis(&mut self, low: u64, high: u64) -> Duration {
+        Duration::from_millis(self.between(low, high))
+    }
+}
+
+#[cfg(test)]
+mod lcg_tests {
+    use super::Lcg;
+
+    #[test]
+    fn the_sequence_stays_in_range_and_repeats_for_a_seed() {
+        let draw = |seed| {
+            let mut rng = Lcg(seed);
+            (0..100).map(|_| rng.between(3, 7)).collect::<Vec<_>>()
+        };
+        let a = draw(55);
+        assert!(a.iter().all(|x| (3..=7).contains(x)));
+        assert!((3..=7).all(|x| a.contains(&x)), "every value comes: {a:?}");
+        assert_eq!(a, draw(55));
+        assert_ne!(a, draw(56));
     }
 }

@@ -8,6 +8,7 @@ pub mod admission;
 pub mod aggregated;
 pub mod apiservices;
 pub mod apply;
+pub mod audit;
 pub mod authz;
 pub mod batch;
 pub mod builtin;

@@ -186,8 +186,11 @@ pub fn watch(
         (initial, rx, current)
     };
     let expired = initial.iter().any(|(kind, _)| *kind == "ERROR");
+    let app = app.clone();
     let stream = async_stream(move |tx| async move {
+        let faults = &app.faults;
         for e in initial {
+            faults.watches_released(&key).await;
             if tx.send(e).await.is_err() {
                 return;
             }
@@ -201,7 +204,7 @@ pub fn watch(
         loop {
             tokio::select! {
                 _ = tokio::time::sleep_until(deadline) => return,
-                _ = bookmark_tick.tick(), if bookmarks => {
+                _ = bookmark_tick.tick(), if bookmarks && !faults.watches_held(&key) => {
                     let bm = ("BOOKMARK", Payload::Value(Arc::new(json!({
                         "kind": r.kind, "apiVersion": r.api_version(),
                         "metadata": {"resourceVersion": last_rv.to_string()}
@@ -214,10 +217,11 @@ pub fn watch(
                         if ev.resource != key || ns.as_deref().is_some_and(|n| ev.namespace != n) {
                             continue;
                         }
-                        if let Some(j) = selected_event(&ev, &selection)
-                            && tx.send(j).await.is_err()
-                        {
-                            return;
+                        if let Some(j) = selected_event(&ev, &selection) {
+                            faults.watches_released(&key).await;
+                            if tx.send(j).await.is_err() {
+                                return;
+                            }
                         }
                     }
                     // A watcher too slow for the event rate is closed; the client re-watches.

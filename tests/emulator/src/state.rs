@@ -73,6 +73,8 @@ pub struct Kubelet {
     behaviours: Mutex<Behaviours>,
     /// Pods whose behaviour changed and need another look.
     pub(crate) touched: Mutex<HashSet<(String, String)>>,
+    /// The least time between two steps of one pod ([`Kubelet::set_pace`]).
+    pace: Mutex<std::time::Duration>,
 }
 
 impl Kubelet {
@@ -111,6 +113,20 @@ impl Kubelet {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert((namespace.into(), pod.into()));
+    }
+
+    /// Each pod stays at least `pace` in a state before its next step (scheduled with its
+    /// containers being created, then running as its behaviour says): the pace of a real node,
+    /// whose scheduler, volume mounts, image pulls and container starts each take their time,
+    /// so that a controller sees every state a pod goes through (the Pending pod whose
+    /// containers are `ContainerCreating`, which the default pace of one 25 ms tick hides).
+    /// Zero, the default, steps a pod on every tick it needs one.
+    pub fn set_pace(&self, pace: std::time::Duration) {
+        *self.pace.lock().unwrap_or_else(|p| p.into_inner()) = pace;
+    }
+
+    pub(crate) fn pace(&self) -> std::time::Duration {
+        *self.pace.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub(crate) fn behaviour(&self, ns: &str, pod: &str, image: &str) -> Behaviour {

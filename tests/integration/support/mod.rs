@@ -67,7 +67,7 @@ impl Cluster {
         })
         .await;
         let crds: Api<CustomResourceDefinition> = Api::all(c.client.clone());
-        crds.create(&PostParams::default(), &sites_operator::crd::crd())
+        crds.create(&PostParams::default(), &sites_operator::definitions::crd())
             .await
             .expect("Site CRD is accepted");
         install_priority_classes(&c.client).await;

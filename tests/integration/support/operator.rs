@@ -179,7 +179,7 @@ pub async fn install_http_routes(c: &Cluster) {
     let _ = Api::<CustomResourceDefinition>::all(c.client.clone())
         .create(
             &PostParams::default(),
-            &sites_operator::crd::gateway_api_crds()[0],
+            &sites_operator::definitions::gateway_api_crds()[0],
         )
         .await;
 }

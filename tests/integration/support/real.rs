@@ -8,6 +8,7 @@
 //! `make real-apiserver-test` (part of `make test`) builds the control plane, then runs exactly
 //! them (`--run-ignored only`).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -29,7 +30,85 @@ const NS: &str = "sites";
 /// fails closed, the rest open), and never reach another process on this machine.
 pub const NO_REPLICA: u16 = 0;
 
+pub use sites_emulator::audit::Mark;
 pub use sites_emulator::control_plane::ControlPlane;
+
+/// The CRDs as `sites-operator crd` prints them (with `--with-gateway-api`: and the Gateway
+/// API's), applied with kubectl; returns once the Site CRD (and the HTTPRoute CRD) is
+/// Established.
+pub fn install_printed_crds(c: &Cluster, with_gateway_api: bool) {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_sites-operator"));
+    command.arg("crd");
+    if with_gateway_api {
+        command.arg("--with-gateway-api");
+    }
+    let printed = command.output().expect("the binary runs");
+    assert!(printed.status.success());
+    c.kubectl_ok_stdin(
+        &["apply", "-f", "-"],
+        &String::from_utf8(printed.stdout).unwrap(),
+    );
+    let mut crds = vec!["crd/sites.sites.ecmwf.int"];
+    if with_gateway_api {
+        crds.push("crd/httproutes.gateway.networking.k8s.io");
+    }
+    for crd in crds {
+        c.kubectl_ok(&["wait", "--for=condition=Established", "--timeout=60s", crd]);
+    }
+}
+
+/// `manifests/examples/site.yaml` as Site `docs-<short>` on the path `.../<short>/`, written to
+/// `dir/<short>.yaml`; returns the file's path.
+pub fn example_site_file(dir: &Path, short: &str) -> String {
+    let text = std::fs::read_to_string(deployed::manifest("examples/site.yaml"))
+        .unwrap()
+        .replace("name: docs-handbook", &format!("name: docs-{short}"))
+        .replace("name: handbook", &format!("name: {short}"));
+    let path = dir.join(format!("{short}.yaml"));
+    std::fs::write(&path, text).unwrap();
+    path.display().to_string()
+}
+
+/// The kinds a Site owns in ingress mode (SPEC 4.1), as `kubectl get` takes them.
+pub const OWNED_KINDS: &str =
+    "secrets,configmaps,persistentvolumeclaims,statefulsets,services,ingresses";
+
+/// The operator's ServiceAccount in the overlay, as the API server's audit log names its requests.
+pub const OPERATOR_USER: &str = "system:serviceaccount:sites:sites-operator";
+
+/// Where the real control plane's audit log ends now ([`operator_writes`] counts from there).
+pub fn mark(c: &Cluster) -> Mark {
+    audit_log(c).mark()
+}
+
+fn audit_log(c: &Cluster) -> sites_emulator::audit::AuditLog {
+    c.real_plane().expect("a real control plane").audit()
+}
+
+/// What the API server's audit log shows the operator's ServiceAccount stored since `mark`,
+/// as `verb resource namespace/name`, but its Lease renewals and the token and access reviews
+/// of those who read its metrics: the writes to objects and statuses, Events included.
+pub fn operator_writes(c: &Cluster, mark: Mark) -> Vec<String> {
+    audit_log(c)
+        .stored_by(OPERATOR_USER, mark)
+        .into_iter()
+        .filter(|w| {
+            !w.resource.starts_with("leases.")
+                && !w.resource.starts_with("tokenreviews.")
+                && !w.resource.starts_with("subjectaccessreviews.")
+        })
+        .map(|w| format!("{} {} {}", w.verb, w.resource, w.object))
+        .collect()
+}
+
+/// [`operator_writes`] by `verb resource`, as the operator's `sites_api_requests_total` counts
+/// them (`support::api_requests`), to cross-check one with the other.
+pub fn operator_writes_by_kind(c: &Cluster, mark: Mark) -> BTreeMap<String, usize> {
+    sites_emulator::audit::count(operator_writes(c, mark).into_iter().map(|w| {
+        let mut parts = w.split(' ');
+        format!("{} {}", parts.next().unwrap(), parts.next().unwrap())
+    }))
+}
 
 /// `manifests/overlays/local-1.20` for an operator whose webhook server listens on
 /// `127.0.0.1:port`: a copy in `dir` with the port and its base's path replaced.
