@@ -72,8 +72,18 @@ fn system_now() -> Time {
     Time(k8s_openapi::jiff::Timestamp::now())
 }
 
+/// `time` without its fraction of a second.
+fn whole_seconds(time: Time) -> Time {
+    Time(k8s_openapi::jiff::Timestamp::from_second(time.0.as_second()).unwrap_or(time.0))
+}
 
 impl Context {
+    /// The time conditions carry, in whole seconds as the API server stores them: a status with
+    /// a fraction of a second would never equal its stored copy.
+    pub(crate) fn status_time(&self) -> Time {
+        whole_seconds((self.now)())
+    }
+
     pub fn new(
         client: kube::Client,
         config: Live,
@@ -192,4 +202,22 @@ fn fresh<R: PartialEq, T: Clone>(cell: &Cached<R, T>, reference: &R) -> Option<T
 
 fn remember<R, T>(cell: &Cached<R, T>, reference: R, value: T) {
     *cell.lock().unwrap_or_else(|e| e.into_inner()) = Some((Instant::now(), reference, value));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A condition's time equals its stored copy: the API server keeps whole seconds (RFC 3339
+    /// without a fraction), and a status that differs from its stored copy only by a fraction
+    /// would be written again by the next reconcile that reads the stored one.
+    #[test]
+    fn status_times_are_whole_seconds_as_stored() {
+        let time = Time("2026-12-08T01:02:03.456789Z".parse().unwrap());
+        let whole = whole_seconds(time);
+        assert_eq!(whole.0.to_string(), "2026-12-08T01:02:03Z");
+        let stored: Time = serde_json::from_value(serde_json::to_value(&whole).unwrap()).unwrap();
+        assert_eq!(stored, whole);
+        assert_eq!(whole_seconds(whole.clone()), whole);
+    }
 }

@@ -78,7 +78,7 @@ pub async fn reconcile(ctx: &Context, name: &str) -> Next {
         rolling::forget(ctx, name);
         // ROL-03: nothing is written but the condition that says so; removing the annotation
         // queues the Site (an annotation change is an edit) for one reconcile.
-        let new = status::paused_status(&site, site.status.as_ref(), &(ctx.now)());
+        let new = status::paused_status(&site, site.status.as_ref(), &ctx.status_time());
         return match store_status(ctx, &site, new).await {
             Ok(()) => Next::Done,
             Err(e) => {
@@ -519,7 +519,7 @@ async fn write_status(
         enabled,
         images,
         previous,
-        &(ctx.now)(),
+        &ctx.status_time(),
     );
     let failed = ctx
         .caches
@@ -538,7 +538,13 @@ async fn store_status(ctx: &Context, site: &Site, new: SiteStatus) -> Result<()>
     let name = site.name_any();
     let last_written = ctx.own.statuses.last_is(&name, &new);
     if status_up_to_date(previous, &new, last_written, || {
+        // Stored and not shown yet, or shown since this reconcile read the Site.
         ctx.own.statuses.awaited(&name, &new)
+            || ctx
+                .caches
+                .sites
+                .get(&name)
+                .is_some_and(|now| now.status.as_ref() == Some(&new))
     }) {
         return Ok(());
     }
@@ -557,8 +563,9 @@ async fn store_status(ctx: &Context, site: &Site, new: SiteStatus) -> Result<()>
 /// The cached Site may not show the operator's last write yet: a pod that turns ready just after
 /// a "not ready" status was written maps back to the status the cache still shows, and that
 /// status must be written again. Nothing else would queue the Site: the watch event of the
-/// operator's own write queues nothing. The other way round, when the last write is `new`, was
-/// stored and the watch has not shown it yet (`awaited`), the cached status is merely older.
+/// operator's own write queues nothing. The other way round, when the last write is `new` and
+/// it was stored and the watch has not shown it yet, or the watch showed it after the reconcile
+/// read the Site (`awaited`), the cached status is merely older.
 fn status_up_to_date(
     cached: Option<&SiteStatus>,
     new: &SiteStatus,

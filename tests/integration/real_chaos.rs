@@ -91,6 +91,20 @@ async fn converged(c: &Cluster, names: &[String], memory: &str) -> Result<(), St
     }
 }
 
+/// Each Site's stored status, by name.
+async fn statuses(c: &Cluster) -> BTreeMap<String, Value> {
+    let list = sites(c).list(&Default::default()).await.unwrap();
+    list.items
+        .into_iter()
+        .map(|s| {
+            (
+                s.metadata.name.clone().unwrap_or_default(),
+                serde_json::to_value(&s.status).unwrap(),
+            )
+        })
+        .collect()
+}
+
 /// Objects labelled with a Site id whose controller is not an existing Site's uid.
 fn orphans(c: &Cluster) -> Vec<String> {
     let uids: BTreeSet<String> = c
@@ -308,13 +322,24 @@ async fn real_apiserver_kills_of_every_component_while_sites_roll_lose_nothing()
         said.join("\n")
     );
 
-    // A replica started now verifies every object and writes nothing: each equals its rendering.
+    // The last replica done with all it was given (a pod event after the Sites converged queues
+    // one more status), then stopped.
+    let token = crate::e2e::metrics_token(&c);
+    crate::real_apiserver::settled(
+        &last,
+        &token,
+        "the last replica to settle",
+        names.len(),
+        timeout,
+    )
+    .await;
     let (code, log) = last.process.stop();
     assert_eq!(code, Some(0), "{log}");
     logs.push(log);
+    // A replica started now verifies every object and writes nothing: each equals its rendering.
+    let stored = statuses(&c).await;
     let mark = real::mark(&c);
     let check = deployed::run_deployment(&c, NS, "sites-operator", timeout).await;
-    let token = crate::e2e::metrics_token(&c);
     crate::real_apiserver::settled(
         &check,
         &token,
@@ -323,10 +348,17 @@ async fn real_apiserver_kills_of_every_component_while_sites_roll_lose_nothing()
         timeout,
     )
     .await;
+    let rewritten: Vec<String> = statuses(&c)
+        .await
+        .into_iter()
+        .filter(|(name, status)| stored.get(name) != Some(status))
+        .map(|(name, status)| format!("{name}: {:#?}\nnow: {status:#?}", stored.get(&name)))
+        .collect();
     assert_eq!(
         real::operator_writes(&c, mark),
         Vec::<String>::new(),
-        "{}",
+        "statuses the checking replica changed:\n{}\n{}",
+        rewritten.join("\n"),
         check.process.log()
     );
     logs.push(check.process.log());

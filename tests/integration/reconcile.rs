@@ -1836,8 +1836,7 @@ async fn a_repeated_event_is_counted_in_the_series_of_the_first() {
 /// real table): no pod yet, its pod Pending with the containers `ContainerCreating`, then
 /// Available; at the default pace the middle state passes within one tick and the operator
 /// mostly sees the last. Each status write is a status a watcher sees change (a pod seen
-/// before its node took it is one more Pending status, as on real), but for one known repeat of
-/// the first status.
+/// before its node took it is one more Pending status, as on real).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_a_real_nodes_pace_a_new_site_shows_its_pods_states() {
     let c = Cluster::start(false).await;
@@ -1896,13 +1895,11 @@ async fn at_a_real_nodes_pace_a_new_site_shows_its_pods_states() {
         w.get("sites.sites.ecmwf.int/status").copied().unwrap_or(0)
     };
     let after = op.writes_by_resource();
-    // Each status write is a status a watcher sees change, but for one known repeat: the first
-    // status (no pod yet) is at times written a second time, the same, by the reconcile the pod's
-    // creation queues right after it (not yet mended).
-    let written = status_writes(&after) - status_writes(&before);
-    assert!(
-        (statuses..=statuses + 1).contains(&written),
-        "{written} status writes for {statuses} statuses"
+    // Each status write is a status a watcher sees change.
+    assert_eq!(
+        status_writes(&after) - status_writes(&before),
+        statuses,
+        "status writes for the statuses seen"
     );
     op.stop().await;
 }
