@@ -197,7 +197,7 @@ install() {
   need python3 kubectl
   if ! built; then
     need_apt "building Kubernetes $KUBE_VERSION"
-    need tar gzip find xargs awk
+    need tar gzip find xargs awk sed grep sort paste cut dirname mktemp
   fi
   packages
   built && return

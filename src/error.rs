@@ -195,7 +195,7 @@ pub enum Error {
     RouteConflict {
         kind: String,
         name: String,
-        /// `controlled by Site a`, `not controlled by any Site`: [`crate::labels::Control`].
+        /// `controlled by Site a`, `not controlled by any Site`: [`crate::ownership::Control`].
         controller: String,
     },
     /// A platform change would roll the Site's pods and the change budget has no slot free

@@ -5,7 +5,7 @@
 //! - pure logic: the Site types and CRD ([`crd`]), the platform configuration and its validator
 //!   ([`config`]), the field-error type every validator speaks ([`validation`]), the Site rules
 //!   ([`rules`]), the restart decision ([`restart`]), names, labels and owner references of
-//!   owned objects ([`labels`]), rendering of every owned object ([`render`]), the one error type
+//!   owned objects ([`labels`]), who controls an existing object ([`ownership`]), rendering of every owned object ([`render`]), the one error type
 //!   ([`error`]) and the condition and Event reasons ([`reasons`]);
 //! - the admission handlers and the HTTPS server ([`admission`], [`tls`], [`certs`]);
 //! - the reconciler: caches, queue, reconcile recipe and every write to the cluster
@@ -27,6 +27,7 @@ pub mod error;
 pub(crate) mod fixtures;
 pub mod labels;
 pub mod metrics;
+pub mod ownership;
 pub mod policy;
 pub mod progress;
 pub mod reasons;

@@ -16,7 +16,7 @@ use serde_json::json;
 
 use crate::config::PlatformConfig;
 use crate::crd::{Application, Site, UPGRADE_REQUEST_ANNOTATION};
-use crate::labels::{self, Control};
+use crate::ownership::{self, Control};
 use crate::render::apps::{pinned, upgraded_applications};
 use crate::write::Writer;
 
@@ -74,7 +74,7 @@ pub fn recorded_applications(
     running: Option<&StatefulSet>,
 ) -> Vec<Application> {
     let containers = running
-        .filter(|sts| labels::control(sts.meta(), site) == Control::ThisSite)
+        .filter(|sts| ownership::control(sts.meta(), site) == Control::ThisSite)
         .and_then(|sts| Some(&sts.spec.as_ref()?.template.spec.as_ref()?.containers));
     let running_image = |name: &str| {
         containers?

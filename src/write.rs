@@ -3,7 +3,7 @@
 //! `src/` to that). A write here
 //!
 //! - carries the operator's field manager, [`FIELD_MANAGER`], so that what the operator wrote is
-//!   never taken for another manager's ([`crate::labels::other_manager`]);
+//!   never taken for another manager's ([`crate::ownership::other_manager`]);
 //! - is conditional on what its caller judged: a merge patch on the resourceVersion it was read
 //!   at, a deletion on the uid (and resourceVersion), a replacement on the resourceVersion the
 //!   object carries, an apply on the uid the object carries. An object changed or replaced since

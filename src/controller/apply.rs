@@ -125,7 +125,7 @@ where
             // value fails the apply (409); one whose fields agree, or that has others beside
             // them, is found with their entry in what the apply returns. Either is judged again.
             let written = writer.apply(desired, false).await?;
-            if let Some(other) = crate::labels::other_manager(written.meta()) {
+            if let Some(other) = crate::ownership::other_manager(written.meta()) {
                 let message = format!("created meanwhile by another writer ({other})");
                 let status = kube::core::Status::failure(&message, "Conflict").with_code(409);
                 return Err(Error::Write(WriteError {

@@ -15,7 +15,7 @@ use crate::controller::cache::kept::{Keep, Kept, Owned};
 use crate::controller::cache::table::Records;
 use crate::controller::context::Context;
 use crate::crd::Site;
-use crate::labels::Control;
+use crate::ownership::Control;
 use crate::{Error, Result, Target};
 
 /// What a reconcile wrote: the objects it created (for the one Created Event), and whether the

@@ -32,7 +32,7 @@ use crate::controller::routes::{path_taken_by, routes};
 use crate::controller::status::SitePod;
 use crate::controller::{status, volumes};
 use crate::crd::{Site, SiteStatus};
-use crate::labels::{self, Control};
+use crate::ownership::{self, Control};
 use crate::render::{self, Inputs, PodTemplateInputs, Rendered, SiteTokens};
 use crate::watched::Volume;
 use crate::{Error, Result, Retry, reasons, restart};
@@ -261,9 +261,10 @@ async fn gather(ctx: &Context, config: &PlatformConfig, site: &Site) -> Result<G
         _ => match ctx.read::<Secret>(&id).await? {
             Some(read) => {
                 let read = Arc::unwrap_or_clone(read);
-                let data = labels::controlled_by(&labels::Ownership::of(&read.metadata), site)
-                    .then(|| read.data.clone())
-                    .flatten();
+                let data =
+                    ownership::controlled_by(&ownership::Ownership::of(&read.metadata), site)
+                        .then(|| read.data.clone())
+                        .flatten();
                 (Some(Arc::new(Kept::new(read))), data)
             }
             None => (None, None),
@@ -397,7 +398,7 @@ async fn apply_in_order(
     // ROL-01, ROL-02: a platform change that rolls the pods waits for the change budget; the
     // objects after the StatefulSet are written meanwhile.
     let stored = c.statefulsets.get(&id);
-    let stored_template = stored.as_ref().map(|s| s.body.fingerprint);
+    let stored_template = stored.as_ref().map(|s| s.body.hash);
     let roll = rolling::platform_roll(
         site,
         decision.restart.restart,
@@ -451,7 +452,7 @@ async fn workload(
     // LIFE-15: a new pod template rolls the pods; a pod that never becomes ready would stop the
     // rollout. (A repaired replica count rolls nothing: its pods are left to the controller.)
     let rolled = matches!(&written, Ok((Written::Updated, Some(w)))
-        if stored_template != Some(crate::controller::cache::kept::template_fingerprint(w)));
+        if stored_template != Some(crate::controller::cache::kept::template_hash(w)));
     if counted && !rolled {
         rolling::unroll(ctx, &id);
     }

@@ -14,7 +14,7 @@ use crate::controller::cache::table::Records;
 use crate::controller::context::Context;
 use crate::controller::owned::{Writes, apply_judged, controlled, existing};
 use crate::crd::Site;
-use crate::labels::Control;
+use crate::ownership::Control;
 use crate::render::Route;
 use crate::{Error, Result};
 
@@ -33,7 +33,7 @@ pub(super) fn path_taken_by(ctx: &Context, site: &Site) -> Option<String> {
 /// The route of the active mode (created, updated, or deleted when the site has no public
 /// path), then the removal of this site's route of the other mode (LIFE-13). A route conflict
 /// does not keep the other mode's route. Routes are judged as every owned kind is: by their
-/// controller owner reference ([`labels::control`]), never by a label alone.
+/// controller owner reference ([`ownership::control`]), never by a label alone.
 pub(super) async fn routes(
     ctx: &Context,
     mode: RoutingMode,

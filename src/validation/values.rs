@@ -97,8 +97,8 @@ mod paths {
     }
 
     /// One value: its node in the wanted paths (None: none below it), and whether its
-    /// fingerprint is needed (it is a wanted value or inside one). Yields the fingerprint (0
-    /// when not needed).
+    /// hash is needed (it is a wanted value or inside one). Yields the hash (0 when not
+    /// needed).
     pub(super) struct Walk<'a, 'f> {
         pub(super) node: Option<&'a Node>,
         pub(super) hashed: bool,
@@ -120,11 +120,11 @@ mod paths {
             self.record(h.finish())
         }
 
-        fn record(self, fingerprint: u64) -> u64 {
+        fn record(self, hash: u64) -> u64 {
             if let Some(path) = self.node.and_then(|n| n.end.as_ref()) {
-                self.found.insert(path.clone(), fingerprint);
+                self.found.insert(path.clone(), hash);
             }
-            fingerprint
+            hash
         }
     }
 

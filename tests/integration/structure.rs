@@ -851,9 +851,12 @@ const MAX_ROW_CHARS: usize = 600;
 fn long_rows(doc: &str) -> Vec<String> {
     doc.lines()
         .enumerate()
-        .filter(|(_, l)| l.starts_with('|') && l.chars().count() > MAX_ROW_CHARS)
+        .filter(|(_, l)| l.chars().count() > MAX_ROW_CHARS)
         .map(|(i, l)| {
-            let id = cells(l).into_iter().next().unwrap_or_default();
+            let id = match l.strip_prefix("- ") {
+                Some(item) => item.split(':').next().unwrap_or_default().to_string(),
+                None => cells(l).into_iter().next().unwrap_or_default(),
+            };
             format!(
                 "docs/requirements.md:{} ({id}): {} characters",
                 i + 1,

@@ -108,12 +108,12 @@ fn at<'v>(node: &'v Value, path: &[Step]) -> Option<&'v Value> {
 
 /// The fields of the object itself (not its status, which the operator never renders) that a
 /// `managedFields` entry other than the operator's own apply
-/// ([`crate::labels::other_writers`]) holds, with their values in `object` (the object
+/// ([`crate::ownership::other_writers`]) holds, with their values in `object` (the object
 /// as JSON; called only when there is such an entry). Fields the object no longer has are left
 /// out.
 pub fn held_by_others(meta: &ObjectMeta, object: impl FnOnce() -> Value) -> Vec<Held> {
     let mut paths = Vec::new();
-    for entry in crate::labels::other_writers(meta) {
+    for entry in crate::ownership::other_writers(meta) {
         if let Some(fields) = entry.fields_v1.as_ref().and_then(|f| f.0.as_object()) {
             for (key, node) in fields {
                 // Before 1.22 a status update is an entry without a subresource: its fields

@@ -27,9 +27,8 @@ use crate::controller::cache::held::{self, Held};
 use crate::controller::status::SitePod;
 use crate::crd::{OPERATOR_BOUND_ANNOTATION, Site};
 use crate::digest::hashed;
-use crate::labels::{
-    self, ControllerRef, LABEL_KEYS, LAST_APPLIED_ANNOTATION, Ownership, TEMPLATE_HASH_ANNOTATION,
-};
+use crate::labels::{self, LABEL_KEYS, LAST_APPLIED_ANNOTATION, TEMPLATE_HASH_ANNOTATION};
+use crate::ownership::{self, ControllerRef, Ownership};
 use crate::watched::{Pod, Volume};
 
 /// Prefix of the annotations the operator reads back from objects it owns.
@@ -185,7 +184,7 @@ pub fn fingerprint<K: Managed>(obj: &K) -> u64 {
 
 /// A hash of a StatefulSet's pod template: whether a write changed the pods' template (and
 /// rolls them), not only the replicas.
-pub fn template_fingerprint(sts: &StatefulSet) -> u64 {
+pub fn template_hash(sts: &StatefulSet) -> u64 {
     short_hash(&serde_json::to_value(sts.spec.as_ref().map(|s| &s.template)).unwrap_or_default())
 }
 
@@ -238,14 +237,14 @@ struct Rare {
     controller_uid: Option<Box<str>>,
     /// [`SiteId::Rare`].
     site_id: Option<Box<str>>,
-    /// [`labels::Ownership::other_manager`].
+    /// [`ownership::Ownership::other_manager`].
     other_manager: Option<Box<str>>,
     /// The fields of the object other writers hold, with their values ([`held::held_by_others`]).
     held: Box<[Held]>,
 }
 
 /// What the reconciler decides from about an existing object of an owned kind: who controls it
-/// ([`labels::control_of`]), whether it already is a rendering ([`Facts::up_to_date`]), and the
+/// ([`ownership::control_of`]), whether it already is a rendering ([`Facts::up_to_date`]), and the
 /// fingerprint of the content the operator manages as this watch event showed it. Every
 /// object of every Site has one: numbers where only equality matters, strings only where an
 /// object is unusual ([`Rare`]).
@@ -307,8 +306,8 @@ impl Facts {
                 .filter(|c| Some(c.name) != ownership.site_id)
                 .map(|c| c.name.into()),
             controller_uid: controller.and_then(|c| match &c.uid {
-                labels::Uid::Uuid(_) => None,
-                labels::Uid::Text(text) => Some(text.clone()),
+                ownership::Uid::Uuid(_) => None,
+                ownership::Uid::Text(text) => Some(text.clone()),
             }),
             site_id: None,
             other_manager: ownership.other_manager.as_deref().map(Into::into),
@@ -333,8 +332,8 @@ impl Facts {
             managed: ownership.managed,
             controller: ownership.controller.map(|c| ControlledBy {
                 uid: match c.uid {
-                    labels::Uid::Uuid(bytes) => bytes,
-                    labels::Uid::Text(_) => [0; 16],
+                    ownership::Uid::Uuid(bytes) => bytes,
+                    ownership::Uid::Text(_) => [0; 16],
                 },
                 site: c.site,
             }),
@@ -348,7 +347,7 @@ impl Facts {
         }
     }
 
-    /// Who controls the object ([`labels::control_of`]).
+    /// Who controls the object ([`ownership::control_of`]).
     pub fn ownership(&self) -> Ownership<'_> {
         let rare = self.rare.as_deref();
         Ownership {
@@ -362,8 +361,8 @@ impl Facts {
                     .or(self.site_id())
                     .unwrap_or_default(),
                 uid: match rare.and_then(|r| r.controller_uid.as_deref()) {
-                    Some(text) => labels::Uid::Text(text.into()),
-                    None => labels::Uid::Uuid(c.uid),
+                    Some(text) => ownership::Uid::Text(text.into()),
+                    None => ownership::Uid::Uuid(c.uid),
                 },
             }),
             managed: self.managed,
@@ -603,8 +602,8 @@ impl Keep for PersistentVolumeClaim {
 pub struct Template {
     /// The template's annotations: the qualifying-change state and `restartedAt` are read back.
     pub annotations: Option<Pairs<String>>,
-    /// [`template_fingerprint`]: whether a write changed the template.
-    pub fingerprint: u64,
+    /// [`template_hash`]: whether a write changed the template.
+    pub hash: u64,
     /// The image of each container, by container name: what the site runs, the last resort of a
     /// built-in application's pin ([`crate::render::apps::pinned`]).
     pub images: Pairs<String>,
@@ -616,7 +615,7 @@ pub struct Template {
 impl Keep for StatefulSet {
     type Body = Template;
     fn body(self, _: bool) -> Self::Body {
-        let fingerprint = template_fingerprint(&self);
+        let hash = template_hash(&self);
         let rendered = self
             .metadata
             .annotations
@@ -625,7 +624,7 @@ impl Keep for StatefulSet {
             .map(|h| hashed(h.as_str()));
         let Some(spec) = self.spec else {
             return Template {
-                fingerprint,
+                hash,
                 rendered,
                 ..Template::default()
             };
@@ -643,7 +642,7 @@ impl Keep for StatefulSet {
                 .metadata
                 .and_then(|m| m.annotations)
                 .map(Pairs::of),
-            fingerprint,
+            hash,
             images: Pairs::of(images),
             rendered,
         }
@@ -697,13 +696,13 @@ impl<K: Keep> Kept<K> {
     }
 
     /// Who controls the object, for `site`.
-    pub fn control(&self, site: &Site) -> labels::Control {
-        labels::control_of(&self.facts.ownership(), site)
+    pub fn control(&self, site: &Site) -> ownership::Control {
+        ownership::control_of(&self.facts.ownership(), site)
     }
 
-    /// Its controller owner reference is `site` ([`labels::controlled_by`]).
+    /// Its controller owner reference is `site` ([`ownership::controlled_by`]).
     pub fn controlled_by(&self, site: &Site) -> bool {
-        labels::controlled_by(&self.facts.ownership(), site)
+        ownership::controlled_by(&self.facts.ownership(), site)
     }
 }
 
@@ -846,9 +845,9 @@ pub(crate) mod tests {
         assert!(kept.facts.up_to_date(&desired), "{kept:?}");
         assert_eq!(
             kept.control(site),
-            crate::labels::control(stored.meta(), site)
+            crate::ownership::control(stored.meta(), site)
         );
-        assert_eq!(kept.control(site), labels::Control::ThisSite);
+        assert_eq!(kept.control(site), ownership::Control::ThisSite);
         assert_eq!(Some(kept.name()), desired.meta().name.as_deref());
         assert!(kept.facts.managed());
         assert_eq!(kept.facts.site_id(), Some("docs-handbook"));
@@ -871,7 +870,7 @@ pub(crate) mod tests {
             render::template_annotations(&r.statefulset)
         );
         assert!(render::recorded_state(annotations.as_ref()).is_some());
-        assert_eq!(sts.body.fingerprint, template_fingerprint(&r.statefulset));
+        assert_eq!(sts.body.hash, template_hash(&r.statefulset));
 
         let secret = same_decision(&site, &r.secret);
         let tokens = |data: Option<BTreeMap<String, ByteString>>| {
@@ -993,7 +992,7 @@ pub(crate) mod tests {
         for (case, edit) in variants {
             let mut obj = stored.clone();
             edit(&mut obj);
-            let expected = crate::labels::control(obj.meta(), &site);
+            let expected = crate::ownership::control(obj.meta(), &site);
             let view = format!("{:?}", Ownership::of(obj.meta()));
             let kept = Kept::new(obj);
             // The record's view is the object's, strings included (the record leaves out the
