@@ -362,7 +362,8 @@ async fn a_change_rolls_the_sites_in_waves_under_the_budget() {
 }
 
 /// ROL-02, 1,000 Sites: a change whose pods never get ready halts after the first wave: the Sites rolled
-/// stay as they are, no other StatefulSet is written, the waiting Sites say why, the ConfigMap
+/// stay as they are, each written once, no other StatefulSet or owned object is written, the
+/// waiting Sites say why, the ConfigMap
 /// gets a Warning Event and `sites_rollout_halted` is 1. Reverting the change resumes: every
 /// Site ends on the old template, Available.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -385,6 +386,7 @@ async fn a_change_whose_pods_never_get_ready_halts_after_the_first_wave_and_a_re
         "    enabled: false                      # add a site-mirror container to every site\n    image: registry.example.org/sites/site-mirror:2.4.0",
         "    enabled: true\n    image: ghcr.io/x/broken-mirror:1",
     );
+    let before = op.writes_by_resource();
     write_config(&c, &broken).await;
     eventually("the rollout halted", ROLLOUT, || async {
         (op.metric("sites_rollout_halted") == 1.0).then_some(())
@@ -440,6 +442,19 @@ async fn a_change_whose_pods_never_get_ready_halts_after_the_first_wave_and_a_re
             now[name].metadata.generation, generations[name],
             "{name}: its StatefulSet was not written"
         );
+    }
+    // Nothing else written: each StatefulSet of the first wave once, no other owned object.
+    let after = op.writes_by_resource();
+    let written =
+        |r: &str| after.get(r).copied().unwrap_or(0) - before.get(r).copied().unwrap_or(0);
+    assert_eq!(written("statefulsets.apps"), budget as u64, "{after:?}");
+    for resource in [
+        "secrets",
+        "persistentvolumeclaims",
+        "services",
+        "ingresses.networking.k8s.io",
+    ] {
+        assert_eq!(written(resource), 0, "{resource}: {after:?}");
     }
 
     // The revert resumes: the rolled Sites roll back, the others have nothing to do.
