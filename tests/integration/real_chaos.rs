@@ -7,6 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::api::PostParams;
 use serde_json::Value;
 use sites_emulator::faults::Lcg;
@@ -34,7 +35,7 @@ async fn replica(c: &Cluster, timeout: Duration) -> Pod {
 }
 
 /// Every Site Available, its spec observed and up to date (no status stuck), and its
-/// StatefulSet on `memory`.
+/// StatefulSet on `memory` and rolled out.
 async fn converged(c: &Cluster, names: &[String], memory: &str) -> Result<(), String> {
     let list = sites(c)
         .list(&Default::default())
@@ -63,24 +64,22 @@ async fn converged(c: &Cluster, names: &[String], memory: &str) -> Result<(), St
             ));
         }
     }
-    let out = c.kubectl(&[
-        "get",
-        "statefulsets",
-        "-n",
-        NS,
-        "-o",
-        "jsonpath={range .items[*]}{.metadata.name} {.spec.template.spec.containers[0].resources.requests.memory}{\"\\n\"}{end}",
-    ]);
-    let memories: BTreeMap<String, String> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split_once(' '))
-        .map(|(n, m)| (n.to_string(), m.to_string()))
-        .collect();
+    // On the template and rolled out (pods of the new revision, ready): the status a replica
+    // computes afterwards is the one stored.
+    let statefulsets = kube::Api::<StatefulSet>::namespaced(c.client.clone(), NS)
+        .list(&Default::default())
+        .await
+        .map_err(|e| e.to_string())?;
     for name in names {
-        if memories.get(name).map(String::as_str) != Some(memory) {
+        let sts = statefulsets
+            .items
+            .iter()
+            .find(|s| s.metadata.name.as_ref() == Some(name));
+        let asked = sts.and_then(crate::rollout::memory_request);
+        if asked.as_deref() != Some(memory) || !sts.is_some_and(crate::rollout::rolled_out) {
             behind.push(format!(
-                "{name}: StatefulSet memory {:?}",
-                memories.get(name)
+                "{name}: StatefulSet memory {asked:?}, rolled out {}",
+                sts.is_some_and(crate::rollout::rolled_out)
             ));
         }
     }

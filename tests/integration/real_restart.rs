@@ -9,7 +9,7 @@ use std::time::Duration;
 use kube::api::PostParams;
 
 use crate::e2e::Target;
-use crate::real_apiserver::{metric, settled};
+use crate::real_apiserver::settled;
 use crate::support::operator::{condition, example_named, sites};
 use crate::support::{Cluster, deployed, eventually_every, real};
 
@@ -113,11 +113,6 @@ async fn real_apiserver_a_cold_restart_over_200_sites_writes_nothing() {
         t.timeout,
     )
     .await;
-    assert_eq!(
-        metric(&metrics, "leader_election_master_status", &[]),
-        1.0,
-        "{metrics}"
-    );
     assert_eq!(
         real::operator_writes(&c, mark),
         Vec::<String>::new(),

@@ -176,7 +176,7 @@ impl Drop for PodWatch {
 
 /// The memory request of the first container (the platform's: the example Sites set only
 /// limits).
-fn memory_request(sts: &StatefulSet) -> Option<String> {
+pub(crate) fn memory_request(sts: &StatefulSet) -> Option<String> {
     let spec = sts.spec.as_ref()?.template.spec.as_ref()?;
     let requests = spec.containers[0].resources.as_ref()?.requests.as_ref()?;
     Some(requests.get("memory")?.0.clone())
@@ -499,7 +499,7 @@ async fn rolled_to(c: &Cluster, memory: &str, rolled: usize, sites: usize) {
 }
 
 /// The StatefulSet's pods all run its current template and are ready.
-fn rolled_out(sts: &StatefulSet) -> bool {
+pub(crate) fn rolled_out(sts: &StatefulSet) -> bool {
     let (Some(spec), Some(status)) = (sts.spec.as_ref(), sts.status.as_ref()) else {
         return false;
     };
