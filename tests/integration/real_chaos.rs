@@ -76,10 +76,10 @@ async fn converged(c: &Cluster, names: &[String], memory: &str) -> Result<(), St
             .iter()
             .find(|s| s.metadata.name.as_ref() == Some(name));
         let asked = sts.and_then(crate::rollout::memory_request);
-        if asked.as_deref() != Some(memory) || !sts.is_some_and(crate::rollout::rolled_out) {
+        let rolled_out = sts.is_some_and(crate::rollout::rolled_out);
+        if asked.as_deref() != Some(memory) || !rolled_out {
             behind.push(format!(
-                "{name}: StatefulSet memory {asked:?}, rolled out {}",
-                sts.is_some_and(crate::rollout::rolled_out)
+                "{name}: StatefulSet memory {asked:?}, rolled out {rolled_out}"
             ));
         }
     }

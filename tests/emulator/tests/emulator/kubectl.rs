@@ -719,13 +719,14 @@ async fn kubectl_create_job_cronjob_and_quota(c: Cluster) {
             };
             (get(&s.used), get(&s.hard))
         });
+        let fits = |n: &usize| if real { (1..=unfinished).contains(n) } else { *n == 1 };
         let counted = seen
             .as_ref()
-            .and_then(|(used, _)| used.as_deref()?.parse::<usize>().ok());
-        let hard = seen.as_ref().and_then(|(_, hard)| hard.as_deref());
-        let fits = |n: usize| if real { (1..=unfinished).contains(&n) } else { n == 1 };
-        if hard == Some("10") && counted.is_some_and(fits) {
-            break counted.unwrap_or_default().to_string();
+            .filter(|(_, hard)| hard.as_deref() == Some("10"))
+            .and_then(|(used, _)| used.as_deref()?.parse::<usize>().ok())
+            .filter(fits);
+        if let Some(n) = counted {
+            break n.to_string();
         }
         assert!(
             tokio::time::Instant::now() < deadline,
